@@ -1,0 +1,36 @@
+"""The small exception tree every streamfl boundary translates foreign errors into (DESIGN.md s10)."""
+
+
+class StreamflError(Exception):
+    """Base of every error streamfl raises on purpose."""
+
+
+class ConfigError(StreamflError):
+    """A configuration file, key, value or flag is wrong; CLIs exit with code 2 so systemd stops."""
+
+    exit_code = 2
+
+
+class ProtocolError(StreamflError):
+    """A frame could not be decoded or failed validation; ``reason`` is a short counter key."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__("%s: %s" % (reason, detail) if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class ModelError(StreamflError):
+    """A model architecture is unknown or tensors do not fit it."""
+
+
+class SensorError(StreamflError):
+    """A sensor source is missing, unreadable or produced unusable samples."""
+
+
+class TransportError(StreamflError):
+    """The MQTT transport could not connect, publish or subscribe."""
+
+
+class StorageError(StreamflError):
+    """A state directory, checkpoint or outbox could not be read or written (full disk, permissions)."""

@@ -1,0 +1,96 @@
+"""Model state as numpy arrays for the wire, and safetensors checkpoints written atomically."""
+import json
+import os
+from pathlib import Path
+from typing import Dict, Mapping, Optional, Tuple
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from streamfl.errors import ModelError, StorageError
+
+Tensors = Dict[str, np.ndarray]
+
+
+def model_to_arrays(model: torch.nn.Module) -> Tensors:
+    """A detached float32 numpy copy of every tensor of the model's state dict."""
+    return {name: t.detach().to("cpu", torch.float32).numpy().copy()
+            for name, t in model.state_dict().items()}
+
+
+def arrays_to_model(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> None:
+    """Load ``arrays`` into ``model`` in place; names and shapes must match exactly."""
+    state = model.state_dict()
+    if set(state) != set(arrays):
+        missing = sorted(set(state) - set(arrays))
+        extra = sorted(set(arrays) - set(state))
+        raise ModelError("tensor names do not match the model (missing %s, unexpected %s)" % (missing, extra))
+    new_state = {}
+    for name, current in state.items():
+        arr = np.asarray(arrays[name])
+        if tuple(arr.shape) != tuple(current.shape):
+            raise ModelError("tensor %s has shape %s, model expects %s" % (
+                name, tuple(arr.shape), tuple(current.shape)))
+        new_state[name] = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32)).to(
+            current.device, current.dtype)
+    model.load_state_dict(new_state)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file, fsync and rename, so a crash leaves old or new."""
+    path = Path(path)
+    tmp = path.with_name(".%s.tmp" % path.name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(str(path.parent), os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise StorageError("cannot write %s: %s" % (path, exc.strerror or exc)) from exc
+
+
+def save_checkpoint(path: Path, arrays: Mapping[str, np.ndarray], meta: Optional[dict] = None) -> None:
+    """Save tensors and a JSON-able ``meta`` dict as one safetensors file, atomically."""
+    header = {"streamfl": json.dumps(meta or {}, sort_keys=True)}
+    contiguous = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+    atomic_write_bytes(Path(path), st_save(contiguous, metadata=header))
+
+
+def load_checkpoint(path: Path) -> Tuple[Tensors, dict]:
+    """Load a checkpoint written by ``save_checkpoint``: ``(arrays, meta)``; never unpickles."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise StorageError("cannot read checkpoint %s: %s" % (path, exc.strerror or exc)) from exc
+    try:
+        arrays = st_load(data)
+        raw_meta = _read_metadata(data).get("streamfl", "{}")
+        meta = json.loads(raw_meta)
+    except (SafetensorError, ValueError, json.JSONDecodeError) as exc:
+        raise StorageError("checkpoint %s is corrupt: %s" % (path, exc)) from exc
+    return arrays, meta
+
+
+def _read_metadata(data: bytes) -> Dict[str, str]:
+    """The ``__metadata__`` of a safetensors blob (the numpy loader drops it)."""
+    if len(data) < 8:
+        raise ValueError("truncated safetensors header")
+    n = int.from_bytes(data[:8], "little")
+    if n > len(data) - 8:
+        raise ValueError("truncated safetensors header")
+    return json.loads(data[8:8 + n].decode("utf-8")).get("__metadata__", {}) or {}

@@ -1,0 +1,118 @@
+"""The messages streamfl devices and coordinator exchange (DESIGN.md section 3), as plain dataclasses.
+
+Tensors are ``Dict[str, numpy.ndarray]`` keyed by the model's state-dict names, so the protocol needs
+no torch. Every field that is not a tensor travels in the frame's JSON header; the codec
+(``streamfl.protocol.codec``) turns these objects into frames and back.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
+
+import numpy as np
+
+Tensors = Dict[str, np.ndarray]
+
+#: Wire format version of the JSON header schema; bump on incompatible change.
+PROTOCOL_VERSION = 1
+
+
+@dataclass
+class Hello:
+    """Published retained on the device's status topic on every connect: who the device is."""
+
+    device_id: str
+    board: str
+    software_version: str
+    arch_id: str
+    buffer_capacity: int
+    dvfs_levels: Dict[str, List[int]] = field(default_factory=dict)
+    online: bool = True
+
+
+@dataclass
+class Offline:
+    """The device's (or coordinator's) last will and clean-exit status: it is gone."""
+
+    device_id: str
+    reason: str = "lost"
+
+
+@dataclass
+class CoordinatorStatus:
+    """Retained on the coordinator status topic: online with the current version, or offline (will)."""
+
+    online: bool
+    version: int = 0
+
+
+@dataclass
+class GlobalModel:
+    """The retained global model at ``version``, with the knobs devices should train with."""
+
+    version: int
+    arch_id: str
+    tensors: Tensors
+    hparams: Dict[str, float] = field(default_factory=dict)
+    clp: Dict[str, Any] = field(default_factory=dict)
+    session_id: int = 0
+    ewc: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Update:
+    """A device's model after local training from ``base_version`` (full tensors, not a delta)."""
+
+    device_id: str
+    update_id: str
+    base_version: int
+    arch_id: str
+    tensors: Tensors
+    num_samples: int
+    class_counts: Dict[int, int]
+    loss: float
+    seconds_per_sample: float
+    round_index: int = 0
+    created_s: float = 0.0
+    fisher_trace: Optional[float] = None
+    grad_variance: Optional[float] = None
+    energy_j: Optional[float] = None
+    clock_levels: Dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Command:
+    """Coordinator to one device: ``kind`` is one of ``COMMAND_KINDS``; ``params`` its arguments."""
+
+    kind: str
+    params: Dict[str, Any] = field(default_factory=dict)
+
+
+COMMAND_KINDS = ("train", "skip", "override", "session", "request")
+
+
+@dataclass
+class Telemetry:
+    """Periodic, best-effort (QoS 0) device health: buffer fill, clocks, power, temperatures."""
+
+    device_id: str
+    time_s: float
+    buffer_fill: int
+    buffer_capacity: int
+    rounds: int = 0
+    power_w: Optional[float] = None
+    clocks_khz: Dict[str, int] = field(default_factory=dict)
+    temperatures_c: Dict[str, float] = field(default_factory=dict)
+
+
+Message = Union[Hello, Offline, CoordinatorStatus, GlobalModel, Update, Command, Telemetry]
+
+#: Wire names of the message types, used as the ``type`` field of a frame header.
+MESSAGE_TYPES = {
+    "hello": Hello,
+    "offline": Offline,
+    "coordinator_status": CoordinatorStatus,
+    "global_model": GlobalModel,
+    "update": Update,
+    "command": Command,
+    "telemetry": Telemetry,
+}
+TYPE_NAMES = {cls: name for name, cls in MESSAGE_TYPES.items()}

@@ -1,0 +1,83 @@
+"""The publish/subscribe interface both runtimes use, so cores never see paho (DESIGN.md section 2)."""
+import abc
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+#: ``on_message(topic, payload)``; called from the transport's network thread.
+MessageHandler = Callable[[str, bytes], None]
+#: ``on_connect(session_present)`` / ``on_disconnect(reason)``.
+ConnectHandler = Callable[[bool], None]
+DisconnectHandler = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class MqttSettings:
+    """How to reach the broker; the password comes from a file or the environment, never a flag."""
+
+    host: str = "localhost"
+    port: int = 1883
+    client_id: str = "streamfl"
+    keepalive_s: int = 30
+    #: Persistent session (clean_start false) so QoS 1 messages wait while the client is away.
+    persistent_session: bool = True
+    session_expiry_s: int = 7 * 24 * 3600
+    reconnect_min_s: float = 1.0
+    reconnect_max_s: float = 60.0
+    tls_ca: Optional[Path] = None
+    tls_cert: Optional[Path] = None
+    tls_key: Optional[Path] = None
+    username: Optional[str] = None
+    password: Optional[str] = None
+
+    def __repr__(self) -> str:  # never print the password
+        return "MqttSettings(host=%r, port=%r, client_id=%r, tls=%s, username=%r)" % (
+            self.host, self.port, self.client_id, self.tls_ca is not None, self.username)
+
+
+class Transport(abc.ABC):
+    """An MQTT-like client: QoS 0/1 publish, wildcard subscriptions, retained messages, last will.
+
+    Subscriptions registered with ``subscribe`` are re-established on every (re)connect.
+    ``on_message``, ``on_connect`` and ``on_disconnect`` are plain attributes set by the owner.
+    """
+
+    def __init__(self) -> None:
+        self.on_message: Optional[MessageHandler] = None
+        self.on_connect: Optional[ConnectHandler] = None
+        self.on_disconnect: Optional[DisconnectHandler] = None
+
+    @abc.abstractmethod
+    def set_will(self, topic: str, payload: bytes, qos: int = 1, retain: bool = True) -> None:
+        """Register the last will; must be called before ``connect``."""
+
+    @abc.abstractmethod
+    def connect(self) -> None:
+        """Start connecting in the background; reconnects with capped exponential back-off."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Disconnect cleanly (the will is not sent) and stop the network thread."""
+
+    @abc.abstractmethod
+    def subscribe(self, topic_filter: str, qos: int = 1) -> None:
+        """Subscribe now if connected, and on every later connect."""
+
+    @abc.abstractmethod
+    def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> bool:
+        """Queue a message; False if it could not be handed to the network layer (e.g. offline)."""
+
+    @property
+    @abc.abstractmethod
+    def connected(self) -> bool:
+        """True while a broker connection is up."""
+
+    def wait_connected(self, timeout_s: float) -> bool:
+        """Block until connected or ``timeout_s`` passes; True if connected."""
+        import time
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.connected:
+                return True
+            time.sleep(0.02)
+        return self.connected

@@ -1,0 +1,22 @@
+"""One labelled window of a multichannel signal: the unit sensors produce and the buffer stores."""
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Label of a window whose class is not known (e.g. a live IIO stream with no label source).
+UNLABELLED = -1
+
+
+@dataclass
+class Window:
+    """``x`` is float32 [T, C] (time, channels); ``label`` the majority class or ``UNLABELLED``."""
+
+    x: np.ndarray
+    label: int
+    t_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.x = np.asarray(self.x, dtype=np.float32)
+        if self.x.ndim != 2:
+            raise ValueError("a window must be [T, C], got shape %s" % (self.x.shape,))
+        self.label = int(self.label)

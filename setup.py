@@ -1,0 +1,71 @@
+"""Packaging for streamfl: the top-level folders are installed under one ``streamfl`` namespace.
+
+Generic names such as ``agent`` and ``models`` would clash in site-packages, so every code folder is
+mapped to ``streamfl.<folder>`` with ``package_dir`` (DESIGN.md section 1). The root package
+``streamfl`` itself (errors, configuration, the ``streamfl`` command) lives in ``common/``: a folder
+named ``streamfl/`` at the repository root would shadow the installed package whenever the root is
+on ``sys.path`` and hide ``streamfl.agent`` and the others.
+"""
+from setuptools import setup
+
+FOLDERS = {
+    "streamfl": "common",
+    "streamfl.protocol": "protocol",
+    "streamfl.protocol.transport": "protocol/transport",
+    "streamfl.sensors": "sensors",
+    "streamfl.models": "models",
+    "streamfl.agent": "agent",
+    "streamfl.coordinator": "coordinator",
+    "streamfl.coordinator.strategies": "coordinator/strategies",
+    "streamfl.dvfs": "dvfs",
+    "streamfl.sim": "sim",
+}
+
+AGENT_REQUIRES = [
+    "numpy>=1.17",
+    "paho-mqtt>=2.0,<3",
+    "safetensors>=0.4",
+    "PyYAML>=5.3",
+    # torch is not pinned here: Jetsons use NVIDIA's wheels, CI installs the CPU build by version.
+    "torch>=1.10",
+]
+
+setup(
+    name="streamfl",
+    version="0.1.0",
+    description="On-device asynchronous federated learning for Jetson and Raspberry Pi fleets over MQTT",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.8",
+    packages=list(FOLDERS),
+    package_dir=FOLDERS,
+    package_data={"streamfl": ["py.typed"]},
+    install_requires=AGENT_REQUIRES,
+    extras_require={
+        # The coordinator's embedded broker and the demo's plots.
+        "server": ["amqtt>=0.11", "matplotlib>=3.3"],
+        "jetson": ["jetson-stats>=4.2"],
+        "data": ["seglearn>=1.2"],
+        "dev": [
+            "amqtt>=0.11",
+            "matplotlib>=3.3",
+            "pytest>=7",
+            "pytest-timeout>=2",
+            "vermin>=1.5",
+        ],
+    },
+    entry_points={
+        "console_scripts": [
+            "streamfl-agent=streamfl.agent.cli:main",
+            "streamfl-coordinator=streamfl.coordinator.cli:main",
+            "streamfl=streamfl.cli:main",
+        ]
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.8",
+        "Operating System :: POSIX :: Linux",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
