@@ -1,0 +1,25 @@
+"""Logging set-up for the command-line programs: one stdout handler (journald takes stdout)."""
+import logging
+import sys
+
+from streamfl.errors import ConfigError
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def setup_logging(level: str = "INFO", stream=None) -> None:
+    """Install the only handler streamfl uses; libraries never add handlers (DESIGN.md s10)."""
+    name = str(level).upper()
+    if name not in LEVELS:
+        raise ConfigError("--log-level must be one of %s, got %r" % (", ".join(LEVELS), level))
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handler = logging.StreamHandler(stream or sys.stdout)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    root.addHandler(handler)
+    root.setLevel(name)
+    # paho and amqtt are chatty at INFO; their warnings still show.
+    for noisy in ("amqtt", "transitions", "asyncio"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
