@@ -46,7 +46,8 @@ setup(
         # The coordinator's embedded broker and the demo's plots.
         "server": ["amqtt>=0.11", "matplotlib>=3.3"],
         "jetson": ["jetson-stats>=4.2"],
-        "data": ["seglearn>=1.2"],
+        # seglearn 1.2.5 imports pandas without declaring it.
+        "data": ["seglearn>=1.2", "pandas"],
         "dev": [
             "amqtt>=0.11",
             "matplotlib>=3.3",

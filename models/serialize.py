@@ -34,8 +34,8 @@ def arrays_to_model(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) ->
         if tuple(arr.shape) != tuple(current.shape):
             raise ModelError("tensor %s has shape %s, model expects %s" % (
                 name, tuple(arr.shape), tuple(current.shape)))
-        new_state[name] = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32)).to(
-            current.device, current.dtype)
+        # torch.tensor copies, so read-only views straight from a decoded frame are fine.
+        new_state[name] = torch.tensor(arr, dtype=current.dtype, device=current.device)
     model.load_state_dict(new_state)
 
 
