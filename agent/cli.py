@@ -1,2 +1,138 @@
-def main():
-    print("agent")
+"""``streamfl-agent``: run one board's agent (usually as the systemd service streamfl-agent).
+
+Flags override the YAML file. A configuration error prints one line on stderr and exits with code 2
+so systemd does not restart into it (RestartPreventExitStatus=2); SIGTERM/SIGINT stop cleanly
+(exit 0). Logs go to stdout, which journald captures.
+
+The state directory (checkpoint, outbox) defaults to /var/lib/streamfl-agent when this user may
+write there (the systemd unit's StateDirectory=), else ~/.local/state/streamfl-agent.
+"""
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+import yaml
+
+import streamfl
+from streamfl.config import to_dict
+from streamfl.errors import ConfigError, StreamflError
+from streamfl.logs import setup_logging
+
+log = logging.getLogger("streamfl.agent.cli")
+
+PROG = "streamfl-agent"
+SYSTEM_STATE_DIR = Path("/var/lib/streamfl-agent")
+
+
+def default_state_dir(system_dir: Path = SYSTEM_STATE_DIR, home: Optional[Path] = None) -> Path:
+    """``system_dir`` if it is (or can be made) writable by this user, else the per-user state dir."""
+    if system_dir.is_dir():
+        if os.access(str(system_dir), os.W_OK | os.X_OK):
+            return system_dir
+    elif os.access(str(system_dir.parent), os.W_OK | os.X_OK):
+        return system_dir
+    return (home or Path.home()) / ".local" / "state" / "streamfl-agent"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; every flag defaults to None so that only given flags override the file."""
+    p = argparse.ArgumentParser(prog=PROG, description="streamfl on-device learning agent.")
+    p.add_argument("--config", type=Path, help="agent YAML file (see configs/agent.example.yaml)")
+    p.add_argument("--broker", help="MQTT broker host name or address (mqtt.host)")
+    p.add_argument("--port", type=int, help="MQTT broker port (mqtt.port, default 1883)")
+    p.add_argument("--fleet", help="fleet name, the topic namespace (default: default)")
+    p.add_argument("--device-id", help="device id and MQTT client id (default: sanitized hostname)")
+    p.add_argument("--board", help="board name reported to the coordinator")
+    p.add_argument("--state-dir", type=Path,
+                   help="checkpoint and outbox folder (default: %s if writable, else "
+                        "~/.local/state/streamfl-agent)" % SYSTEM_STATE_DIR)
+    p.add_argument("--tls-ca", type=Path, help="CA certificate file; enables TLS")
+    p.add_argument("--tls-cert", type=Path, help="client certificate file (with --tls-key)")
+    p.add_argument("--tls-key", type=Path, help="client private key file")
+    p.add_argument("--username", help="MQTT user name")
+    p.add_argument("--password-file", type=Path,
+                   help="file holding the MQTT password (or set STREAMFL_MQTT_PASSWORD)")
+    p.add_argument("--sensor", help="sensor kind: synthetic, replay, iio or mqtt (sensor.kind)")
+    p.add_argument("--sensor-path", help="dataset .npz for the replay sensor (sensor.path)")
+    p.add_argument("--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
+    p.add_argument("--check-config", action="store_true",
+                   help="validate the configuration, print it as YAML and exit")
+    p.add_argument("--version", action="version", version="%(prog)s " + streamfl.__version__)
+    return p
+
+
+def overrides_from_args(args: argparse.Namespace) -> Dict[str, Any]:
+    """Flag values shaped like the YAML file; None marks a flag that was not given."""
+    return {
+        "fleet": args.fleet, "device_id": args.device_id, "board": args.board,
+        "state_dir": str(args.state_dir) if args.state_dir else None,
+        "mqtt": {"host": args.broker, "port": args.port,
+                 "tls_ca": str(args.tls_ca) if args.tls_ca else None,
+                 "tls_cert": str(args.tls_cert) if args.tls_cert else None,
+                 "tls_key": str(args.tls_key) if args.tls_key else None,
+                 "username": args.username,
+                 "password_file": str(args.password_file) if args.password_file else None},
+        "sensor": {"kind": args.sensor, "path": args.sensor_path},
+    }
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write("%s: error: %s\n" % (PROG, " ".join(str(message).split())))
+    return code
+
+
+def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
+    """Parse flags, load the config, and run the agent until SIGTERM/SIGINT; the exit code."""
+    from streamfl.agent.config import load_agent_config
+
+    environ = os.environ if environ is None else environ
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = load_agent_config(args.config, overrides_from_args(args))
+        settings = cfg.mqtt_settings(environ)
+    except ConfigError as exc:
+        return _fail(exc, ConfigError.exit_code)
+    if args.check_config:
+        sys.stdout.write(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        return 0
+    setup_logging(args.log_level, environ=environ)
+    state_dir = cfg.state_dir or default_state_dir()
+    try:
+        return _run(cfg, settings, state_dir, environ)
+    except ConfigError as exc:
+        return _fail(exc, ConfigError.exit_code)
+    except StreamflError as exc:
+        return _fail(exc, 1)
+
+
+def _run(cfg, settings, state_dir: Path, environ: Mapping[str, str]) -> int:
+    from streamfl.agent.daemon import AgentDaemon
+    from streamfl.notify import SystemdNotifier
+    from streamfl.protocol.transport.paho import PahoTransport
+    from streamfl.sensors import make_source
+
+    transport = PahoTransport(settings)
+    source = make_source(cfg.sensor, cfg.device_id, transport=transport, fleet=cfg.fleet)
+    daemon = AgentDaemon(cfg, transport, source, state_dir,
+                         notifier=SystemdNotifier.from_environ(environ))
+
+    def on_signal(signum, frame):
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        daemon.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("streamfl-agent %s: device %s, fleet %s, broker %s:%d, sensor %s, state %s",
+             streamfl.__version__, cfg.device_id, cfg.fleet, settings.host, settings.port,
+             cfg.sensor.kind, state_dir)
+    daemon.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,11 +5,14 @@ import sys
 from streamfl.errors import ConfigError
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 
-def setup_logging(level: str = "INFO", stream=None) -> None:
-    """Install the only handler streamfl uses; libraries never add handlers (DESIGN.md s10)."""
+def setup_logging(level: str = "INFO", stream=None, environ=None) -> None:
+    """Install the only handler streamfl uses; libraries never add handlers (DESIGN.md s10).
+
+    Under journald (``$JOURNAL_STREAM`` set) lines carry no timestamp: the journal adds its own.
+    """
     name = str(level).upper()
     if name not in LEVELS:
         raise ConfigError("--log-level must be one of %s, got %r" % (", ".join(LEVELS), level))
@@ -17,7 +20,8 @@ def setup_logging(level: str = "INFO", stream=None) -> None:
     for handler in list(root.handlers):
         root.removeHandler(handler)
     handler = logging.StreamHandler(stream or sys.stdout)
-    handler.setFormatter(logging.Formatter(FORMAT))
+    under_journald = bool((environ or {}).get("JOURNAL_STREAM"))
+    handler.setFormatter(logging.Formatter(FORMAT if under_journald else "%(asctime)s " + FORMAT))
     root.addHandler(handler)
     root.setLevel(name)
     # paho and amqtt are chatty at INFO; their warnings still show.

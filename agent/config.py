@@ -1,0 +1,176 @@
+"""The agent's configuration: one YAML file into frozen dataclasses, flags override (DESIGN.md s9).
+
+Unknown keys and wrong types are ``ConfigError`` naming the key and the file (exit code 2). Secrets
+never live in the file: the MQTT password comes from ``mqtt.password_file`` or the environment
+variable ``STREAMFL_MQTT_PASSWORD``, read by ``MqttConfig.settings`` with the environment passed in.
+"""
+import socket
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional
+
+from streamfl.config import build, read_yaml
+from streamfl.models import REGISTRY, ModelSpec
+from streamfl.protocol.topics import NAME_RE, sanitize_name
+from streamfl.protocol.transport.base import MqttSettings
+from streamfl.protocol.transport.credentials import PASSWORD_ENV, read_password
+from streamfl.sensors.config import SensorConfig
+
+MIB = 1024 * 1024
+
+
+def default_device_id() -> str:
+    """The board's hostname made into a valid device name (also the MQTT client id)."""
+    return sanitize_name(socket.gethostname())
+
+
+@dataclass(frozen=True)
+class MqttConfig:
+    """The ``mqtt:`` section: where the broker is and how to authenticate (no password here)."""
+
+    host: str = "localhost"
+    port: int = 1883
+    keepalive_s: int = 30
+    tls_ca: Optional[Path] = None
+    tls_cert: Optional[Path] = None
+    tls_key: Optional[Path] = None
+    username: Optional[str] = None
+    password_file: Optional[Path] = None
+    reconnect_min_s: float = 1.0
+    reconnect_max_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ValueError("mqtt host must not be empty")
+        if not 1 <= self.port <= 65535:
+            raise ValueError("mqtt port must be in 1..65535, got %r" % self.port)
+        if self.keepalive_s < 5:
+            raise ValueError("mqtt keepalive_s must be at least 5, got %r" % self.keepalive_s)
+        if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
+            raise ValueError("mqtt needs 0 < reconnect_min_s <= reconnect_max_s, got %r and %r" % (
+                self.reconnect_min_s, self.reconnect_max_s))
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("mqtt tls_cert and tls_key must be given together")
+
+    def password(self, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+        """The password from ``password_file``, else ``$STREAMFL_MQTT_PASSWORD`` in ``environ``
+        (None: the environment is not consulted), else None."""
+        return read_password(self.password_file, PASSWORD_ENV, environ if environ is not None else {})
+
+    def settings(self, client_id: str, environ: Optional[Mapping[str, str]] = None) -> MqttSettings:
+        """Transport settings for client ``client_id`` (the device id, so broker ACLs on %c work)."""
+        return MqttSettings(host=self.host, port=self.port, client_id=client_id,
+                            keepalive_s=self.keepalive_s, reconnect_min_s=self.reconnect_min_s,
+                            reconnect_max_s=self.reconnect_max_s, tls_ca=self.tls_ca,
+                            tls_cert=self.tls_cert, tls_key=self.tls_key, username=self.username,
+                            password=self.password(environ))
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything one board's agent needs; see configs/agent.example.yaml for each key's meaning."""
+
+    fleet: str = "default"
+    #: None = the sanitized hostname (filled in by ``__post_init__``).
+    device_id: Optional[str] = None
+    board: str = "generic"
+    model: ModelSpec = field(default_factory=ModelSpec)
+    sensor: SensorConfig = field(default_factory=SensorConfig)
+    mqtt: MqttConfig = field(default_factory=MqttConfig)
+    #: None = chosen by the CLI (/var/lib/streamfl-agent, else ~/.local/state/streamfl-agent).
+    state_dir: Optional[Path] = None
+    buffer_capacity: int = 2048
+    min_buffer: int = 64
+    round_interval_s: float = 5.0
+    local_steps: int = 20
+    lr: float = 0.01
+    batch_size: int = 32
+    dropout: float = 0.0
+    momentum: float = 0.0
+    torch_threads: int = 1
+    outbox_max_items: int = 200
+    outbox_max_bytes: int = 256 * MIB
+    telemetry_interval_s: float = 10.0
+    checkpoint_every_rounds: int = 1
+    float16_updates: bool = False
+    max_frame_bytes: int = 64 * MIB
+    #: None = derived from the device id (stable across restarts, different per device).
+    seed: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if not NAME_RE.match(self.fleet or ""):
+            raise ValueError("fleet %r is invalid: use 1-64 characters from A-Z a-z 0-9 _ . -"
+                             % (self.fleet,))
+        if self.device_id is None:
+            object.__setattr__(self, "device_id", default_device_id())
+        elif not NAME_RE.match(self.device_id):
+            raise ValueError("device_id %r is invalid: use 1-64 characters from A-Z a-z 0-9 _ . -"
+                             % (self.device_id,))
+        if self.seed is None:
+            object.__setattr__(self, "seed", zlib.crc32(self.device_id.encode("utf-8")) & 0x7FFFFFFF)
+        checks = [
+            ("buffer_capacity", self.buffer_capacity >= 1, "must be at least 1"),
+            ("min_buffer", 1 <= self.min_buffer <= self.buffer_capacity,
+             "must be in 1..buffer_capacity (%d)" % self.buffer_capacity),
+            ("round_interval_s", self.round_interval_s >= 0, "must be >= 0"),
+            ("local_steps", self.local_steps >= 1, "must be at least 1"),
+            ("lr", self.lr > 0, "must be > 0"),
+            ("batch_size", self.batch_size >= 1, "must be at least 1"),
+            ("dropout", 0 <= self.dropout < 1, "must be in [0, 1)"),
+            ("momentum", 0 <= self.momentum < 1, "must be in [0, 1)"),
+            ("torch_threads", self.torch_threads >= 0, "must be >= 0 (0 = torch's default)"),
+            ("outbox_max_items", self.outbox_max_items >= 1, "must be at least 1"),
+            ("outbox_max_bytes", self.outbox_max_bytes >= 1024, "must be at least 1024"),
+            ("telemetry_interval_s", self.telemetry_interval_s >= 0, "must be >= 0 (0 = off)"),
+            ("checkpoint_every_rounds", self.checkpoint_every_rounds >= 0,
+             "must be >= 0 (0 = only at exit)"),
+            ("max_frame_bytes", self.max_frame_bytes >= 1024, "must be at least 1024"),
+        ]
+        for key, ok, why in checks:
+            if not ok:
+                raise ValueError("%s %s, got %r" % (key, why, getattr(self, key)))
+        m, s = self.model, self.sensor
+        if m.name not in REGISTRY:
+            raise ValueError("model name %r is unknown (known: %s)" % (m.name, ", ".join(sorted(REGISTRY))))
+        if s.channels != m.in_channels or s.window_len != m.window_len:
+            raise ValueError("sensor windows are [%d, %d] (window_len, channels) but the model takes "
+                             "[%d, %d]" % (s.window_len, s.channels, m.window_len, m.in_channels))
+        if s.num_classes > m.num_classes:
+            raise ValueError("sensor num_classes (%d) exceeds model num_classes (%d)"
+                             % (s.num_classes, m.num_classes))
+
+    def mqtt_settings(self, environ: Optional[Mapping[str, str]] = None) -> MqttSettings:
+        """Transport settings with this device's id as the MQTT client id."""
+        return self.mqtt.settings(self.device_id, environ)
+
+
+def _merge(base: Dict[str, Any], over: Mapping[str, Any]) -> Dict[str, Any]:
+    """``base`` with ``over`` merged in, section by section; ``None`` values in ``over`` are skipped."""
+    out = dict(base)
+    for key, value in over.items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        elif isinstance(value, Mapping):
+            out[key] = _merge({}, value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_agent_config(path: Optional[Path] = None,
+                      overrides: Optional[Mapping[str, Any]] = None) -> AgentConfig:
+    """Load the agent config from an optional YAML file, then merge nested flag ``overrides``.
+
+    ``overrides`` is shaped like the file (``{"mqtt": {"host": ...}}``); ``None`` means "not given".
+    """
+    values: Dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        values = read_yaml(path)
+        source = str(path)
+    values = _merge(values, overrides or {})
+    return build(AgentConfig, values, source)
+

@@ -1,0 +1,293 @@
+"""The agent's decisions without I/O (DESIGN.md s2): windows and messages in, ``Update`` out.
+
+The daemon (threads, MQTT, disk) and the simulator (virtual clock) drive the same ``AgentCore``.
+A round is split in two so that a runtime holds its lock only while the core's state is read:
+``begin_round`` fixes the starting weights and hyper-parameters; ``finish_round`` trains, taking the
+runtime's lock only around each minibatch draw, so the sensor thread keeps filling the buffer.
+"""
+import logging
+import time
+import uuid
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Dict, Iterator, Mapping, Optional, Tuple
+
+import numpy as np
+import torch
+
+import streamfl
+from streamfl.agent.buffer import Buffer, ReplacementPolicy
+from streamfl.agent.config import AgentConfig
+from streamfl.agent.trainer import LocalTrainer
+from streamfl.errors import StreamflError
+from streamfl.models import ModelSpec, arrays_to_model, build_model, model_to_arrays
+from streamfl.protocol.messages import Command, GlobalModel, Hello, Update
+from streamfl.sensors.window import Window
+
+log = logging.getLogger(__name__)
+
+#: Sane ranges for hyper-parameters received from the coordinator (GlobalModel.hparams or an
+#: "override" command). AdaCLP's eq. 4-6 can produce extreme values (DESIGN.md s8), and a bad
+#: coordinator must not be able to make a board diverge or run out of memory.
+HPARAM_RANGES: Dict[str, Tuple[float, float]] = {
+    "lr": (1e-6, 1.0),
+    "batch_size": (1, 1024),
+    "local_steps": (1, 10000),
+    "dropout": (0.0, 0.9),
+}
+_INT_HPARAMS = ("batch_size", "local_steps")
+
+
+class NotReadyError(StreamflError):
+    """``train_round`` was called before the core was ready (no global model or an empty buffer)."""
+
+
+class RoundInterrupted(StreamflError):
+    """The runtime asked to stop in the middle of a round; no update is made from the partial round."""
+
+
+class DivergedError(StreamflError):
+    """Local training produced a non-finite loss or weights; the next round restarts from the global."""
+
+
+@dataclass
+class RoundPlan:
+    """What ``begin_round`` fixed for one round: start weights (None = keep local) and hparams."""
+
+    round_index: int
+    base_version: int
+    start_tensors: Optional[Dict[str, np.ndarray]]
+    lr: float
+    dropout: float
+    local_steps: int
+    batch_size: int
+
+
+class AgentCore:
+    """One device's learner: buffer, model, trainer, and the newest global model it has received.
+
+    ``clock`` stamps ``Update.created_s`` (the daemon passes wall time, the simulator virtual time);
+    ``timer`` measures seconds per sample; ``seed`` (default ``config.seed``) seeds the model's
+    initialization, minibatch sampling and dropout; ``spec`` overrides ``config.model``.
+    """
+
+    def __init__(self, config: AgentConfig, clock: Callable[[], float] = time.monotonic,
+                 seed: Optional[int] = None, timer: Callable[[], float] = time.perf_counter,
+                 policy: Optional[ReplacementPolicy] = None, spec: Optional[ModelSpec] = None):
+        self.config = config
+        self.spec = spec if spec is not None else config.model
+        self.device_id = config.device_id
+        self.arch_id = self.spec.arch_id
+        self._clock = clock
+        self._timer = timer
+        self.seed = int(config.seed if seed is None else seed)
+        if config.torch_threads > 0:
+            torch.set_num_threads(config.torch_threads)
+        self.model = build_model(self.spec, dropout=config.dropout, seed=self.seed)
+        self.buffer = Buffer(config.buffer_capacity, self.spec.window_len, self.spec.in_channels,
+                             self.spec.num_classes, policy)
+        self.trainer = LocalTrainer(self.model, self.spec.num_classes, momentum=config.momentum)
+        self._rng = np.random.default_rng(self.seed)
+        self.hparams: Dict[str, float] = {"lr": config.lr, "batch_size": config.batch_size,
+                                          "local_steps": config.local_steps,
+                                          "dropout": config.dropout}
+        #: The newest accepted global model (None until the first arrives).
+        self.global_model: Optional[GlobalModel] = None
+        #: Version of the global model the local model last started from (-1: none yet).
+        self.base_version = -1
+        #: Rounds completed (the next update's ``round_index``).
+        self.rounds = 0
+        self._skip_rounds = 0
+        self._skip_until_s: Optional[float] = None
+        self._train_requested = False
+        self.rejected_models = 0
+        self.last_update: Optional[Update] = None
+
+    # ---- inputs -------------------------------------------------------------------------------
+
+    def hello(self) -> Hello:
+        """The retained status message announcing this device on every connect."""
+        return Hello(device_id=self.device_id, board=self.config.board,
+                     software_version=streamfl.__version__, arch_id=self.arch_id,
+                     buffer_capacity=self.buffer.capacity)
+
+    def add_window(self, window: Window) -> bool:
+        """Offer one sensor window to the buffer; False if it was not stored (see buffer counters)."""
+        return self.buffer.add(window.x, window.label)
+
+    def on_global_model(self, gm: GlobalModel) -> bool:
+        """Accept a newer global model of our architecture and apply its hyper-parameters."""
+        if gm.arch_id != self.arch_id:
+            self.rejected_models += 1
+            log.warning("ignoring global model v%d of architecture %s: this device runs %s",
+                        gm.version, gm.arch_id, self.arch_id)
+            return False
+        current = self.global_model.version if self.global_model is not None else None
+        if current is not None and gm.version <= current:
+            if gm.version < current:
+                log.info("ignoring stale global model v%d (have v%d)", gm.version, current)
+            return False
+        self.global_model = gm
+        self.apply_hparams(gm.hparams, "global model v%d" % gm.version)
+        log.debug("global model v%d received", gm.version)
+        return True
+
+    def on_command(self, cmd: Command) -> None:
+        """Handle a coordinator command: skip n rounds, train now, or override hyper-parameters."""
+        if cmd.kind == "skip":
+            try:
+                n = int(cmd.params.get("rounds", 1))
+            except (TypeError, ValueError):
+                log.warning("ignoring skip command with bad rounds %r", cmd.params.get("rounds"))
+                return
+            self._skip_rounds = max(0, min(n, 100000))
+            self._skip_until_s = None
+            log.info("coordinator asks to skip %d round(s)", self._skip_rounds)
+        elif cmd.kind == "train":
+            self._skip_rounds = 0
+            self._skip_until_s = None
+            self._train_requested = True
+            log.info("coordinator asks to train now")
+        elif cmd.kind == "override":
+            self.apply_hparams(cmd.params, "override command")
+        else:
+            log.warning("ignoring unsupported command %r", cmd.kind)
+
+    def apply_hparams(self, values: Mapping[str, Any], source: str = "") -> Dict[str, float]:
+        """Set the known hyper-parameters from ``values``, clamped to ``HPARAM_RANGES``."""
+        applied = {}
+        for key, value in values.items():
+            if key not in HPARAM_RANGES:
+                log.debug("%s: hyper-parameter %r not used by the agent", source, key)
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                log.warning("%s: ignoring non-numeric %s=%r", source, key, value)
+                continue
+            lo, hi = HPARAM_RANGES[key]
+            clamped = min(max(float(value), lo), hi)
+            if clamped != value:
+                log.warning("%s: %s=%r clamped to %r", source, key, value, clamped)
+            applied[key] = int(round(clamped)) if key in _INT_HPARAMS else clamped
+        self.hparams.update(applied)
+        return applied
+
+    # ---- scheduling ---------------------------------------------------------------------------
+
+    def ready(self, now: float) -> bool:
+        """True when a round can start: enough windows, a global model, and no skip in force.
+
+        A skip of n rounds lasts n * round_interval_s from the first time it is consulted.
+        """
+        if self._skip_rounds > 0:
+            if self._skip_until_s is None:
+                self._skip_until_s = now + self._skip_rounds * self.config.round_interval_s
+            if now < self._skip_until_s:
+                return False
+            self._skip_rounds = 0
+            self._skip_until_s = None
+        return self.global_model is not None and len(self.buffer) >= self.config.min_buffer
+
+    @property
+    def skipping(self) -> bool:
+        """True while a skip command is in force."""
+        return self._skip_rounds > 0
+
+    def take_train_request(self) -> bool:
+        """True once after a "train" command: the runtime may start a round without pacing."""
+        requested, self._train_requested = self._train_requested, False
+        return requested
+
+    # ---- training -----------------------------------------------------------------------------
+
+    def begin_round(self) -> RoundPlan:
+        """Fix the round's start weights and hyper-parameters.
+
+        Start from the newest global model if it is newer than the one the previous round started
+        from, else continue from the local model: FedAsync devices pull the latest global model,
+        and restarting from the same global model again would throw the last round's work away.
+        """
+        if self.global_model is None or len(self.buffer) == 0:
+            raise NotReadyError("no global model yet" if self.global_model is None
+                                else "the buffer is empty")
+        gm = self.global_model
+        start = gm.tensors if gm.version > self.base_version else None
+        base = gm.version if start is not None else self.base_version
+        return RoundPlan(round_index=self.rounds, base_version=base, start_tensors=start,
+                         lr=float(self.hparams["lr"]), dropout=float(self.hparams["dropout"]),
+                         local_steps=int(self.hparams["local_steps"]),
+                         batch_size=int(self.hparams["batch_size"]))
+
+    def _batches(self, plan: RoundPlan, lock: ContextManager,
+                 should_stop: Optional[Callable[[], bool]]) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+        """Uniform minibatches drawn one step at a time (memory stays one batch, whatever the plan)."""
+        for _ in range(plan.local_steps):
+            if should_stop is not None and should_stop():
+                return
+            with lock:
+                X, y = self.buffer.sample(plan.batch_size, self._rng)
+            yield X, y
+
+    def finish_round(self, plan: RoundPlan, lock: Optional[ContextManager] = None,
+                     should_stop: Optional[Callable[[], bool]] = None) -> Update:
+        """Train ``plan.local_steps`` SGD steps and return the ``Update``.
+
+        ``lock`` (the runtime's, guarding the buffer) is held only while each minibatch is drawn;
+        ``should_stop`` is polled before every step so a shutdown never waits for a long round
+        (``RoundInterrupted``; the local model keeps the steps already taken).
+        """
+        if plan.start_tensors is not None:
+            arrays_to_model(self.model, plan.start_tensors)
+        self.base_version = plan.base_version
+        self.model.set_dropout(plan.dropout)
+        t0 = self._timer()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed((self.seed * 1000003 + plan.round_index) & 0x7FFFFFFFFFFFFFFF)
+            batches = self._batches(plan, lock if lock is not None else nullcontext(), should_stop)
+            result = self.trainer.run(batches, plan.lr)
+        elapsed_s = max(0.0, self._timer() - t0)
+        if result.steps < plan.local_steps:
+            raise RoundInterrupted("round %d stopped after %d of %d steps" % (
+                plan.round_index, result.steps, plan.local_steps))
+        self.rounds = plan.round_index + 1
+        tensors = model_to_arrays(self.model)
+        if not (np.isfinite(result.mean_loss) and all(np.isfinite(t).all() for t in tensors.values())):
+            self.base_version = -1  # never send or continue from a diverged model
+            raise DivergedError("round %d diverged (loss %s) at lr %g; the next round restarts "
+                                "from global model v%d" % (plan.round_index, result.mean_loss, plan.lr,
+                                                           plan.base_version))
+        update = Update(device_id=self.device_id, update_id=uuid.uuid4().hex,
+                        base_version=plan.base_version, arch_id=self.arch_id,
+                        tensors=tensors, num_samples=result.num_samples,
+                        class_counts=result.class_counts, loss=result.mean_loss,
+                        seconds_per_sample=elapsed_s / max(1, result.num_samples),
+                        round_index=plan.round_index, created_s=float(self._clock()))
+        self.last_update = update
+        log.info("round %d from v%d: %d samples, loss %.4f, %.2f ms/sample", plan.round_index,
+                 plan.base_version, result.num_samples, result.mean_loss,
+                 update.seconds_per_sample * 1e3)
+        return update
+
+    def train_round(self) -> Update:
+        """``begin_round`` then ``finish_round``: one local round for single-threaded runtimes."""
+        return self.finish_round(self.begin_round())
+
+    # ---- persistence --------------------------------------------------------------------------
+
+    def checkpoint(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+        """The local model and the meta a restart needs to continue from it."""
+        meta = {"global_version": self.base_version, "round_index": self.rounds,
+                "device_id": self.device_id, "arch_id": self.arch_id}
+        return model_to_arrays(self.model), meta
+
+    def restore(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        """Continue from a checkpoint: its weights, the global version they came from, the round."""
+        arrays_to_model(self.model, arrays)
+        self.base_version = int(meta.get("global_version", -1))
+        self.rounds = int(meta.get("round_index", 0))
+
+    def stats(self) -> Dict[str, Any]:
+        """State for telemetry and tests."""
+        return {"rounds": self.rounds, "base_version": self.base_version,
+                "global_version": self.global_model.version if self.global_model else None,
+                "buffer": self.buffer.stats(), "hparams": dict(self.hparams),
+                "rejected_models": self.rejected_models, "skipping": self.skipping}

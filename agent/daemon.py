@@ -1,0 +1,342 @@
+"""The agent's wall-clock runtime: sensor thread, training thread, MQTT side, outbox, checkpoints.
+
+All decisions are the ``AgentCore``'s; this module only moves windows, frames and files around it
+(DESIGN.md s2, s4). One lock guards the core; the training thread holds it only to start a round and
+to draw each minibatch, never while publishing, so a synchronous (in-memory) transport that calls
+``on_message`` from inside ``publish`` cannot deadlock.
+"""
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+from streamfl.agent.config import AgentConfig
+from streamfl.agent.core import AgentCore, RoundInterrupted
+from streamfl.notify import SystemdNotifier
+from streamfl.agent.outbox import Outbox
+from streamfl.agent.state import StateDir
+from streamfl.errors import SensorError, StorageError, StreamflError
+from streamfl.models import tensor_spec
+from streamfl.protocol.codec import Decoder, encode
+from streamfl.protocol.messages import Command, GlobalModel, Offline, Telemetry
+from streamfl.protocol.topics import Topics
+from streamfl.protocol.transport.base import Transport
+
+log = logging.getLogger(__name__)
+
+#: Seconds to wait for the training thread when stopping (rounds stop at the next SGD step, so this
+#: only matters for one very slow step); under systemd's TimeoutStopSec=60.
+STOP_TIMEOUT_S = 30.0
+
+
+class AgentDaemon:
+    """Runs one device: ``run()`` blocks until ``stop()`` (the CLI's SIGTERM handler) is called."""
+
+    def __init__(self, config: AgentConfig, transport: Transport, source, state_dir: Path,
+                 clock: Callable[[], float] = time.monotonic,
+                 notifier: Optional[SystemdNotifier] = None,
+                 wall_clock: Callable[[], float] = time.time, outbox_writer=None):
+        self.config = config
+        self.transport = transport
+        self.source = source
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self.notifier = notifier or SystemdNotifier()
+        self.state = StateDir(state_dir).prepare()
+        self.core = AgentCore(config, clock=wall_clock)
+        self.device_id = config.device_id
+        self.topics = Topics(config.fleet)
+        self.status_topic = self.topics.device(self.device_id, "status")
+        self.update_topic = self.topics.device(self.device_id, "update")
+        self.command_topic = self.topics.device(self.device_id, "command")
+        self.telemetry_topic = self.topics.device(self.device_id, "telemetry")
+        self.decoder = Decoder({self.core.arch_id: tensor_spec(config.model)},
+                               max_frame_bytes=config.max_frame_bytes)
+        self.outbox = Outbox(self.state.outbox_path, config.outbox_max_items,
+                             config.outbox_max_bytes, writer=outbox_writer)
+        self._lock = threading.RLock()
+        self._send_lock = threading.RLock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._threads: Dict[str, threading.Thread] = {}
+        self._started = False
+        self._shut_down = False
+        self._restored = False
+        self._previous_on_message = None
+        self._counts = {"rounds": 0, "updates_sent": 0, "updates_queued": 0, "round_errors": 0,
+                        "windows": 0, "models_received": 0, "commands_received": 0,
+                        "unexpected_messages": 0, "telemetry_sent": 0, "checkpoints": 0,
+                        "checkpoint_errors": 0, "connects": 0}
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Resume from the checkpoint, connect, and start the sensor and training threads."""
+        if self._started:
+            return
+        self._started = True
+        self._resume()
+        t = self.transport
+        # Topics the daemon does not own (e.g. an MQTT sensor source's) go to the handler installed
+        # before it.
+        self._previous_on_message = t.on_message
+        t.on_message = self._on_message
+        t.on_connect = self._on_connect
+        t.on_disconnect = self._on_disconnect
+        t.set_will(self.status_topic, encode(Offline(self.device_id, reason="lost")), qos=1,
+                   retain=True)
+        # The transport re-establishes registered subscriptions on every (re)connect.
+        t.subscribe(self.topics.model, qos=1)
+        t.subscribe(self.command_topic, qos=1)
+        t.connect()
+        for name, target in (("sensor", self._sensor_loop), ("train", self._train_loop)):
+            thread = threading.Thread(target=target, name="streamfl-%s" % name, daemon=True)
+            self._threads[name] = thread
+            thread.start()
+        log.info("agent %s started (fleet %s, model %s, state %s)", self.device_id,
+                 self.config.fleet, self.core.arch_id, self.state.path)
+        self.notifier.ready("waiting for data and a global model")
+
+    def run(self) -> None:
+        """Start, then ping the watchdog and send telemetry until ``stop()``; then shut down."""
+        self.start()
+        tick_s = 1.0
+        if self.notifier.watchdog_interval_s:
+            tick_s = min(tick_s, self.notifier.watchdog_interval_s)
+        next_telemetry = self._clock()
+        try:
+            while not self._stop.is_set():
+                now = self._clock()
+                if self.config.telemetry_interval_s > 0 and now >= next_telemetry:
+                    next_telemetry = now + self.config.telemetry_interval_s
+                    self.send_telemetry()
+                if self._threads["train"].is_alive():
+                    self.notifier.watchdog()
+                self._stop.wait(tick_s)
+        finally:
+            self.shutdown()
+
+    def stop(self) -> None:
+        """Ask every thread to finish; safe from a signal handler and from any thread."""
+        self._stop.set()
+        self._wake.set()
+        try:
+            self.source.close()
+        except Exception as exc:  # a sensor that fails to close must not block shutdown
+            log.warning("closing the sensor source failed: %s", exc)
+
+    def shutdown(self) -> None:
+        """Stop threads, announce the clean exit (retained Offline), close MQTT, final checkpoint."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self.notifier.stopping()
+        self.stop()
+        train = self._threads.get("train")
+        if train is not None:
+            train.join(STOP_TIMEOUT_S)
+        sensor = self._threads.get("sensor")
+        if sensor is not None:
+            sensor.join(5.0)
+        if self.transport.connected:
+            self.transport.publish(self.status_topic,
+                                   encode(Offline(self.device_id, reason="shutdown")),
+                                   qos=1, retain=True)
+        self.transport.close()
+        if train is not None and train.is_alive():
+            log.error("a training round did not finish within %.0f s; no final checkpoint",
+                      STOP_TIMEOUT_S)
+        elif self.core.rounds > 0 or self._restored:
+            self.checkpoint()
+        log.info("agent %s stopped after %d round(s)", self.device_id, self.core.rounds)
+
+    def _resume(self) -> None:
+        found = self.state.load_checkpoint(self.core.arch_id)
+        if found is None:
+            return
+        arrays, meta = found
+        if meta.get("device_id") not in (None, self.device_id):
+            log.warning("checkpoint was written by device %s; continuing from it as %s",
+                        meta.get("device_id"), self.device_id)
+        try:
+            self.core.restore(arrays, meta)
+        except StreamflError as exc:
+            log.warning("ignoring unusable checkpoint: %s", exc)
+            return
+        self._restored = True
+        log.info("resumed from checkpoint: round %d, global model v%d", self.core.rounds,
+                 self.core.base_version)
+
+    # ---- threads ------------------------------------------------------------------------------
+
+    def _sensor_loop(self) -> None:
+        min_buffer = self.config.min_buffer
+        try:
+            for window in self.source.windows():
+                with self._lock:
+                    stored = self.core.add_window(window)
+                    filled = len(self.core.buffer)
+                self._counts["windows"] += 1
+                if stored and filled == min_buffer:
+                    self._wake.set()
+                if self._stop.is_set():
+                    return
+        except SensorError as exc:
+            log.error("sensor source failed: %s; training continues on the buffered windows", exc)
+            return
+        except Exception:
+            log.exception("sensor source crashed; training continues on the buffered windows")
+            return
+        if not self._stop.is_set():
+            log.warning("sensor source ended after %d windows; training continues on the buffer",
+                        self._counts["windows"])
+
+    def _train_loop(self) -> None:
+        interval_s = self.config.round_interval_s
+        next_start: Optional[float] = None
+        while not self._stop.is_set():
+            now = self._clock()
+            with self._lock:
+                ready = self.core.ready(now)
+                urgent = ready and self.core.take_train_request()
+            if ready and (urgent or next_start is None or now >= next_start):
+                next_start = now + interval_s
+                self._round()
+                continue
+            wait_s = 0.2 if not ready else min(0.2, max(0.0, next_start - now))
+            self._wake.wait(wait_s)
+            self._wake.clear()
+
+    def _round(self) -> None:
+        try:
+            with self._lock:
+                plan = self.core.begin_round()
+            update = self.core.finish_round(plan, lock=self._lock, should_stop=self._stop.is_set)
+            frame = encode(update, float16=self.config.float16_updates)
+        except RoundInterrupted as exc:
+            log.info("%s (stopping)", exc)
+            return
+        except StreamflError as exc:
+            self._counts["round_errors"] += 1
+            log.error("training round failed: %s", exc)
+            return
+        except Exception:
+            self._counts["round_errors"] += 1
+            log.exception("training round failed")
+            self._stop.wait(max(1.0, self.config.round_interval_s))
+            return
+        self._counts["rounds"] += 1
+        self.send_update(frame)
+        every = self.config.checkpoint_every_rounds
+        if every and self.core.rounds % every == 0:
+            self.checkpoint()
+        self.notifier.status("round %d from global v%d, buffer %d/%d, outbox %d" % (
+            self.core.rounds, self.core.base_version, len(self.core.buffer),
+            self.core.buffer.capacity, len(self.outbox)))
+
+    # ---- sending ------------------------------------------------------------------------------
+
+    def send_update(self, frame: bytes) -> None:
+        """Publish an encoded Update (QoS 1), or queue it in the outbox while the broker is away.
+
+        Frames go through the outbox whenever it is not empty, so updates leave in creation order.
+        """
+        with self._send_lock:
+            if self.transport.connected and len(self.outbox) == 0:
+                if self.transport.publish(self.update_topic, frame, qos=1):
+                    self._counts["updates_sent"] += 1
+                    return
+            self.outbox.put(frame)
+            self._counts["updates_queued"] += 1
+            log.info("broker unreachable: update queued (%d in the outbox)", len(self.outbox))
+            if self.transport.connected:
+                self._flush_outbox()
+
+    def _flush_outbox(self) -> None:
+        with self._send_lock:
+            if len(self.outbox) == 0:
+                return
+            sent = self.outbox.drain(
+                lambda f: self.transport.publish(self.update_topic, f, qos=1))
+            self._counts["updates_sent"] += sent
+
+    def send_telemetry(self) -> bool:
+        """Best-effort (QoS 0) health report; skipped while offline."""
+        if not self.transport.connected:
+            return False
+        with self._lock:
+            tel = Telemetry(device_id=self.device_id, time_s=float(self._wall_clock()),
+                            buffer_fill=len(self.core.buffer),
+                            buffer_capacity=self.core.buffer.capacity, rounds=self.core.rounds)
+        ok = self.transport.publish(self.telemetry_topic, encode(tel), qos=0)
+        if ok:
+            self._counts["telemetry_sent"] += 1
+        return ok
+
+    def checkpoint(self) -> bool:
+        """Save the local model to the state directory; a failure is logged, never raised."""
+        try:
+            arrays, meta = self.core.checkpoint()
+            self.state.save_checkpoint(arrays, meta)
+        except StorageError as exc:
+            self._counts["checkpoint_errors"] += 1
+            log.error("checkpoint failed: %s", exc)
+            return False
+        self._counts["checkpoints"] += 1
+        return True
+
+    # ---- transport callbacks ------------------------------------------------------------------
+
+    def _on_connect(self, session_present: bool) -> None:
+        self._counts["connects"] += 1
+        with self._lock:
+            hello = self.core.hello()
+        self.transport.publish(self.status_topic, encode(hello), qos=1, retain=True)
+        log.info("connected to the broker (session %s)", "resumed" if session_present else "new")
+        self._flush_outbox()
+
+    def _on_disconnect(self, reason: str) -> None:
+        if self._stop.is_set():
+            log.info("disconnected from the broker")
+            return
+        log.warning("lost the broker connection (%s); updates go to the outbox", reason)
+
+    def _on_message(self, topic: str, payload: bytes) -> None:
+        if topic != self.topics.model and topic != self.command_topic:
+            if self._previous_on_message is not None:
+                self._previous_on_message(topic, payload)
+            else:
+                self._counts["unexpected_messages"] += 1
+            return
+        msg = self.decoder.try_decode(payload, source=topic)
+        if msg is None:
+            return
+        if topic == self.topics.model and isinstance(msg, GlobalModel):
+            self._counts["models_received"] += 1
+            with self._lock:
+                accepted = self.core.on_global_model(msg)
+        elif topic == self.command_topic and isinstance(msg, Command):
+            self._counts["commands_received"] += 1
+            with self._lock:
+                self.core.on_command(msg)
+            accepted = True
+        else:
+            self._counts["unexpected_messages"] += 1
+            log.warning("ignoring %s on %s", type(msg).__name__, topic)
+            return
+        if accepted:
+            self._wake.set()
+
+    # ---- introspection ------------------------------------------------------------------------
+
+    @property
+    def counters(self) -> Dict[str, int]:
+        """Rounds, updates sent/queued, outbox drops, rejected frames and the like."""
+        out = dict(self._counts)
+        out["outbox_len"] = len(self.outbox)
+        out["outbox_dropped"] = self.outbox.counters["dropped"]
+        out["outbox_write_errors"] = self.outbox.counters["write_errors"]
+        out["rejected_frames"] = sum(self.decoder.rejected.values())
+        out["buffer_fill"] = len(self.core.buffer)
+        return out

@@ -1,0 +1,75 @@
+"""The local SGD loop, apart from the agent core so regularizers (EWC) and statistics (Fisher) plug in.
+
+``LocalTrainer.run`` takes minibatches already sampled from the buffer and returns what the round
+measured; penalty hooks add terms such as ST-EWC's spatial/temporal penalties (st-ewc.txt) to the loss.
+"""
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Tuple
+
+import numpy as np
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+#: ``penalty(model) -> scalar tensor`` added to each step's loss (e.g. an EWC term).
+Penalty = Callable[[nn.Module], torch.Tensor]
+
+
+@dataclass
+class TrainResult:
+    """What one local round did: steps, samples processed, mean loss, label counts of the batches."""
+
+    steps: int
+    num_samples: int
+    mean_loss: float
+    losses: List[float] = field(default_factory=list)
+    class_counts: Dict[int, int] = field(default_factory=dict)
+
+
+class LocalTrainer:
+    """Plain (momentum) SGD on cross-entropy; a fresh optimizer per round.
+
+    The optimizer is rebuilt each round because the starting weights may be a new global model:
+    momentum carried over from the previous local trajectory would push the new model along a stale
+    direction.
+    """
+
+    def __init__(self, model: nn.Module, num_classes: int, momentum: float = 0.0,
+                 weight_decay: float = 0.0):
+        self.model = model
+        self.num_classes = int(num_classes)
+        self.momentum = float(momentum)
+        self.weight_decay = float(weight_decay)
+        self.penalties: List[Penalty] = []
+        self._loss_fn = nn.CrossEntropyLoss()
+
+    def run(self, batches: Iterable[Tuple[np.ndarray, np.ndarray]], lr: float) -> TrainResult:
+        """One SGD step per ``(X [B, T, C], y [B])`` batch with learning rate ``lr``."""
+        model = self.model
+        opt = torch.optim.SGD(model.parameters(), lr=float(lr), momentum=self.momentum,
+                              weight_decay=self.weight_decay)
+        model.train()
+        counts = np.zeros(self.num_classes, dtype=np.int64)
+        losses: List[float] = []
+        samples = 0
+        for X, y in batches:
+            xb = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+            yb = torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64))
+            opt.zero_grad(set_to_none=True)
+            loss = self._loss_fn(model(xb), yb)
+            for penalty in self.penalties:
+                loss = loss + penalty(model)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+            counts += np.bincount(y, minlength=self.num_classes)[:self.num_classes]
+            samples += len(y)
+        if not losses:
+            return TrainResult(steps=0, num_samples=0, mean_loss=float("nan"))
+        mean = float(np.mean(losses))
+        if not np.isfinite(mean):
+            log.warning("local training diverged (mean loss %s); lower the learning rate", mean)
+        return TrainResult(steps=len(losses), num_samples=samples, mean_loss=mean, losses=losses,
+                           class_counts={int(c): int(n) for c, n in enumerate(counts) if n})
