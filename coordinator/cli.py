@@ -1,0 +1,137 @@
+"""``streamfl-coordinator``: run the coordinator daemon against an MQTT broker (or an embedded one).
+
+Flags override the YAML config; a configuration error prints one line and exits 2 (so systemd does
+not restart into it); SIGTERM/SIGINT stop cleanly (state persisted, offline status published) and
+exit 0. Logs go to stdout for journald. Under systemd ``Type=notify`` it reports READY and pings the
+watchdog while its worker threads are alive.
+"""
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from streamfl.errors import ConfigError, StreamflError
+from streamfl.logs import setup_logging
+from streamfl.notify import SystemdNotifier
+
+log = logging.getLogger("streamfl.coordinator.cli")
+
+DEFAULT_STATE_DIR = "./streamfl-coordinator-state"
+#: How long to wait for the first broker connection before reporting READY anyway.
+READY_WAIT_S = 10.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="streamfl-coordinator",
+                                description="Asynchronous federated-learning coordinator over MQTT.")
+    p.add_argument("--config", type=Path, help="coordinator YAML (see configs/coordinator.example.yaml)")
+    p.add_argument("--broker", help="MQTT broker host (overrides mqtt.host)")
+    p.add_argument("--port", type=int, help="MQTT broker port (overrides mqtt.port)")
+    p.add_argument("--fleet", help="fleet name (overrides fleet)")
+    p.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR),
+                   help="where model and state persist (default %(default)s)")
+    p.add_argument("--run-dir", type=Path, help="where metrics.jsonl goes (default ./runs/<timestamp>)")
+    p.add_argument("--eval-data", help="held-out windows .npz (overrides eval_path)")
+    p.add_argument("--tls-ca", help="CA certificate file (enables TLS)")
+    p.add_argument("--tls-cert", help="client certificate file")
+    p.add_argument("--tls-key", help="client key file")
+    p.add_argument("--username", help="MQTT user name")
+    p.add_argument("--password-file", help="file whose first line is the MQTT password")
+    p.add_argument("--client-id", help="MQTT client id (default coordinator-<fleet>)")
+    p.add_argument("--embedded-broker", action="store_true",
+                   help="start an embedded MQTT broker on --broker/--port in this process")
+    p.add_argument("--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default %(default)s")
+    return p
+
+
+def load_from_args(args):
+    """The CoordinatorConfig from ``--config`` plus flag overrides."""
+    from streamfl.coordinator.config import load_config
+    overrides = {
+        "fleet": args.fleet,
+        "eval_path": args.eval_data,
+        "mqtt": {"host": args.broker, "port": args.port, "tls_ca": args.tls_ca,
+                 "tls_cert": args.tls_cert, "tls_key": args.tls_key, "username": args.username,
+                 "password_file": args.password_file},
+    }
+    return load_config(args.config, overrides)
+
+
+def _watchdog_loop(server, notifier: SystemdNotifier, stop: threading.Event) -> None:
+    while not stop.wait(notifier.watchdog_interval_s):
+        if server.healthy():
+            notifier.watchdog()
+        else:
+            log.error("coordinator threads are not healthy: withholding the watchdog ping")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level, environ=os.environ)
+    try:
+        config = load_from_args(args)
+        settings = config.mqtt.settings(args.client_id or "coordinator-%s" % config.fleet, os.environ)
+    except ConfigError as exc:
+        print("streamfl-coordinator: configuration error: %s" % exc, file=sys.stderr)
+        return exc.exit_code
+    run_dir = args.run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+
+    import torch  # only after config errors have had their fast exit
+    torch.set_num_threads(1)
+    from streamfl.coordinator.server import CoordinatorServer
+    from streamfl.protocol.transport.paho import PahoTransport
+
+    broker = None
+    server = None
+    try:
+        if args.embedded_broker:
+            from streamfl.coordinator.broker import EmbeddedBroker
+            broker = EmbeddedBroker(settings.host, settings.port)
+            broker.start()
+        server = CoordinatorServer(config, PahoTransport(settings), args.state_dir, run_dir)
+    except ConfigError as exc:
+        print("streamfl-coordinator: configuration error: %s" % exc, file=sys.stderr)
+        if broker is not None:
+            broker.stop()
+        return exc.exit_code
+    except StreamflError as exc:
+        print("streamfl-coordinator: %s" % exc, file=sys.stderr)
+        if broker is not None:
+            broker.stop()
+        return 1
+
+    def on_signal(signum, _frame):
+        log.info("signal %d: stopping", signum)
+        server.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("coordinator for fleet %s, broker %s:%d, state %s, run %s", config.fleet, settings.host,
+             settings.port, args.state_dir, run_dir)
+    stop_watchdog = threading.Event()
+    notifier = SystemdNotifier.from_environ(os.environ)
+    try:
+        server.start()
+        server.transport.wait_connected(READY_WAIT_S)
+        notifier.ready("version %d" % server.core.version)
+        if notifier.watchdog_interval_s:
+            threading.Thread(target=_watchdog_loop, args=(server, notifier, stop_watchdog),
+                             name="watchdog", daemon=True).start()
+        server.run()
+    finally:
+        notifier.stopping()
+        stop_watchdog.set()
+        server.stop()
+        if broker is not None:
+            broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

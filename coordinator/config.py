@@ -1,0 +1,190 @@
+"""The coordinator's configuration: frozen dataclasses loaded from YAML, overridden by CLI flags.
+
+Every key is documented in ``configs/coordinator.example.yaml``; unknown keys and wrong types are
+``ConfigError`` (exit code 2, DESIGN.md section 9). Secrets (the MQTT password) come only from a file.
+"""
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional
+
+from streamfl.config import build, read_yaml
+from streamfl.coordinator.strategies import STALENESS_NAMES, STRATEGY_NAMES
+from streamfl.errors import ConfigError
+from streamfl.models import ModelSpec
+from streamfl.protocol.topics import validate_name
+from streamfl.protocol.transport.base import MqttSettings
+from streamfl.protocol.transport.credentials import read_password
+
+
+@dataclass(frozen=True)
+class HParams:
+    """Training knobs shipped to devices in every GlobalModel (``hparams``)."""
+
+    lr: float = 0.01
+    batch_size: int = 32
+    local_steps: int = 20
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError("hparams.lr must be > 0, got %r" % self.lr)
+        if self.batch_size < 1 or self.local_steps < 1:
+            raise ValueError("hparams.batch_size and hparams.local_steps must be >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError("hparams.dropout must be in [0, 1), got %r" % self.dropout)
+
+    def as_dict(self) -> Dict[str, float]:
+        return {"lr": self.lr, "batch_size": self.batch_size, "local_steps": self.local_steps,
+                "dropout": self.dropout}
+
+
+@dataclass(frozen=True)
+class FedAvgConfig:
+    """Synchronous FedAvg rounds: wait for all online devices, at most ``deadline_s`` seconds."""
+
+    deadline_s: float = 30.0
+    min_updates: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.deadline_s > 0:
+            raise ValueError("fedavg.deadline_s must be > 0, got %r" % self.deadline_s)
+        if self.min_updates < 1:
+            raise ValueError("fedavg.min_updates must be >= 1, got %r" % self.min_updates)
+
+
+@dataclass(frozen=True)
+class CoordinatorMqttConfig:
+    """How the coordinator reaches the broker (same keys as the agent's ``mqtt`` section)."""
+
+    host: str = "localhost"
+    port: int = 1883
+    keepalive_s: int = 30
+    tls_ca: Optional[Path] = None
+    tls_cert: Optional[Path] = None
+    tls_key: Optional[Path] = None
+    username: Optional[str] = None
+    #: File holding the password (first line); never a password on the command line or in YAML.
+    password_file: Optional[Path] = None
+    reconnect_min_s: float = 1.0
+    reconnect_max_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ValueError("mqtt host must not be empty")
+        if not 1 <= self.port <= 65535:
+            raise ValueError("mqtt port must be in 1..65535, got %r" % self.port)
+        if self.keepalive_s < 5:
+            raise ValueError("mqtt keepalive_s must be at least 5, got %r" % self.keepalive_s)
+        if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
+            raise ValueError("mqtt needs 0 < reconnect_min_s <= reconnect_max_s, got %r and %r" % (
+                self.reconnect_min_s, self.reconnect_max_s))
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("mqtt tls_cert and tls_key must be given together")
+
+    def password(self, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+        """The password from ``password_file``, else ``$STREAMFL_MQTT_PASSWORD`` in ``environ``."""
+        return read_password(self.password_file, environ={} if environ is None else environ)
+
+    def settings(self, client_id: str, environ: Optional[Mapping[str, str]] = None) -> MqttSettings:
+        """Transport settings for ``client_id``; reads the password now (ConfigError if unreadable)."""
+        return MqttSettings(host=self.host, port=self.port, client_id=client_id,
+                            keepalive_s=self.keepalive_s, reconnect_min_s=self.reconnect_min_s,
+                            reconnect_max_s=self.reconnect_max_s, tls_ca=self.tls_ca,
+                            tls_cert=self.tls_cert, tls_key=self.tls_key, username=self.username,
+                            password=self.password(environ))
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """Everything the coordinator needs besides the state and run directories."""
+
+    fleet: str = "default"
+    model: ModelSpec = field(default_factory=ModelSpec)
+    strategy: str = "fedasync"
+    #: FedAsync mixing weight; public implementations use 0.6-0.9 (DESIGN.md section 8).
+    alpha: float = 0.6
+    staleness: str = "polynomial"
+    #: Staleness parameters; null = the paper's default (polynomial a=0.5; hinge a=10, b=4).
+    staleness_a: Optional[float] = None
+    staleness_b: Optional[float] = None
+    #: FedAsync drops updates older than this many versions; null = never.
+    max_staleness: Optional[int] = None
+    fedavg: FedAvgConfig = field(default_factory=FedAvgConfig)
+    hparams: HParams = field(default_factory=HParams)
+    history_size: int = 10
+    #: How many recent update ids are remembered to drop resent duplicates.
+    dedup_window: int = 4096
+    eval_path: Optional[str] = None
+    eval_every_versions: int = 5
+    eval_batch_size: int = 512
+    #: Persist at most this often after aggregations (bounds fsync load at hundreds of updates/s).
+    persist_interval_s: float = 2.0
+    #: Minimum seconds between two global-model publishes (0 = as fast as encode + send allow).
+    publish_min_interval_s: float = 0.0
+    seed: int = 0
+    float16: bool = False
+    max_frame_bytes: int = 64 * 2 ** 20
+    mqtt: CoordinatorMqttConfig = field(default_factory=CoordinatorMqttConfig)
+
+    def __post_init__(self) -> None:
+        try:
+            validate_name(self.fleet, "fleet")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        if self.strategy not in STRATEGY_NAMES:
+            raise ValueError("strategy must be one of %s, got %r" % (
+                ", ".join(STRATEGY_NAMES), self.strategy))
+        if self.staleness not in STALENESS_NAMES:
+            raise ValueError("staleness must be one of %s, got %r" % (
+                ", ".join(STALENESS_NAMES), self.staleness))
+        if not 0.0 < self.alpha <= 1.0:
+            raise ValueError("alpha must be in (0, 1], got %r" % self.alpha)
+        for key in ("staleness_a", "staleness_b"):
+            value = getattr(self, key)
+            if value is not None and value < 0:
+                raise ValueError("%s must be >= 0, got %r" % (key, value))
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ValueError("max_staleness must be >= 0 or null, got %r" % self.max_staleness)
+        for key in ("history_size", "dedup_window", "eval_every_versions", "eval_batch_size",
+                    "max_frame_bytes"):
+            if getattr(self, key) < 1:
+                raise ValueError("%s must be >= 1, got %r" % (key, getattr(self, key)))
+        if self.persist_interval_s < 0 or self.publish_min_interval_s < 0:
+            raise ValueError("persist_interval_s and publish_min_interval_s must be >= 0")
+
+
+def _merge(base: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[str, Any]:
+    """Overlay ``overrides`` on ``base`` one level into nested mappings; None values are skipped."""
+    out = dict(base)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping):
+            inner = out.get(key) or {}
+            if not isinstance(inner, Mapping):
+                inner = {}
+            out[key] = _merge(dict(inner), value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(path: Optional[Path] = None, overrides: Optional[Mapping[str, Any]] = None,
+                section: Optional[str] = None) -> CoordinatorConfig:
+    """Load the YAML ``path`` (optionally one ``section``), then apply flag ``overrides``.
+
+    ``overrides`` may nest, e.g. ``{"fleet": "lab", "mqtt": {"host": "broker"}}``; None means "flag not
+    given". Raises ``ConfigError`` naming the file and key on any problem.
+    """
+    values: Dict[str, Any] = {}
+    source = "coordinator config"
+    if path is not None:
+        values = read_yaml(path)
+        source = str(path)
+        if section is not None:
+            values = values.get(section) or {}
+            source = "%s [%s]" % (path, section)
+            if not isinstance(values, dict):
+                raise ConfigError("%s: section must be a mapping" % source)
+    values = _merge(values, overrides or {})
+    return build(CoordinatorConfig, values, source)

@@ -1,0 +1,145 @@
+"""The coordinator's state directory: a restarted coordinator continues at the same version and model.
+
+Two files, each written atomically (temp file, fsync, rename): ``model.safetensors`` (the global
+model; its metadata carries version and arch id) and ``state.json`` (version, arch id, history
+versions, strategy state, recent update ids, counters). The model is written first; if a crash falls
+between the two renames, the checkpoint's version wins (the version must describe the model).
+Saving is rate-limited by ``Persister`` (``persist_interval_s``, default 2 s): at hundreds of updates
+per second an fsync per aggregation would cost more than the aggregation itself.
+"""
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+
+from streamfl.errors import ConfigError, StorageError
+from streamfl.models import load_checkpoint, save_checkpoint, tensor_spec
+from streamfl.models.serialize import atomic_write_bytes
+from streamfl.protocol.messages import Tensors
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "model.safetensors"
+STATE_FILE = "state.json"
+STATE_FORMAT = 1
+
+
+class StateStore:
+    """Reads and writes one state directory."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = Path(state_dir)
+        self.model_path = self.state_dir / MODEL_FILE
+        self.state_path = self.state_dir / STATE_FILE
+
+    def save(self, tensors: Tensors, state: Dict[str, Any]) -> None:
+        """Write model then state, each atomically; StorageError if the disk refuses."""
+        meta = {"version": int(state["version"]), "arch_id": state["arch_id"]}
+        save_checkpoint(self.model_path, tensors, meta)
+        doc = dict(state, format=STATE_FORMAT)
+        atomic_write_bytes(self.state_path, json.dumps(doc, sort_keys=True, indent=1).encode("utf-8"))
+
+    def load(self, spec) -> Optional[Tuple[Tensors, Dict[str, Any]]]:
+        """``(tensors, state)`` saved for model ``spec``, or None for a fresh directory.
+
+        ConfigError if the directory belongs to another architecture; StorageError if it is corrupt
+        (never silently starts over: move the directory away to start fresh).
+        """
+        has_model = self.model_path.exists()
+        has_state = self.state_path.exists()
+        if not has_model and not has_state:
+            return None
+        if not has_model:
+            raise StorageError("state directory %s has %s but no %s: corrupt or incomplete state; move "
+                               "the directory away to start over" % (self.state_dir, STATE_FILE, MODEL_FILE))
+        tensors, meta = load_checkpoint(self.model_path)
+        state = self._read_state() if has_state else None
+        if state is None:
+            log.warning("%s is missing: recovering version and arch id from %s", self.state_path,
+                        self.model_path)
+            state = {"version": meta.get("version"), "arch_id": meta.get("arch_id")}
+        arch_id = meta.get("arch_id", state.get("arch_id"))
+        if arch_id != spec.arch_id or state.get("arch_id") != arch_id:
+            raise ConfigError("state directory %s holds a model of architecture %s but the config "
+                              "says %s: use another --state-dir or move this one away"
+                              % (self.state_dir, arch_id, spec.arch_id))
+        version = meta.get("version", state.get("version"))
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise StorageError("state in %s has an invalid version %r" % (self.state_dir, version))
+        if state.get("version") != version:
+            log.warning("%s says version %s but the model checkpoint is version %d (crash between the "
+                        "two writes): continuing at %d", self.state_path, state.get("version"),
+                        version, version)
+            state = dict(state, version=version)
+        self._check_tensors(tensors, spec)
+        return tensors, state
+
+    def _read_state(self) -> Dict[str, Any]:
+        try:
+            raw = self.state_path.read_bytes()
+        except OSError as exc:
+            raise StorageError("cannot read %s: %s" % (self.state_path, exc.strerror or exc)) from exc
+        try:
+            state = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise StorageError("%s is corrupt (%s); move the state directory away to start over"
+                               % (self.state_path, exc)) from exc
+        if not isinstance(state, dict) or "version" not in state or "arch_id" not in state:
+            raise StorageError("%s is corrupt: expected an object with version and arch_id; move the "
+                               "state directory away to start over" % self.state_path)
+        return state
+
+    def _check_tensors(self, tensors: Tensors, spec) -> None:
+        expected = tensor_spec(spec)
+        if set(tensors) != set(expected):
+            raise StorageError("%s does not hold the tensors of %s (missing %s, unexpected %s)" % (
+                self.model_path, spec.arch_id, sorted(set(expected) - set(tensors)),
+                sorted(set(tensors) - set(expected))))
+        for name, (shape, _dtype) in expected.items():
+            arr = tensors[name]
+            if tuple(arr.shape) != tuple(shape) or not np.all(np.isfinite(arr)):
+                raise StorageError("%s: tensor %s is corrupt (shape %s, expected %s, or not finite)" % (
+                    self.model_path, name, tuple(arr.shape), tuple(shape)))
+            if arr.dtype != np.float32:
+                tensors[name] = arr.astype(np.float32)
+
+
+class Persister:
+    """Saves the core after aggregations at most every ``interval_s``, and always on ``flush``."""
+
+    def __init__(self, store: StateStore, interval_s: float = 2.0):
+        self.store = store
+        self.interval_s = float(interval_s)
+        self.saves = 0
+        self.errors = 0
+        self.saved_version: Optional[int] = None
+        self._last_save_s: Optional[float] = None
+
+    def dirty(self, core) -> bool:
+        return self.saved_version != core.version
+
+    def maybe_save(self, core, now: float) -> bool:
+        """Save if the version changed and the interval passed; True if it saved."""
+        if not self.dirty(core):
+            return False
+        if self._last_save_s is not None and now - self._last_save_s < self.interval_s:
+            return False
+        return self._save(core, now)
+
+    def flush(self, core, now: float) -> bool:
+        """Save now whatever the interval (clean shutdown); True if it saved."""
+        return self._save(core, now)
+
+    def _save(self, core, now: float) -> bool:
+        self._last_save_s = now
+        try:
+            self.store.save(core.model, core.state())
+        except StorageError as exc:
+            self.errors += 1
+            log.error("cannot persist coordinator state (version %d): %s", core.version, exc)
+            return False
+        self.saves += 1
+        self.saved_version = core.version
+        return True

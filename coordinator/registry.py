@@ -1,0 +1,101 @@
+"""Who is in the fleet: devices known from Hello/last-will status messages and their last-seen times.
+
+FedAvg asks it which devices to wait for; metrics report how many are online; availability (the
+share of time a device has been online since first seen) feeds future schedulers (DESIGN.md s5).
+"""
+import logging
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional
+
+from streamfl.protocol.messages import Hello, Offline
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DeviceInfo:
+    """What the coordinator knows about one device."""
+
+    device_id: str
+    online: bool
+    first_seen_s: float
+    last_seen_s: float
+    #: Time of the last online/offline transition, for the availability estimate.
+    since_s: float
+    online_total_s: float = 0.0
+    hello: Optional[Hello] = None
+    offline_reason: str = ""
+    updates: int = 0
+
+    def availability(self, now: float) -> float:
+        """Fraction of time online since first seen (1.0 for a device just seen online)."""
+        online_s = self.online_total_s + (now - self.since_s if self.online else 0.0)
+        span = now - self.first_seen_s
+        if span <= 0:
+            return 1.0 if self.online else 0.0
+        return max(0.0, min(1.0, online_s / span))
+
+
+class DeviceRegistry:
+    """Device table updated by the core from status messages and any other traffic."""
+
+    def __init__(self) -> None:
+        self._devices: Dict[str, DeviceInfo] = {}
+
+    def _get(self, device_id: str, now: float, online: bool) -> DeviceInfo:
+        info = self._devices.get(device_id)
+        if info is None:
+            info = DeviceInfo(device_id=device_id, online=online, first_seen_s=now, last_seen_s=now,
+                              since_s=now)
+            self._devices[device_id] = info
+            log.info("new device %s (%s)", device_id, "online" if online else "offline")
+        return info
+
+    def _set_online(self, info: DeviceInfo, online: bool, now: float) -> None:
+        if info.online == online:
+            return
+        if info.online:
+            info.online_total_s += max(0.0, now - info.since_s)
+        info.online = online
+        info.since_s = now
+
+    def on_hello(self, hello: Hello, now: float) -> None:
+        """A device announced itself (retained status on connect)."""
+        online = bool(hello.online)
+        info = self._get(hello.device_id, now, online)
+        if online and not info.online:
+            log.info("device %s is back online", hello.device_id)
+        self._set_online(info, online, now)
+        info.hello = hello
+        info.offline_reason = "" if online else "hello-offline"
+        info.last_seen_s = max(info.last_seen_s, now)
+
+    def on_offline(self, offline: Offline, now: float) -> None:
+        """A device's last will or clean-exit status: it is gone until its next Hello."""
+        info = self._get(offline.device_id, now, False)
+        if info.online:
+            log.info("device %s went offline (%s)", offline.device_id, offline.reason)
+        self._set_online(info, False, now)
+        info.offline_reason = offline.reason
+        # The will is sent by the broker, not the device: it does not refresh last_seen.
+
+    def seen(self, device_id: str, now: float) -> DeviceInfo:
+        """Any message from the device: refresh last_seen (an unknown sender is registered online)."""
+        info = self._get(device_id, now, True)
+        info.last_seen_s = max(info.last_seen_s, now)
+        return info
+
+    def online(self) -> List[str]:
+        """Ids of the devices currently online, sorted."""
+        return sorted(d for d, info in self._devices.items() if info.online)
+
+    def devices(self) -> Dict[str, DeviceInfo]:
+        """A snapshot copy of the whole table."""
+        return {d: replace(info) for d, info in self._devices.items()}
+
+    def get(self, device_id: str) -> Optional[DeviceInfo]:
+        info = self._devices.get(device_id)
+        return replace(info) if info is not None else None
+
+    def __len__(self) -> int:
+        return len(self._devices)

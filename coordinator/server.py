@@ -1,0 +1,304 @@
+"""The coordinator daemon runtime: MQTT in, one worker feeding the core, coalesced model publishing.
+
+Threads: the transport's network thread only decodes and validates frames (a bad frame is counted
+and logged and never reaches the core) and queues them; ONE worker thread feeds ``CoordinatorCore``
+and does evaluation, metrics and persistence; a publisher thread publishes the newest global model
+retained whenever it changed. When aggregations outpace encode + send, intermediate versions are
+skipped (coalesced): devices always fetch the newest model anyway, so publishing older ones is waste.
+"""
+import logging
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+from streamfl.coordinator.core import CoordinatorCore
+from streamfl.coordinator.evaluation import Evaluator, make_evaluator
+from streamfl.coordinator.metrics import MetricsWriter
+from streamfl.coordinator.persistence import Persister, StateStore
+from streamfl.models import tensor_spec
+from streamfl.protocol.codec import REASONS, Decoder, encode
+from streamfl.protocol.messages import CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry, Update
+from streamfl.protocol.topics import Topics
+from streamfl.protocol.transport.base import Transport
+
+log = logging.getLogger(__name__)
+
+#: FedAvg deadlines and deferred persistence are checked this often.
+TICK_S = 0.5
+#: Decoded messages waiting for the worker; a full queue blocks the network thread (back-pressure).
+QUEUE_MAX = 256
+#: Which message types may arrive on which device topic kind.
+KIND_TYPES = {"status": (Hello, Offline), "update": (Update,), "telemetry": (Telemetry,)}
+
+_STOP = object()
+
+
+class CoordinatorServer:
+    """Runs a ``CoordinatorCore`` behind a ``Transport``; ``run()`` blocks until ``stop()``."""
+
+    def __init__(self, config, transport: Transport, state_dir: Path, run_dir: Path,
+                 clock: Callable[[], float] = time.monotonic, evaluator: Optional[Evaluator] = None):
+        self.config = config
+        self.transport = transport
+        self.clock = clock
+        self.topics = Topics(config.fleet)
+        self.run_dir = Path(run_dir)
+        self.store = StateStore(Path(state_dir))
+        self.persister = Persister(self.store, config.persist_interval_s)
+        self.evaluator = evaluator if evaluator is not None else make_evaluator(config)
+        self.metrics = MetricsWriter.in_run_dir(self.run_dir)
+        self.decoder = Decoder({config.model.arch_id: tensor_spec(config.model)},
+                               max_frame_bytes=config.max_frame_bytes)
+        now = clock()
+        self._t0 = now
+        loaded = self.store.load(config.model)
+        if loaded is None:
+            self.core = CoordinatorCore(config, now=now)
+            log.info("starting fresh at version 0 (model %s)", config.model.arch_id)
+        else:
+            tensors, state = loaded
+            self.core = CoordinatorCore(config, now=now, tensors=tensors)
+            self.core.restore(tensors, state, now)
+            self.persister.saved_version = self.core.version
+            log.info("continuing from %s at version %d", self.store.state_dir, self.core.version)
+        self._counts: Dict[str, int] = {k: 0 for k in (
+            "frames", "bad_topic", "wrong_kind", "topic_mismatch", "publishes", "coalesced",
+            "publish_failures", "publish_offline", "evaluations", "worker_errors")}
+        self._count_lock = threading.Lock()
+        self._queue: "queue.Queue" = queue.Queue(maxsize=QUEUE_MAX)
+        self._cond = threading.Condition()
+        self._latest: GlobalModel = self.core.global_model()
+        self._want_publish = True
+        self._publisher_exit = False
+        self._published_version: Optional[int] = None
+        self._last_publish_s = float("-inf")
+        self._last_eval_version: Optional[int] = None
+        self._accepting = True
+        self._started = False
+        self._stopped = False
+        self._stop_lock = threading.Lock()
+        self._stop_requested = threading.Event()
+        self._worker = threading.Thread(target=self._work_loop, name="coordinator-worker", daemon=True)
+        self._publisher = threading.Thread(target=self._publish_loop, name="coordinator-publisher",
+                                           daemon=True)
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Register will and subscriptions, start the threads, connect (returns at once)."""
+        if self._started:
+            return
+        self._started = True
+        self.transport.on_message = self.on_message
+        self.transport.on_connect = self._on_connect
+        self.transport.on_disconnect = self._on_disconnect
+        self.transport.set_will(self.topics.coordinator_status,
+                                encode(CoordinatorStatus(online=False, version=self.core.version)),
+                                qos=1, retain=True)
+        for kind in ("status", "update", "telemetry"):
+            self.transport.subscribe(self.topics.all_devices(kind), qos=1)
+        self._worker.start()
+        self._publisher.start()
+        self.transport.connect()
+
+    def run(self) -> None:
+        """Start, block until ``request_stop()`` or ``stop()``, then shut down cleanly."""
+        self.start()
+        self._stop_requested.wait()
+        self.stop()
+
+    def request_stop(self) -> None:
+        """Ask ``run()`` to return (safe from signal handlers and other threads)."""
+        self._stop_requested.set()
+
+    def stop(self) -> None:
+        """Drain queued messages, persist, publish the newest model and offline status, disconnect."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self._stop_requested.set()
+        self._accepting = False
+        if self._started:
+            self._queue.put(_STOP)
+            self._worker.join()
+        self.persister.flush(self.core, self.clock())
+        with self._cond:
+            self._publisher_exit = True
+            self._cond.notify_all()
+        if self._started:
+            self._publisher.join()
+            self.transport.publish(self.topics.coordinator_status,
+                                   encode(CoordinatorStatus(online=False, version=self.core.version)),
+                                   qos=1, retain=True)
+        self.transport.close()
+        self.metrics.close()
+        log.info("coordinator stopped at version %d: %s", self.core.version, self.counters())
+
+    def healthy(self) -> bool:
+        """True while the worker and publisher threads run (for the systemd watchdog)."""
+        return self._worker.is_alive() and self._publisher.is_alive()
+
+    @property
+    def published_version(self) -> Optional[int]:
+        return self._published_version
+
+    def counters(self) -> Dict[str, int]:
+        """Core, decoder, server, persistence and metrics counters in one flat dict."""
+        with self._count_lock:
+            out = dict(self._counts)
+        out.update(self.core.counters)
+        out["version"] = self.core.version
+        out["frames_accepted"] = self.decoder.accepted
+        out["frames_rejected"] = sum(self.decoder.rejected.values())
+        rejected = dict(self.decoder.rejected)
+        for reason in set(REASONS) | set(rejected):
+            out["rejected_" + reason] = rejected.get(reason, 0)
+        out["persist_saves"] = self.persister.saves
+        out["persist_errors"] = self.persister.errors
+        out["metrics_errors"] = self.metrics.errors
+        out["queue_depth"] = self._queue.qsize()
+        return out
+
+    # ---- network thread -----------------------------------------------------------------------
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._count_lock:
+            self._counts[key] += n
+
+    def on_message(self, topic: str, payload: bytes) -> None:
+        """Decode and validate a frame (network thread); queue it for the worker if it is good."""
+        if not self._accepting:
+            return
+        self._count("frames")
+        parsed = self.topics.parse_device_topic(topic)
+        if parsed is None or parsed[1] not in KIND_TYPES:
+            self._count("bad_topic")
+            log.warning("ignoring message on unexpected topic %r", topic)
+            return
+        device_id, kind = parsed
+        msg = self.decoder.try_decode(payload, source=topic)
+        if msg is None:
+            return
+        if not isinstance(msg, KIND_TYPES[kind]):
+            self._count("wrong_kind")
+            log.warning("%s message on %s topic %s dropped", type(msg).__name__, kind, topic)
+            return
+        if msg.device_id != device_id:
+            self._count("topic_mismatch")
+            log.warning("message from %r on the topic of device %r dropped", msg.device_id, device_id)
+            return
+        self._queue.put(msg)
+
+    def _on_connect(self, session_present: bool) -> None:
+        log.info("connected to the broker (session present: %s)", session_present)
+        self.transport.publish(self.topics.coordinator_status,
+                               encode(CoordinatorStatus(online=True, version=self._latest.version)),
+                               qos=1, retain=True)
+        with self._cond:  # the broker may have lost the retained model: publish it again
+            self._want_publish = True
+            self._cond.notify_all()
+
+    def _on_disconnect(self, reason: str) -> None:
+        log.warning("disconnected from the broker: %s", reason)
+
+    # ---- worker thread ------------------------------------------------------------------------
+    def _work_loop(self) -> None:
+        try:
+            self._evaluate(self.clock())
+        except Exception:
+            self._count("worker_errors")
+            log.exception("evaluating the starting model failed")
+        next_tick = time.monotonic() + TICK_S
+        while True:
+            try:
+                item = self._queue.get(timeout=max(0.0, next_tick - time.monotonic()))
+            except queue.Empty:
+                item = None
+            if item is _STOP:
+                break
+            try:
+                now = self.clock()
+                if item is not None:
+                    self._handle(item, now)
+                if time.monotonic() >= next_tick:
+                    next_tick = time.monotonic() + TICK_S
+                    self._tick(now)
+            except Exception:  # a bug must not silently kill the only worker
+                self._count("worker_errors")
+                log.exception("coordinator worker failed on %s", type(item).__name__)
+
+    def _handle(self, msg, now: float) -> None:
+        before = self.core.version
+        record = self.core.on_message(msg, now)
+        if record is not None:
+            event = record.as_event()
+            event["time_s"] = round(now - self._t0, 6)
+            self.metrics.write(event)
+        if self.core.version != before:
+            self._after_aggregation(now)
+
+    def _tick(self, now: float) -> None:
+        if self.core.tick(now):
+            self._after_aggregation(now)
+        self.persister.maybe_save(self.core, now)
+
+    def _after_aggregation(self, now: float) -> None:
+        with self._cond:
+            self._latest = self.core.global_model()
+            self._want_publish = True
+            self._cond.notify_all()
+        if (self._last_eval_version is None
+                or self.core.version - self._last_eval_version >= self.config.eval_every_versions):
+            self._evaluate(now)
+        self.persister.maybe_save(self.core, now)
+
+    def _evaluate(self, now: float) -> None:
+        self._last_eval_version = self.core.version
+        if self.evaluator is None:
+            return
+        accuracy, loss = self.evaluator.evaluate(self.core.model)
+        self._count("evaluations")
+        log.info("version %d: accuracy %.4f, loss %.4f", self.core.version, accuracy, loss)
+        self.metrics.write({"event": "eval", "time_s": round(now - self._t0, 6),
+                            "version": self.core.version, "accuracy": accuracy, "loss": loss,
+                            "updates": self.core.counters["updates_received"],
+                            "devices_online": len(self.core.online())})
+
+    # ---- publisher thread ---------------------------------------------------------------------
+    def _publish_loop(self) -> None:
+        interval = self.config.publish_min_interval_s
+        while True:
+            with self._cond:
+                while not self._want_publish and not self._publisher_exit:
+                    self._cond.wait()
+                if not self._want_publish:
+                    return
+            delay = self._last_publish_s + interval - time.monotonic()
+            if delay > 0 and not self._publisher_exit:
+                time.sleep(delay)
+            with self._cond:
+                self._want_publish = False
+                model = self._latest
+            try:
+                self._publish_model(model)
+            except Exception:
+                self._count("publish_failures")
+                log.exception("publishing global model version %d failed", model.version)
+
+    def _publish_model(self, model: GlobalModel) -> None:
+        if not self.transport.connected:
+            self._count("publish_offline")  # republished by _on_connect
+            return
+        frame = encode(model, float16=self.config.float16)
+        self._last_publish_s = time.monotonic()
+        if not self.transport.publish(self.topics.model, frame, qos=1, retain=True):
+            self._count("publish_failures")
+            log.warning("could not hand global model version %d to the transport", model.version)
+            return
+        previous = self._published_version
+        if previous is not None and model.version > previous + 1:
+            self._count("coalesced", model.version - previous - 1)
+        self._count("publishes")
+        self._published_version = model.version
+        log.debug("published global model version %d (%d bytes)", model.version, len(frame))

@@ -1,0 +1,126 @@
+"""Synchronous FedAvg with a round deadline: the baseline FedAsync is compared against.
+
+A round collects updates trained from the current version (older ones are stale and dropped) and
+aggregates them by sample-weighted average (McMahan et al. 2017) once every device that was online
+at round start has reported (and at least ``min_updates`` did), or once ``deadline_s`` passed with at
+least ``min_updates``; otherwise the deadline restarts. A device reporting twice in one round
+replaces its earlier update, so fast devices do not count double.
+"""
+import logging
+from typing import Any, Callable, Collection, Dict, Optional, Set
+
+import numpy as np
+
+from streamfl.coordinator.strategies.base import AGGREGATED, BUFFERED, STALE, Aggregator
+from streamfl.protocol.messages import Tensors, Update
+
+log = logging.getLogger(__name__)
+
+
+def weighted_average(updates: Collection[Update]) -> Tensors:
+    """Sample-weighted mean of the updates' tensors (equal weights if no update counted samples)."""
+    if not updates:
+        raise ValueError("weighted_average needs at least one update")
+    total = float(sum(max(0, u.num_samples) for u in updates))
+    if total > 0:
+        weights = [max(0, u.num_samples) / total for u in updates]
+    else:
+        weights = [1.0 / len(updates)] * len(updates)
+    first = next(iter(updates)).tensors
+    out: Tensors = {}
+    for name, ref in first.items():
+        acc = np.zeros(ref.shape, dtype=np.float32)
+        scratch = np.empty(ref.shape, dtype=np.float32)
+        for u, w in zip(updates, weights):
+            if w == 0.0:
+                continue
+            np.multiply(u.tensors[name], np.float32(w), out=scratch, dtype=np.float32)
+            acc += scratch
+        out[name] = acc
+    return out
+
+
+class FedAvgAggregator(Aggregator):
+    """Deadline-bounded synchronous rounds; ``online_devices`` is the registry's view at round start."""
+
+    name = "fedavg"
+
+    def __init__(self, deadline_s: float = 30.0, min_updates: int = 1,
+                 online_devices: Callable[[], Collection[str]] = lambda: ()):
+        super().__init__()
+        if deadline_s <= 0:
+            raise ValueError("fedavg deadline_s must be > 0, got %r" % deadline_s)
+        if min_updates < 1:
+            raise ValueError("fedavg min_updates must be >= 1, got %r" % min_updates)
+        self.deadline_s = float(deadline_s)
+        self.min_updates = int(min_updates)
+        self.online_devices = online_devices
+        self.rounds = 0
+        self.deadline_restarts = 0
+        self.round_start_s: Optional[float] = None
+        self.round_version: Optional[int] = None
+        self.expected: Set[str] = set()
+        self.pending: Dict[str, Update] = {}
+
+    def _ensure_round(self, version: int, now: float) -> None:
+        if self.round_start_s is None or self.round_version != version:
+            self.round_start_s = now
+            self.round_version = version
+            self.expected = set(self.online_devices())
+            self.pending = {}
+
+    def _complete(self) -> bool:
+        if len(self.pending) < self.min_updates:
+            return False
+        waiting_for = (self.expected & set(self.online_devices())) - set(self.pending)
+        return bool(self.expected) and not waiting_for
+
+    def _aggregate(self, version: int) -> Tensors:
+        updates = list(self.pending.values())
+        log.info("fedavg round from version %d: averaging %d updates (%d expected)", version,
+                 len(updates), len(self.expected))
+        self.rounds += 1
+        self.round_start_s = None
+        self.round_version = None
+        self.pending = {}
+        return weighted_average(updates)
+
+    def on_update(self, model: Tensors, version: int, update: Update, now: float) -> Optional[Tensors]:
+        self._ensure_round(version, now)
+        if update.base_version < version:
+            self.stale_dropped += 1
+            self.last_outcome = STALE
+            log.debug("fedavg: dropping update of %s from version %d (round is %d)",
+                      update.device_id, update.base_version, version)
+            return None
+        self.pending[update.device_id] = update
+        if self._complete():
+            self.last_outcome = AGGREGATED
+            return self._aggregate(version)
+        self.last_outcome = BUFFERED
+        return None
+
+    def on_tick(self, model: Tensors, version: int, now: float) -> Optional[Tensors]:
+        self._ensure_round(version, now)
+        if self.pending and self._complete():
+            return self._aggregate(version)
+        if now - self.round_start_s < self.deadline_s:
+            return None
+        if len(self.pending) >= self.min_updates:
+            return self._aggregate(version)
+        # Deadline passed without enough updates: restart it, waiting for whoever is online now.
+        self.deadline_restarts += 1
+        self.round_start_s = now
+        self.expected = set(self.online_devices())
+        return None
+
+    def state(self) -> Dict[str, Any]:
+        state = super().state()
+        state.update(rounds=self.rounds, deadline_restarts=self.deadline_restarts)
+        return state
+
+    def load_state(self, state: Dict[str, Any]) -> None:
+        # Buffered updates are not persisted: after a restart the round starts over.
+        super().load_state(state)
+        self.rounds = int(state.get("rounds", 0))
+        self.deadline_restarts = int(state.get("deadline_restarts", 0))

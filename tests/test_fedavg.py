@@ -1,0 +1,100 @@
+"""Synchronous FedAvg with a deadline: weighted average, completion, deadline, stale drop."""
+import numpy as np
+import pytest
+
+from streamfl.coordinator.strategies import AGGREGATED, BUFFERED, STALE, FedAvgAggregator, weighted_average
+from streamfl.protocol.messages import Update
+
+MODEL = {"w": np.zeros(2, dtype=np.float32)}
+
+
+def update(device, value, num_samples=1, base_version=0):
+    return Update(device_id=device, update_id="%s-%s" % (device, value), base_version=base_version,
+                  arch_id="a", tensors={"w": np.full(2, value, dtype=np.float32)},
+                  num_samples=num_samples, class_counts={}, loss=0.1, seconds_per_sample=0.01)
+
+
+class Online:
+    """The registry's online view, settable by the test."""
+
+    def __init__(self, *devices):
+        self.devices = list(devices)
+
+    def __call__(self):
+        return list(self.devices)
+
+
+def test_weighted_average_by_samples():
+    out = weighted_average([update("a", 0.0, 1), update("b", 4.0, 3)])
+    np.testing.assert_allclose(out["w"], [3.0, 3.0])
+    assert out["w"].dtype == np.float32
+    equal = weighted_average([update("a", 1.0, 0), update("b", 3.0, 0)])
+    np.testing.assert_allclose(equal["w"], [2.0, 2.0])
+
+
+def test_aggregates_when_all_expected_devices_reported():
+    agg = FedAvgAggregator(deadline_s=30.0, online_devices=Online("a", "b"))
+    assert agg.on_update(MODEL, 0, update("a", 2.0, 1), now=0.0) is None
+    assert agg.last_outcome == BUFFERED
+    out = agg.on_update(MODEL, 0, update("b", 6.0, 1), now=1.0)
+    assert agg.last_outcome == AGGREGATED
+    np.testing.assert_allclose(out["w"], [4.0, 4.0])
+    assert agg.rounds == 1
+
+
+def test_repeat_from_same_device_replaces_its_update():
+    agg = FedAvgAggregator(online_devices=Online("a", "b"))
+    agg.on_update(MODEL, 0, update("a", 100.0), now=0.0)
+    agg.on_update(MODEL, 0, update("a", 2.0), now=0.5)
+    out = agg.on_update(MODEL, 0, update("b", 4.0), now=1.0)
+    np.testing.assert_allclose(out["w"], [3.0, 3.0])
+
+
+def test_deadline_aggregates_what_arrived():
+    agg = FedAvgAggregator(deadline_s=30.0, online_devices=Online("a", "b"))
+    assert agg.on_tick(MODEL, 0, now=0.0) is None            # round starts
+    agg.on_update(MODEL, 0, update("a", 2.0), now=1.0)
+    assert agg.on_tick(MODEL, 0, now=29.0) is None
+    out = agg.on_tick(MODEL, 0, now=30.5)
+    np.testing.assert_allclose(out["w"], [2.0, 2.0])
+
+
+def test_deadline_restarts_without_min_updates():
+    agg = FedAvgAggregator(deadline_s=10.0, min_updates=2, online_devices=Online("a", "b"))
+    agg.on_tick(MODEL, 0, now=0.0)
+    agg.on_update(MODEL, 0, update("a", 1.0), now=1.0)
+    assert agg.on_tick(MODEL, 0, now=11.0) is None
+    assert agg.deadline_restarts == 1
+    assert agg.on_tick(MODEL, 0, now=20.0) is None           # new deadline is 21
+    out = agg.on_update(MODEL, 0, update("b", 3.0), now=20.5)  # everyone expected reported
+    np.testing.assert_allclose(out["w"], [2.0, 2.0])
+
+
+def test_stale_updates_dropped_and_counted():
+    agg = FedAvgAggregator(online_devices=Online("a"))
+    assert agg.on_update(MODEL, 3, update("a", 1.0, base_version=2), now=0.0) is None
+    assert agg.last_outcome == STALE
+    assert agg.stale_dropped == 1
+    assert agg.on_update(MODEL, 3, update("a", 1.0, base_version=3), now=0.0) is not None
+
+
+def test_device_going_offline_is_not_waited_for():
+    online = Online("a", "b")
+    agg = FedAvgAggregator(deadline_s=100.0, online_devices=online)
+    agg.on_update(MODEL, 0, update("a", 5.0), now=0.0)
+    online.devices = ["a"]                                   # b's last will arrived
+    out = agg.on_tick(MODEL, 0, now=1.0)
+    np.testing.assert_allclose(out["w"], [5.0, 5.0])
+
+
+def test_no_devices_known_waits_for_deadline():
+    agg = FedAvgAggregator(deadline_s=5.0, online_devices=Online())
+    assert agg.on_update(MODEL, 0, update("a", 1.0), now=0.0) is None
+    assert agg.on_tick(MODEL, 0, now=5.5) is not None
+
+
+def test_invalid_parameters():
+    with pytest.raises(ValueError):
+        FedAvgAggregator(deadline_s=0)
+    with pytest.raises(ValueError):
+        FedAvgAggregator(min_updates=0)
