@@ -1,0 +1,231 @@
+"""The daemon transport: paho-mqtt 2.x with a persistent session, last will, TLS and reconnect back-off.
+
+Protocol choice: MQTT 3.1.1 with ``clean_session=False``, not MQTT 5 with ``clean_start=False`` and
+a session expiry. Every broker a fleet meets speaks 3.1.1 (mosquitto 1.x/2.x, EMQX, HiveMQ, and amqtt,
+the embedded fallback broker, which speaks only 3.1.1); MQTT 5's only gain here would be the
+client-chosen session expiry, which mosquitto's ``persistent_client_expiration`` provides on the
+broker side. ``MqttSettings.session_expiry_s`` is therefore unused by this transport.
+
+Offline behaviour: paho keeps QoS 1 publishes made while disconnected in memory (at most
+``max_queued_messages``) and sends them after reconnecting, so ``publish`` returns True for them;
+it returns False when paho refuses (queue full, or QoS 0 while offline). The queue dies with the
+process, which is why the agent also keeps an outbox on disk for its updates.
+"""
+import collections
+import logging
+import ssl
+import threading
+import time
+from pathlib import Path
+from typing import Any, Deque, Dict
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+
+from streamfl.errors import ConfigError, TransportError
+from streamfl.protocol.transport.base import MqttSettings, Transport
+from streamfl.protocol.transport.credentials import PASSWORD_ENV, read_password
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PahoTransport", "read_password", "PASSWORD_ENV"]
+
+
+def _acked(info: mqtt.MQTTMessageInfo) -> bool:
+    """True once the broker acknowledged the message (or paho gave up on it)."""
+    try:
+        return info.is_published()
+    except (ValueError, RuntimeError):  # paho raises for messages it refused or could not send
+        return True
+
+
+class PahoTransport(Transport):
+    """``Transport`` on paho-mqtt's network thread; callbacks run on that thread.
+
+    ``connect`` returns at once: a broker that is down is retried with capped exponential back-off
+    (``reconnect_min_s`` doubling to ``reconnect_max_s``), and every subscription is re-sent on each
+    (re)connect. Exceptions from the owner's callbacks are logged, never allowed to kill the thread.
+    """
+
+    def __init__(self, settings: MqttSettings, max_queued_messages: int = 100, close_timeout_s: float = 5.0):
+        super().__init__()
+        self.settings = settings
+        self.close_timeout_s = close_timeout_s
+        self._filters: Dict[str, int] = {}
+        self._unacked: Deque[mqtt.MQTTMessageInfo] = collections.deque()
+        self._lock = threading.RLock()
+        self._started = False
+        self._closed = False
+        self._network_thread: Any = None
+        #: True once on_connect took its snapshot of the filters for the current connection
+        self._subscribed = False
+        try:
+            self._client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=settings.client_id,
+                                       clean_session=not settings.persistent_session,
+                                       protocol=mqtt.MQTTv311, reconnect_on_failure=True)
+            self._client.reconnect_delay_set(settings.reconnect_min_s,  # type: ignore[arg-type]
+                                             settings.reconnect_max_s)
+            self._client.max_queued_messages_set(max_queued_messages)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError("invalid MQTT settings for %s: %s" % (settings.client_id, exc)) from exc
+        if settings.username:
+            self._client.username_pw_set(settings.username, settings.password)
+        if settings.tls_ca is not None:
+            self._set_tls(settings)
+        self._client.on_connect = self._handle_connect
+        self._client.on_disconnect = self._handle_disconnect
+        self._client.on_message = self._handle_message
+        self._client.on_connect_fail = self._handle_connect_fail
+
+    def _set_tls(self, settings: MqttSettings) -> None:
+        for path in (settings.tls_ca, settings.tls_cert, settings.tls_key):
+            if path is not None and not Path(path).is_file():
+                raise ConfigError("TLS file %s does not exist" % path)
+        try:
+            self._client.tls_set(ca_certs=str(settings.tls_ca),
+                                 certfile=str(settings.tls_cert) if settings.tls_cert else None,
+                                 keyfile=str(settings.tls_key) if settings.tls_key else None)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise ConfigError("cannot load TLS files for %s: %s" % (settings.client_id, exc)) from exc
+
+    # -- Transport -------------------------------------------------------------------------------
+
+    def set_will(self, topic: str, payload: bytes, qos: int = 1, retain: bool = True) -> None:
+        if self._started:
+            raise TransportError("set_will must be called before connect")
+        try:
+            self._client.will_set(topic, payload, qos=qos, retain=retain)
+        except (ValueError, TypeError) as exc:
+            raise TransportError("invalid last will on %r: %s" % (topic, exc)) from exc
+
+    def connect(self) -> None:
+        """Start the network thread; it connects (and reconnects) in the background."""
+        if self._closed:
+            raise TransportError("transport %s was closed; make a new one" % self.settings.client_id)
+        if self._started:
+            return
+        try:
+            self._client.connect_async(self.settings.host, self.settings.port, self.settings.keepalive_s)
+        except (ValueError, OSError) as exc:
+            raise TransportError("cannot connect to %s:%s: %s" % (
+                self.settings.host, self.settings.port, exc)) from exc
+        if self._client.loop_start() != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            raise TransportError("cannot start the MQTT network thread")
+        self._started = True
+        log.info("connecting to %s:%d as %s", self.settings.host, self.settings.port, self.settings.client_id)
+
+    def close(self) -> None:
+        """Wait (up to ``close_timeout_s``) for QoS 1 acks, send DISCONNECT (the broker drops the
+        will) and stop the network thread.
+
+        The wait matters: paho closes the socket right after DISCONNECT, and a PUBACK arriving on a
+        closed socket makes the kernel reset the connection, which loses whatever the broker had not
+        read yet (seen with mosquitto: the last publish and the DISCONNECT itself).
+        """
+        if self._closed:
+            return
+        deadline = time.monotonic() + self.close_timeout_s
+        waiting = threading.current_thread() is not self._network_thread  # it would wait for itself
+        while waiting and self.connected and self._pending_acks() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self._closed = True
+        try:
+            self._client.disconnect()
+        except (OSError, ValueError) as exc:  # the socket may already be gone
+            log.debug("disconnect failed: %s", exc)
+        if self._started:
+            self._client.loop_stop()
+        self._started = False
+
+    def subscribe(self, topic_filter: str, qos: int = 1) -> None:
+        with self._lock:
+            self._filters[topic_filter] = qos
+            send_now = self._subscribed  # else the coming on_connect subscribes it (no duplicate)
+        if send_now:
+            try:
+                result, _ = self._client.subscribe(topic_filter, qos)
+            except ValueError as exc:
+                with self._lock:
+                    self._filters.pop(topic_filter, None)
+                raise TransportError("invalid topic filter %r: %s" % (topic_filter, exc)) from exc
+            if result != MQTTErrorCode.MQTT_ERR_SUCCESS:  # lost meanwhile: on_connect re-subscribes
+                log.debug("subscribe %s deferred: %s", topic_filter, mqtt.error_string(result))
+
+    def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> bool:
+        """True if paho sent or queued the message; see the module docstring for offline rules."""
+        try:
+            info = self._client.publish(topic, payload, qos=qos, retain=retain)
+        except (ValueError, TypeError) as exc:
+            raise TransportError("cannot publish on %r: %s" % (topic, exc)) from exc
+        queued = info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN and qos > 0  # sent after the reconnect
+        if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS or queued:
+            if qos > 0 and not queued:  # paho can only tell us about acks of messages it sent
+                with self._lock:
+                    self._unacked.append(info)
+                    if len(self._unacked) > 64:
+                        self._pending_acks()
+            return True
+        log.debug("publish on %s refused: %s", topic, mqtt.error_string(info.rc))
+        return False
+
+    def _pending_acks(self) -> int:
+        """QoS 1 publishes the broker has not acknowledged yet (forgets the acknowledged ones)."""
+        with self._lock:
+            self._unacked = collections.deque(i for i in self._unacked if not _acked(i))
+            return len(self._unacked)
+
+    @property
+    def connected(self) -> bool:
+        return self._client.is_connected()
+
+    # -- paho callbacks (network thread) ---------------------------------------------------------
+
+    def _handle_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason_code: Any,
+                        properties: Any) -> None:
+        self._network_thread = threading.current_thread()
+        if reason_code.is_failure:
+            log.warning("broker %s:%d refused %s: %s", self.settings.host, self.settings.port,
+                        self.settings.client_id, reason_code)
+            return
+        with self._lock:
+            filters = list(self._filters.items())
+            self._subscribed = True
+        if filters:
+            client.subscribe(filters)
+        session_present = bool(getattr(flags, "session_present", False))
+        log.info("connected to %s:%d as %s (session present: %s)", self.settings.host,
+                 self.settings.port, self.settings.client_id, session_present)
+        self._call(self.on_connect, session_present)
+
+    def _handle_disconnect(self, client: mqtt.Client, userdata: Any, flags: Any, reason_code: Any,
+                           properties: Any) -> None:
+        with self._lock:
+            self._subscribed = False
+        reason = "closed" if self._closed else str(reason_code)
+        if self._closed:
+            log.info("disconnected from %s:%d", self.settings.host, self.settings.port)
+        else:
+            log.warning("lost connection to %s:%d (%s); reconnecting", self.settings.host,
+                        self.settings.port, reason)
+        self._call(self.on_disconnect, reason)
+
+    def _handle_connect_fail(self, client: mqtt.Client, userdata: Any) -> None:
+        log.debug("cannot reach %s:%d; retrying", self.settings.host, self.settings.port)
+
+    def _handle_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
+        try:
+            topic = message.topic
+        except UnicodeDecodeError:
+            log.warning("dropping message with a non-UTF-8 topic")
+            return
+        self._call(self.on_message, topic, message.payload)
+
+    @staticmethod
+    def _call(handler: Any, *args: Any) -> None:
+        if handler is None:
+            return
+        try:
+            handler(*args)
+        except Exception:
+            log.exception("transport callback %s failed", getattr(handler, "__qualname__", handler))
+
