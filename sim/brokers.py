@@ -4,6 +4,7 @@ The broker runs as a child process on a free loopback port, with persistence in 
 so a restart keeps retained messages and persistent sessions, exactly like a broker on a server.
 """
 import logging
+import os
 import shutil
 import socket
 import subprocess
@@ -59,8 +60,13 @@ class BrokerProcess:
             conf.write_text(
                 "listener %d %s\nallow_anonymous true\npersistence true\n"
                 "persistence_location %s/\nautosave_interval 1\nmax_queued_messages 10000\n"
-                "message_size_limit 0\nlog_type error\nlog_type warning\nlog_type notice\n"
+                "log_type error\nlog_type warning\nlog_type notice\n"
                 % (self.port, self.host, self.workdir))
+            if hasattr(os, "geteuid") and os.geteuid() == 0:
+                # Started as root, mosquitto drops to user "mosquitto", which cannot write its
+                # persistence file here: retained messages and sessions would not survive restart().
+                with open(conf, "a") as fh:
+                    fh.write("user root\n")
             return [shutil.which("mosquitto") or "mosquitto", "-c", str(conf)]
         return [sys.executable, "-m", "streamfl.coordinator.broker", "--host", self.host,
                 "--port", str(self.port)]
