@@ -14,7 +14,7 @@ from streamfl.config import build, read_yaml
 from streamfl.models import REGISTRY, ModelSpec
 from streamfl.protocol.topics import NAME_RE, sanitize_name
 from streamfl.protocol.transport.base import MqttSettings
-from streamfl.protocol.transport.credentials import PASSWORD_ENV, read_password
+from streamfl.protocol.transport.config import MqttConfig
 from streamfl.sensors.config import SensorConfig
 
 MIB = 1024 * 1024
@@ -23,48 +23,6 @@ MIB = 1024 * 1024
 def default_device_id() -> str:
     """The board's hostname made into a valid device name (also the MQTT client id)."""
     return sanitize_name(socket.gethostname())
-
-
-@dataclass(frozen=True)
-class MqttConfig:
-    """The ``mqtt:`` section: where the broker is and how to authenticate (no password here)."""
-
-    host: str = "localhost"
-    port: int = 1883
-    keepalive_s: int = 30
-    tls_ca: Optional[Path] = None
-    tls_cert: Optional[Path] = None
-    tls_key: Optional[Path] = None
-    username: Optional[str] = None
-    password_file: Optional[Path] = None
-    reconnect_min_s: float = 1.0
-    reconnect_max_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        if not self.host:
-            raise ValueError("mqtt host must not be empty")
-        if not 1 <= self.port <= 65535:
-            raise ValueError("mqtt port must be in 1..65535, got %r" % self.port)
-        if self.keepalive_s < 5:
-            raise ValueError("mqtt keepalive_s must be at least 5, got %r" % self.keepalive_s)
-        if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
-            raise ValueError("mqtt needs 0 < reconnect_min_s <= reconnect_max_s, got %r and %r" % (
-                self.reconnect_min_s, self.reconnect_max_s))
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("mqtt tls_cert and tls_key must be given together")
-
-    def password(self, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
-        """The password from ``password_file``, else ``$STREAMFL_MQTT_PASSWORD`` in ``environ``
-        (None: the environment is not consulted), else None."""
-        return read_password(self.password_file, PASSWORD_ENV, environ if environ is not None else {})
-
-    def settings(self, client_id: str, environ: Optional[Mapping[str, str]] = None) -> MqttSettings:
-        """Transport settings for client ``client_id`` (the device id, so broker ACLs on %c work)."""
-        return MqttSettings(host=self.host, port=self.port, client_id=client_id,
-                            keepalive_s=self.keepalive_s, reconnect_min_s=self.reconnect_min_s,
-                            reconnect_max_s=self.reconnect_max_s, tls_ca=self.tls_ca,
-                            tls_cert=self.tls_cert, tls_key=self.tls_key, username=self.username,
-                            password=self.password(environ))
 
 
 @dataclass(frozen=True)

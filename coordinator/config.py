@@ -12,8 +12,7 @@ from streamfl.coordinator.strategies import STALENESS_NAMES, STRATEGY_NAMES
 from streamfl.errors import ConfigError
 from streamfl.models import ModelSpec
 from streamfl.protocol.topics import validate_name
-from streamfl.protocol.transport.base import MqttSettings
-from streamfl.protocol.transport.credentials import read_password
+from streamfl.protocol.transport.config import MqttConfig
 
 
 @dataclass(frozen=True)
@@ -53,48 +52,6 @@ class FedAvgConfig:
 
 
 @dataclass(frozen=True)
-class CoordinatorMqttConfig:
-    """How the coordinator reaches the broker (same keys as the agent's ``mqtt`` section)."""
-
-    host: str = "localhost"
-    port: int = 1883
-    keepalive_s: int = 30
-    tls_ca: Optional[Path] = None
-    tls_cert: Optional[Path] = None
-    tls_key: Optional[Path] = None
-    username: Optional[str] = None
-    #: File holding the password (first line); never a password on the command line or in YAML.
-    password_file: Optional[Path] = None
-    reconnect_min_s: float = 1.0
-    reconnect_max_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        if not self.host:
-            raise ValueError("mqtt host must not be empty")
-        if not 1 <= self.port <= 65535:
-            raise ValueError("mqtt port must be in 1..65535, got %r" % self.port)
-        if self.keepalive_s < 5:
-            raise ValueError("mqtt keepalive_s must be at least 5, got %r" % self.keepalive_s)
-        if not 0 < self.reconnect_min_s <= self.reconnect_max_s:
-            raise ValueError("mqtt needs 0 < reconnect_min_s <= reconnect_max_s, got %r and %r" % (
-                self.reconnect_min_s, self.reconnect_max_s))
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("mqtt tls_cert and tls_key must be given together")
-
-    def password(self, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
-        """The password from ``password_file``, else ``$STREAMFL_MQTT_PASSWORD`` in ``environ``."""
-        return read_password(self.password_file, environ={} if environ is None else environ)
-
-    def settings(self, client_id: str, environ: Optional[Mapping[str, str]] = None) -> MqttSettings:
-        """Transport settings for ``client_id``; reads the password now (ConfigError if unreadable)."""
-        return MqttSettings(host=self.host, port=self.port, client_id=client_id,
-                            keepalive_s=self.keepalive_s, reconnect_min_s=self.reconnect_min_s,
-                            reconnect_max_s=self.reconnect_max_s, tls_ca=self.tls_ca,
-                            tls_cert=self.tls_cert, tls_key=self.tls_key, username=self.username,
-                            password=self.password(environ))
-
-
-@dataclass(frozen=True)
 class CoordinatorConfig:
     """Everything the coordinator needs besides the state and run directories."""
 
@@ -124,7 +81,7 @@ class CoordinatorConfig:
     seed: int = 0
     float16: bool = False
     max_frame_bytes: int = 64 * 2 ** 20
-    mqtt: CoordinatorMqttConfig = field(default_factory=CoordinatorMqttConfig)
+    mqtt: MqttConfig = field(default_factory=MqttConfig)
 
     def __post_init__(self) -> None:
         try:

@@ -6,10 +6,11 @@ without importing paho.
 from typing import Any
 
 from streamfl.protocol.transport.base import MqttSettings, Transport
+from streamfl.protocol.transport.config import MqttConfig
 from streamfl.protocol.transport.credentials import read_password
 from streamfl.protocol.transport.memory import MemoryBroker, MemoryTransport, topic_matches
 
-__all__ = ["MqttSettings", "Transport", "MemoryBroker", "MemoryTransport", "PahoTransport",
+__all__ = ["MqttConfig", "MqttSettings", "Transport", "MemoryBroker", "MemoryTransport", "PahoTransport",
            "read_password", "topic_matches"]
 
 
