@@ -4,7 +4,8 @@ One file per encoded frame in ``<state>/outbox/``, named by a sequence number an
 with a small header (magic + CRC32) so a damaged file is recognised and moved aside instead of sent.
 Bounds (items and bytes) drop the OLDEST frame: under FedAsync's staleness weighting the newest
 update is the most valuable. A full or read-only disk never stops the agent: the frame is kept in
-memory (same bounds) and the failure is logged and counted.
+memory (same bounds) and the failure is logged and counted. A sent frame's file is deleted only
+once the broker has acknowledged it (``drain``, ``reap``), so no crash loses a queued update.
 """
 import errno
 import logging
@@ -15,7 +16,9 @@ import threading
 import zlib
 from collections import deque
 from pathlib import Path
-from typing import Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+from streamfl.fileio import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -26,23 +29,6 @@ CORRUPT_DIR = "corrupt"
 
 #: ``writer(path, data)``: must leave either no file or the whole file at ``path``; raises OSError.
 Writer = Callable[[Path, bytes], None]
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Temp file, fsync, rename: a crash leaves no half-written frame under the final name."""
-    tmp = path.with_name(".%s.tmp" % path.name)
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
 
 
 class _Entry:
@@ -65,16 +51,18 @@ class Outbox:
         self._write = writer or atomic_write
         self._lock = threading.RLock()
         self._entries: Deque[_Entry] = deque()
+        self._in_flight: Deque[Tuple[_Entry, Callable[[], bool]]] = deque()
         self._bytes = 0
         self._next_seq = 0
         self.counters: Dict[str, int] = {"stored": 0, "sent": 0, "dropped": 0, "write_errors": 0,
-                                         "corrupt": 0, "in_memory": 0}
+                                         "corrupt": 0, "in_memory": 0, "acked": 0}
         if self.directory is not None:
             self._scan()
 
     # ---- state --------------------------------------------------------------------------------
 
     def __len__(self) -> int:
+        """Frames waiting to be sent (not counting those in flight)."""
         return len(self._entries)
 
     @property
@@ -165,12 +153,18 @@ class Outbox:
 
     # ---- drain --------------------------------------------------------------------------------
 
-    def drain(self, send: Callable[[bytes], bool]) -> int:
-        """Send waiting frames oldest first; each is deleted only after ``send`` returns True.
+    def drain(self, send: Callable[[bytes], Any]) -> int:
+        """Send waiting frames oldest first; returns how many were handed over.
 
-        Stops at the first failure (False or an exception), leaving that frame first in line.
-        Returns the number sent.
+        ``send(frame)`` returns something false when it could not hand the frame over (the drain
+        stops there, leaving that frame first in line; an exception counts the same), True when
+        the frame is delivered (its file is deleted at once), or an ``AckProbe``: the frame is then
+        in flight and its file stays until ``reap`` sees the broker's acknowledgement. An agent
+        that dies before that finds the file at its next start and sends it again; the
+        coordinator drops the repeat by its update id. In-flight files are outside the bounds, so
+        the folder can briefly hold up to twice ``max_items`` frames.
         """
+        self.reap()
         sent = 0
         with self._lock:
             while self._entries:
@@ -181,20 +175,43 @@ class Outbox:
                     self._bytes -= entry.size
                     continue
                 try:
-                    ok = bool(send(frame))
+                    result = send(frame)
                 except Exception as exc:  # a transport error must not lose or reorder frames
                     log.warning("sending a queued update failed: %s", exc)
-                    ok = False
-                if not ok:
+                    result = None
+                if not result:
                     break
                 self._entries.popleft()
                 self._bytes -= entry.size
-                self._delete(entry)
+                if callable(result):
+                    self._in_flight.append((entry, result))
+                else:
+                    self._delete(entry)
                 self.counters["sent"] += 1
                 sent += 1
         if sent:
             log.info("outbox: sent %d queued update(s), %d left", sent, len(self._entries))
         return sent
+
+    def reap(self) -> int:
+        """Delete the files of in-flight frames the broker has acknowledged; returns how many."""
+        done = 0
+        with self._lock:
+            waiting: Deque[Tuple[_Entry, Callable[[], bool]]] = deque()
+            for entry, acked in self._in_flight:
+                if acked():
+                    self._delete(entry)
+                    done += 1
+                else:
+                    waiting.append((entry, acked))
+            self._in_flight = waiting
+            self.counters["acked"] += done
+        return done
+
+    @property
+    def in_flight(self) -> int:
+        """Frames handed to the transport whose acknowledgement has not been seen yet."""
+        return len(self._in_flight)
 
     def _read(self, entry: _Entry) -> Optional[bytes]:
         """The frame of an on-disk entry, or None (moved aside and counted) if damaged."""

@@ -24,14 +24,19 @@ def read_yaml(path) -> Dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("cannot read config file %s: %s" % (path, exc.strerror or exc)) from exc
+    return parse_yaml(text, "config file %s" % path)
+
+
+def parse_yaml(text: str, source: str) -> Dict[str, Any]:
+    """A YAML mapping from ``text`` (an empty text is an empty mapping); ``source`` names it in errors."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError("config file %s is not valid YAML: %s" % (path, exc)) from exc
+        raise ConfigError("%s is not valid YAML: %s" % (source, exc)) from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError("config file %s must hold a mapping at the top level" % path)
+        raise ConfigError("%s must hold a mapping at the top level" % source)
     return data
 
 
@@ -142,6 +147,21 @@ def load(cls: Type[T], path: Optional[Path] = None, overrides: Optional[Mapping[
         if value is not None:
             values[key] = value
     return build(cls, values, source)
+
+
+def merge(*layers: Mapping[str, Any]) -> Dict[str, Any]:
+    """Layers merged left to right, section by section; ``None`` values (flags not given) skipped."""
+    out: Dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if value is None:
+                continue
+            if isinstance(value, Mapping):
+                inner = out.get(key)
+                out[key] = merge(inner if isinstance(inner, Mapping) else {}, value)
+            else:
+                out[key] = value
+    return out
 
 
 def to_dict(obj: Any) -> Dict[str, Any]:

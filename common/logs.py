@@ -4,7 +4,7 @@ import sys
 
 from streamfl.errors import ConfigError
 
-LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 

@@ -234,6 +234,7 @@ class CoordinatorServer:
         if record is not None:
             event = record.as_event()
             event["time_s"] = round(now - self._t0, 6)
+            event["wall_s"] = round(time.time(), 3)
             self.metrics.write(event)
         if self.core.version != before:
             self._after_aggregation(now)
@@ -261,6 +262,7 @@ class CoordinatorServer:
         self._count("evaluations")
         log.info("version %d: accuracy %.4f, loss %.4f", self.core.version, accuracy, loss)
         self.metrics.write({"event": "eval", "time_s": round(now - self._t0, 6),
+                            "wall_s": round(time.time(), 3),
                             "version": self.core.version, "accuracy": accuracy, "loss": loss,
                             "updates": self.core.counters["updates_received"],
                             "devices_online": len(self.core.online())})

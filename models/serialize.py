@@ -1,6 +1,5 @@
 """Model state as numpy arrays for the wire, and safetensors checkpoints written atomically."""
 import json
-import os
 from pathlib import Path
 from typing import Dict, Mapping, Optional, Tuple
 
@@ -11,6 +10,7 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from streamfl.errors import ModelError, StorageError
+from streamfl.fileio import atomic_write
 
 Tensors = Dict[str, np.ndarray]
 
@@ -42,24 +42,10 @@ def arrays_to_model(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) ->
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temp file, fsync and rename, so a crash leaves old or new."""
     path = Path(path)
-    tmp = path.with_name(".%s.tmp" % path.name)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(str(path.parent), os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic_write(path, data, sync_dir=True)
     except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
         raise StorageError("cannot write %s: %s" % (path, exc.strerror or exc)) from exc
 
 

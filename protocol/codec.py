@@ -4,12 +4,7 @@ Frame = ``b"SFL"`` + 1 format byte + 4-byte big-endian header length + JSON head
 with spaces to 8 bytes) + a tensor block in the safetensors format. The header is
 ``{"type", "v", "body", "dtype"}``; ``body`` holds every non-tensor field of the message.
 
-The safetensors block is written and read here rather than through ``safetensors.numpy``: the
-library copies a 2 MB model three times on encode and twice on decode, and the codec's goal
-(``bench/bench_codec.py``) is encode+decode at 0.3x a plain memory copy. The layout is
-byte-compatible with the library, which the tests check in both directions: 8-byte little-endian
-header size, JSON ``{name: {dtype, shape, data_offsets}}``, then the tensor bytes, contiguous. The
-parser checks every offset; nothing is ever unpickled.
+The tensor block's layout lives in ``streamfl.protocol.tensorblock``; nothing is ever unpickled.
 
 ``GlobalModel.ewc`` values that are ``{name: ndarray}`` groups (ST-EWC's U, V, P, Q sums) travel in
 the tensor block as ``ewc/<key>/<name>``, always float32 (Fisher values underflow in float16), and
@@ -20,9 +15,10 @@ import logging
 import math
 import struct
 import threading
+import time
 from collections import Counter
 from dataclasses import fields
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -31,6 +27,7 @@ from streamfl.protocol.messages import (
     MESSAGE_TYPES, PROTOCOL_VERSION, TYPE_NAMES, GlobalModel, Message, Update,
 )
 from streamfl.protocol.schema import check_body
+from streamfl.protocol.tensorblock import F16, F32, ST_LEN, Entry, block_header, pad8, parse_block
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +35,8 @@ MAGIC = b"SFL"
 #: Layout version of the frame itself (prefix + header + safetensors block); bump on change.
 FORMAT_VERSION = 1
 DEFAULT_MAX_FRAME_BYTES = 64 * 2 ** 20
+#: At most one WARNING per rejection reason this often, so a flood of bad frames cannot flood journald.
+DEFAULT_WARN_INTERVAL_S = 10.0
 #: ``{tensor name: (shape, dtype)}`` of one architecture, as ``streamfl.models.tensor_spec`` returns.
 TensorSpec = Mapping[str, Tuple[Sequence[int], str]]
 #: The ``ProtocolError.reason`` values ``Decoder`` raises and counts.
@@ -46,12 +45,8 @@ REASONS = ("malformed", "oversize", "unknown_type", "bad_version", "schema", "no
 EWC_PREFIX = "ewc/"
 
 _PREFIX = struct.Struct(">3sBI")
-_ST_LEN = struct.Struct("<Q")
-_F32, _F16 = np.dtype("<f4"), np.dtype("<f2")
 #: header "dtype" -> numpy dtype of the model tensors on the wire
-WIRE_DTYPES = {"float32": _F32, "float16": _F16}
-_ST_NAMES = {_F32: "F32", _F16: "F16"}
-_ST_DTYPES = {"F32": _F32, "F16": _F16}
+WIRE_DTYPES = {"float32": F32, "float16": F16}
 _TENSOR_TYPES = (GlobalModel, Update)
 #: Block headers by tensor layout (encode) and parsed layouts by block header bytes (decode): a
 #: fleet sends the same architecture over and over, so both sides parse its layout once.
@@ -70,19 +65,13 @@ def _json_default(obj: Any) -> Any:
 
 
 _HEADER_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_json_default)
-_BLOCK_ENCODER = json.JSONEncoder(separators=(",", ":"))
-
-
-def _pad8(data: bytes, already: int = 0) -> bytes:
-    """Pad JSON text with spaces so that ``already + len`` is a multiple of 8 (aligned tensors)."""
-    return data + b" " * (-(already + len(data)) % 8)
 
 
 def _wire_array(name: str, arr: Any, dtype: np.dtype) -> np.ndarray:
     """``arr`` as a C-contiguous little-endian array of ``dtype`` (no copy when it already is)."""
     if not name or "/" in name or name == "__metadata__":
         raise ProtocolError("schema", "invalid tensor name %r" % name)
-    if dtype is _F32:
+    if dtype is F32:
         return np.ascontiguousarray(arr, dtype=dtype)
     with np.errstate(over="ignore"):
         out = np.ascontiguousarray(arr, dtype=dtype)
@@ -91,26 +80,13 @@ def _wire_array(name: str, arr: Any, dtype: np.dtype) -> np.ndarray:
     return out
 
 
-def _block_header(layout: Sequence[Tuple[str, np.dtype, Tuple[int, ...]]]) -> bytes:
-    """The safetensors header (length + padded JSON) for tensors laid out back to back."""
-    st_header = {}
-    offset = 0
-    for name, dtype, shape in layout:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        st_header[name] = {"dtype": _ST_NAMES[dtype], "shape": shape,
-                           "data_offsets": (offset, offset + nbytes)}
-        offset += nbytes
-    st_json = _pad8(_BLOCK_ENCODER.encode(st_header).encode("utf-8"))
-    return _ST_LEN.pack(len(st_json)) + st_json
-
-
 def encode(msg: Message, float16: bool = False) -> bytes:
     """One frame for ``msg``; ``float16`` halves the model tensors on the wire (decoded as float32)."""
     cls = type(msg)
     type_name = TYPE_NAMES.get(cls)
     if type_name is None:
         raise ProtocolError("unknown_type", "cannot encode %s" % cls.__name__)
-    wire_dtype = _F16 if float16 else _F32
+    wire_dtype = F16 if float16 else F32
     body: Dict[str, Any] = {}
     tensors: List[Tuple[str, np.ndarray]] = []
     for name in _FIELDS[cls]:
@@ -126,7 +102,7 @@ def encode(msg: Message, float16: bool = False) -> bytes:
                         isinstance(a, np.ndarray) for a in group.values()):
                     if not key or "/" in key:
                         raise ProtocolError("schema", "invalid ewc key %r" % key)
-                    tensors.extend((EWC_PREFIX + key + "/" + k, _wire_array(k, a, _F32))
+                    tensors.extend((EWC_PREFIX + key + "/" + k, _wire_array(k, a, F32))
                                    for k, a in group.items())
                 else:
                     ewc[key] = group
@@ -135,7 +111,7 @@ def encode(msg: Message, float16: bool = False) -> bytes:
     header = {"type": type_name, "v": PROTOCOL_VERSION, "body": body,
               "dtype": "float16" if float16 else "float32"}
     try:
-        header_bytes = _pad8(_HEADER_ENCODER.encode(header).encode("utf-8"), _PREFIX.size)
+        header_bytes = pad8(_HEADER_ENCODER.encode(header).encode("utf-8"), _PREFIX.size)
     except ValueError as exc:  # NaN or Inf in a header float
         raise ProtocolError("non_finite", "%s header: %s" % (type_name, exc)) from exc
     except TypeError as exc:
@@ -143,7 +119,7 @@ def encode(msg: Message, float16: bool = False) -> bytes:
     layout = tuple((name, arr.dtype, arr.shape) for name, arr in tensors)
     st_json = _BLOCK_HEADERS.get(layout)
     if st_json is None:
-        st_json = _block_header(layout)
+        st_json = block_header(layout)
         if len(_BLOCK_HEADERS) >= _CACHE_SIZE:
             _BLOCK_HEADERS.clear()
         _BLOCK_HEADERS[layout] = st_json
@@ -181,49 +157,6 @@ def _loads(raw: bytes, decoder: json.JSONDecoder, what: str) -> Any:
         raise ProtocolError("malformed", "%s: %s" % (what, exc)) from None
 
 
-#: One tensor of a block: (name, dtype, shape, begin offset, end offset).
-_Entry = Tuple[str, np.dtype, Tuple[int, ...], int, int]
-
-
-def _entry(name: str, info: Any) -> _Entry:
-    """Validate one safetensors header entry: known keys, int shape and offsets, size matches."""
-    try:
-        dtype_name, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
-        bad = len(info) != 3 or not isinstance(shape, list) or type(begin) is not int \
-            or type(end) is not int or begin < 0
-        size = 1
-        for dim in shape:
-            bad = bad or type(dim) is not int or dim < 0
-            size *= dim
-    except (TypeError, KeyError, ValueError):
-        bad = True
-    if bad:
-        raise ProtocolError("malformed", "tensor %r: bad safetensors entry" % name)
-    dtype = _ST_DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
-    if dtype is None:
-        raise ProtocolError("schema", "tensor %r: dtype %r is not F32 or F16" % (name, dtype_name))
-    if end - begin != size * dtype.itemsize:
-        raise ProtocolError("malformed", "tensor %r: size does not match its shape" % name)
-    return name, dtype, tuple(shape), begin, end
-
-
-def _parse_block(st_json: bytes, data_len: int) -> List[_Entry]:
-    """The entries of a safetensors block header, sorted by offset, covering ``data_len`` bytes."""
-    st_header = _loads(st_json, _BLOCK_DECODER, "tensor block header")
-    if not isinstance(st_header, dict):
-        raise ProtocolError("malformed", "tensor block header is not an object")
-    entries = sorted((_entry(name, info) for name, info in st_header.items() if name != "__metadata__"),
-                     key=lambda e: e[3])
-    expected = 0
-    for name, _, _, begin, end in entries:
-        if begin != expected:
-            raise ProtocolError("malformed", "tensor %r: data not contiguous" % name)
-        expected = end
-    if expected != data_len:
-        raise ProtocolError("malformed", "tensor data is %d bytes, header says %d" % (data_len, expected))
-    return entries
-
-
 def _all_finite(arr: np.ndarray) -> bool:
     """True if no NaN/Inf: one BLAS pass (a.a is finite iff every a is, unless it overflows)."""
     flat = arr.reshape(-1)
@@ -239,22 +172,33 @@ class Decoder:
     ``decode`` raises ``ProtocolError``; ``try_decode`` logs and counts the reason and returns None,
     so a runtime can feed it anything from the network. Decoded tensors are float32 arrays; float32
     ones are read-only views of the frame unless ``writable`` (one extra copy of the tensor bytes).
+    Rejection warnings are rate-limited per reason (``warn_interval_s``, clock ``clock``); the rest
+    go to DEBUG and every one is counted in ``rejected``.
     """
 
     def __init__(self, expected_specs: Mapping[str, TensorSpec],
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, writable: bool = False):
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, writable: bool = False,
+                 warn_interval_s: float = DEFAULT_WARN_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic):
+        if not warn_interval_s >= 0:
+            raise ValueError("warn_interval_s must be >= 0, got %r" % (warn_interval_s,))
         self._shapes = {arch: {name: tuple(int(d) for d in shape) for name, (shape, _) in spec.items()}
                         for arch, spec in expected_specs.items()}
         self.max_frame_bytes = int(max_frame_bytes)
         self.writable = writable
         self.rejected: Counter = Counter()
         self.accepted = 0
+        self.warn_interval_s = float(warn_interval_s)
+        self._clock = clock
+        #: reason -> clock time of its last WARNING, and rejections logged at DEBUG since then
+        self._warned_at: Dict[str, float] = {}
+        self._suppressed: Counter = Counter()
         self._lock = threading.Lock()
         #: checked tensor layouts by (block header bytes, data length, class, arch id, dtype)
         self._plans: Dict[Tuple[bytes, int, type, Optional[str], str], List[Tuple]] = {}
 
     def try_decode(self, frame: bytes, source: str = "") -> Optional[Message]:
-        """``decode`` that never raises: a bad frame is logged once, counted, and gives None."""
+        """``decode`` that never raises: a bad frame is counted, logged (rate-limited) and gives None."""
         try:
             msg = self.decode(frame)
         except ProtocolError as exc:
@@ -266,10 +210,25 @@ class Decoder:
             with self._lock:
                 self.accepted += 1
             return msg
+        size = len(frame) if isinstance(frame, (bytes, bytearray, memoryview)) else -1
         with self._lock:
             self.rejected[reason] += 1
-        size = len(frame) if isinstance(frame, (bytes, bytearray, memoryview)) else -1
-        log.warning("rejected frame from %s (%d bytes): %s", source or "unknown", size, detail)
+            now = self._clock()
+            last = self._warned_at.get(reason)
+            warn = last is None or now - last >= self.warn_interval_s
+            if warn:
+                self._warned_at[reason] = now
+                suppressed = self._suppressed.pop(reason, 0)
+            else:
+                self._suppressed[reason] += 1
+        if not warn:
+            log.debug("rejected frame from %s (%d bytes): %s", source or "unknown", size, detail)
+        elif suppressed:
+            log.warning("rejected frame from %s (%d bytes): %s (%d more %s rejections suppressed "
+                        "to DEBUG since the last warning)", source or "unknown", size, detail, suppressed,
+                        reason)
+        else:
+            log.warning("rejected frame from %s (%d bytes): %s", source or "unknown", size, detail)
         return None
 
     def decode(self, frame: bytes) -> Message:
@@ -302,18 +261,18 @@ class Decoder:
         if dtype_name not in ("float32", "float16"):
             raise ProtocolError("schema", "tensor dtype %r" % (dtype_name,))
         body = check_body(cls, header["body"])
-        if n - block_start < _ST_LEN.size:
+        if n - block_start < ST_LEN.size:
             raise ProtocolError("malformed", "truncated tensor block")
-        (st_len,) = _ST_LEN.unpack_from(buf, block_start)
-        if st_len > n - block_start - _ST_LEN.size:
+        (st_len,) = ST_LEN.unpack_from(buf, block_start)
+        if st_len > n - block_start - ST_LEN.size:
             raise ProtocolError("malformed", "truncated tensor block header")
-        data_start = block_start + _ST_LEN.size + st_len
-        st_json = bytes(buf[block_start + _ST_LEN.size:data_start])
+        data_start = block_start + ST_LEN.size + st_len
+        st_json = bytes(buf[block_start + ST_LEN.size:data_start])
         arch_id = body["arch_id"] if cls in _TENSOR_TYPES else None
         key = (st_json, n - data_start, cls, arch_id, dtype_name)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plan(_parse_block(st_json, n - data_start), cls, arch_id, WIRE_DTYPES[dtype_name])
+            plan = self._plan(parse_block(_loads(st_json, _BLOCK_DECODER, "tensor block header"), n - data_start), cls, arch_id, WIRE_DTYPES[dtype_name])
             if len(self._plans) >= _CACHE_SIZE:
                 self._plans.clear()
             self._plans[key] = plan
@@ -328,7 +287,7 @@ class Decoder:
             body["ewc"].update(groups)
         return cls(tensors=tensors, **body)
 
-    def _plan(self, entries: List[_Entry], cls: type, arch_id: Optional[str],
+    def _plan(self, entries: List[Entry], cls: type, arch_id: Optional[str],
               model_dtype: np.dtype) -> List[Tuple[str, str, np.dtype, int, int, Tuple[int, ...]]]:
         """Check tensor names, dtypes and shapes once per layout: ``[(group, name, dtype, count,
         offset, shape)]``, group "" for the model tensors."""
@@ -339,14 +298,14 @@ class Decoder:
         expected = self._shapes.get(arch_id)
         if expected is None:
             raise ProtocolError("arch_mismatch", "architecture %r not accepted here" % arch_id)
-        groups: Dict[str, Dict[str, _Entry]] = {"": {}}
+        groups: Dict[str, Dict[str, Entry]] = {"": {}}
         for entry in entries:
             name = entry[0]
             if name.startswith(EWC_PREFIX) and cls is GlobalModel:
                 parts = name[len(EWC_PREFIX):].split("/", 1)
                 if len(parts) != 2 or not parts[0]:
                     raise ProtocolError("schema", "bad ewc tensor name %r" % name)
-                group, name, want = parts[0], parts[1], _F32
+                group, name, want = parts[0], parts[1], F32
             else:
                 group, want = "", model_dtype
             if entry[1] is not want:
@@ -365,10 +324,10 @@ class Decoder:
         """Arrays for a checked plan after the finiteness check: ``{name: arr, None: ewc groups}``."""
         tensors: Dict[Any, Any] = {}
         ewc: Dict[str, Dict[str, np.ndarray]] = {}
-        if model_dtype is _F32:  # every tensor is float32: one view, one finiteness pass, slices
+        if model_dtype is F32:  # every tensor is float32: one view, one finiteness pass, slices
             if self.writable:
                 buf, data_start = bytearray(memoryview(buf)[data_start:]), 0
-            whole = np.frombuffer(buf, _F32, count=data_len // 4, offset=data_start)
+            whole = np.frombuffer(buf, F32, count=data_len // 4, offset=data_start)
             if data_len and not _all_finite(whole):
                 raise ProtocolError("non_finite", "NaN or Inf in tensors")
             for group, name, _, count, offset, shape in plan:
@@ -391,7 +350,7 @@ class Decoder:
         return tensors
 
     @staticmethod
-    def _raise_mismatch(group: str, members: Mapping[str, _Entry], expected: Mapping[str, Tuple[int, ...]],
+    def _raise_mismatch(group: str, members: Mapping[str, Entry], expected: Mapping[str, Tuple[int, ...]],
                         arch_id: str) -> None:
         missing = sorted(set(expected) - set(members))
         extra = sorted(set(members) - set(expected))
@@ -404,5 +363,5 @@ class Decoder:
             group or "model", arch_id, ", ".join(wrong)))
 
 
-__all__ = ["MAGIC", "FORMAT_VERSION", "DEFAULT_MAX_FRAME_BYTES", "REASONS", "EWC_PREFIX", "WIRE_DTYPES",
+__all__ = ["MAGIC", "FORMAT_VERSION", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_WARN_INTERVAL_S", "REASONS", "EWC_PREFIX", "WIRE_DTYPES",
            "TensorSpec", "Decoder", "encode"]

@@ -99,6 +99,8 @@ class Telemetry:
     buffer_capacity: int
     rounds: int = 0
     power_w: Optional[float] = None
+    #: Watts per rail as the board's monitor labels them (``VDD_IN``, ``VDD_CPU_GPU_CV``, ...).
+    rails_w: Dict[str, float] = field(default_factory=dict)
     clocks_khz: Dict[str, int] = field(default_factory=dict)
     temperatures_c: Dict[str, float] = field(default_factory=dict)
 

@@ -6,6 +6,7 @@ so a restart keeps retained messages and persistent sessions, exactly like a bro
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -104,6 +105,16 @@ class BrokerProcess:
         self.stop()
         time.sleep(down_s)
         self.start()
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP): connections stay open but nothing is answered, like a hung
+        server; ``resume`` thaws it."""
+        if self.running:
+            os.kill(self._proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.running:
+            os.kill(self._proc.pid, signal.SIGCONT)
 
     @property
     def running(self) -> bool:

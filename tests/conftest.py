@@ -1,8 +1,10 @@
-"""Shared fixtures: a real MQTT broker process on a free port (mosquitto, or amqtt where absent)."""
+"""Shared fixtures: a real MQTT broker process on a free port (mosquitto, or amqtt where absent)
+and a factory of fleets of real coordinator and agent processes on it."""
 import logging
 
 import pytest
 
+from fleet import FleetRun
 from streamfl.sim.brokers import BrokerProcess
 
 
@@ -19,3 +21,21 @@ def mqtt_broker(tmp_path):
 @pytest.fixture(autouse=True)
 def _debug_logs(caplog):
     caplog.set_level(logging.INFO, logger="streamfl")
+
+
+@pytest.fixture
+def fleet(tmp_path, mqtt_broker):
+    """Factory for ``FleetRun``s on the test's broker; every process is stopped afterwards."""
+    runs = []
+
+    def make(**kwargs):
+        run = FleetRun(tmp_path / ("fleet%d" % len(runs)), mqtt_broker.host, mqtt_broker.port,
+                       **kwargs)
+        runs.append(run)
+        return run
+
+    try:
+        yield make
+    finally:
+        for run in runs:
+            run.stop_all()

@@ -11,6 +11,7 @@ import yaml
 
 from streamfl.agent.cli import build_parser, default_state_dir, overrides_from_args
 from streamfl.agent.config import AgentConfig, MqttConfig, load_agent_config
+from streamfl.dvfs.config import DvfsConfig
 from streamfl.errors import ConfigError
 from streamfl.models import ModelSpec
 from streamfl.protocol.topics import sanitize_name
@@ -43,7 +44,7 @@ def test_example_yaml_loads_and_documents_every_key():
     cfg = load_agent_config(EXAMPLE)
     assert cfg.model == ModelSpec() and cfg.sensor == SensorConfig()
     data = yaml.safe_load(EXAMPLE.read_text())
-    sections = {"model": ModelSpec, "sensor": SensorConfig, "mqtt": MqttConfig}
+    sections = {"model": ModelSpec, "sensor": SensorConfig, "mqtt": MqttConfig, "dvfs": DvfsConfig}
     for f in dataclasses.fields(AgentConfig):
         assert f.name in data, "example YAML does not document %r" % f.name
     for key, cls in sections.items():
@@ -151,3 +152,15 @@ def test_cli_check_config_prints_effective_config(tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = yaml.safe_load(proc.stdout)
     assert data["device_id"] == "bench-1" and data["mqtt"]["port"] == 1999
+
+
+def test_dvfs_section_is_checked_at_load_time(tmp_path):
+    cfg = load_agent_config(write(tmp_path, "dvfs:\n  backend: simulated\n  policy: clp-aware\n"))
+    assert cfg.dvfs.backend == "simulated" and cfg.dvfs.policy == "clp-aware"
+    for text, word in [("dvfs:\n  backend: gpio\n", "backend"), ("dvfs:\n  polciy: none\n", "polciy"),
+                       ("dvfs:\n  policy: turbo\n", "turbo"),
+                       ("dvfs:\n  policy: clp-aware\n  policy_options: {treshold: 0.1}\n", "treshold"),
+                       ("dvfs:\n  energy_rate_hz: 0\n", "energy_rate_hz")]:
+        with pytest.raises(ConfigError) as err:
+            load_agent_config(write(tmp_path, text, "bad.yaml"))
+        assert word in str(err.value) and "bad.yaml" in str(err.value), str(err.value)

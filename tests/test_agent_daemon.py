@@ -73,11 +73,12 @@ def make_config(**over):
 class Running:
     """A daemon running in a thread, stopped and joined at exit."""
 
-    def __init__(self, broker, state_dir, source=None, **over):
+    def __init__(self, broker, state_dir, source=None, agent_dvfs=None, **over):
         self.config = make_config(**over)
         self.transport = MemoryTransport(broker, DEV)
         self.source = source or make_source(self.config.sensor, DEV)
-        self.daemon = AgentDaemon(self.config, self.transport, self.source, state_dir)
+        self.daemon = AgentDaemon(self.config, self.transport, self.source, state_dir,
+                                  dvfs=agent_dvfs)
         self.thread = threading.Thread(target=self.daemon.run, daemon=True)
 
     def __enter__(self):

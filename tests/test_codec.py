@@ -333,9 +333,79 @@ def test_try_decode_logs_counts_and_never_raises(caplog):
     assert dec.accepted == 1
     assert dec.rejected == {"malformed": 3, "oversize": 1}
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 4
+    assert len(warnings) == 2  # the first per reason; the other malformed ones are rate-limited
     assert "t/bad" in warnings[0].getMessage() and "malformed" in warnings[0].getMessage()
     assert "oversize" in warnings[1].getMessage()
+
+
+class FakeClock:
+    """A settable monotonic clock, so rate-limit tests need no sleep."""
+
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def rejections(caplog, level):
+    return [r.getMessage() for r in caplog.records
+            if r.name == "streamfl.protocol.codec" and r.levelno == level and "rejected frame" in r.getMessage()]
+
+
+def test_rejection_warnings_are_rate_limited_per_reason(caplog):
+    clock = FakeClock()
+    dec = decoder(max_frame_bytes=100, warn_interval_s=10.0, clock=clock)
+    caplog.set_level(logging.DEBUG, logger="streamfl.protocol.codec")
+    for i in range(50):  # a flood of one kind of bad frame
+        assert dec.try_decode(b"garbage %d" % i, source="t/flood") is None
+    assert dec.try_decode(b"\0" * 101, source="t/big") is None  # another reason warns at once
+    warnings = rejections(caplog, logging.WARNING)
+    assert len(warnings) == 2
+    assert "t/flood" in warnings[0] and "malformed" in warnings[0] and "suppressed" not in warnings[0]
+    assert "oversize" in warnings[1] and "suppressed" not in warnings[1]
+    assert len(rejections(caplog, logging.DEBUG)) == 49  # nothing lost, only demoted
+    assert dec.rejected == {"malformed": 50, "oversize": 1}
+
+    caplog.clear()
+    clock.now += 9.9  # still inside the interval
+    dec.try_decode(b"garbage again", source="t/flood")
+    assert rejections(caplog, logging.WARNING) == []
+    clock.now += 0.1  # the interval has passed: one warning that says how many were held back
+    dec.try_decode(b"garbage late", source="t/late")
+    warnings = rejections(caplog, logging.WARNING)
+    assert len(warnings) == 1
+    assert "t/late" in warnings[0] and "50 more malformed rejections suppressed" in warnings[0]
+    dec.try_decode(b"garbage next", source="t/late")
+    assert len(rejections(caplog, logging.WARNING)) == 1
+    clock.now += 10.0
+    dec.try_decode(b"garbage later", source="t/late")
+    warnings = rejections(caplog, logging.WARNING)
+    assert len(warnings) == 2 and "1 more malformed" in warnings[1]
+    assert dec.rejected == {"malformed": 54, "oversize": 1} and dec.accepted == 0
+
+
+def test_zero_interval_warns_every_rejection_and_results_are_unchanged(caplog):
+    clock = FakeClock()
+    limited, every = decoder(clock=clock), decoder(warn_interval_s=0, clock=clock)
+    caplog.set_level(logging.WARNING, logger="streamfl.protocol.codec")
+    good = encode(samples()[1])
+    frames = [b"garbage", good, b"XFL", None, good, b"bad again"]
+    for data in frames:
+        assert limited.try_decode(data) == every.try_decode(data)
+    assert limited.rejected == every.rejected == {"malformed": 4}
+    assert limited.accepted == every.accepted == 2
+    messages = rejections(caplog, logging.WARNING)
+    assert len(messages) == 1 + 4  # limited: the first; every: all four, none says "suppressed"
+    assert not any("suppressed" in m for m in messages)
+
+
+def test_default_warn_interval_and_bad_interval():
+    from streamfl.protocol.codec import DEFAULT_WARN_INTERVAL_S
+    assert DEFAULT_WARN_INTERVAL_S == 10.0 and decoder().warn_interval_s == 10.0
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError):
+            decoder(warn_interval_s=bad)
 
 
 def test_layout_cache_does_not_hide_a_changed_frame():

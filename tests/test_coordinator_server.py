@@ -267,6 +267,7 @@ def test_evaluation_lines_every_n_versions(tmp_path):
     assert [e["version"] for e in evals] == [0, 2, 4]
     for e in evals:
         assert 0.0 <= e["accuracy"] <= 1.0 and e["loss"] > 0
+        assert abs(e["wall_s"] - time.time()) < 60      # Unix time, so runs across restarts line up
     assert evals[0]["devices_online"] == 0 and evals[-1]["devices_online"] == 1
     assert evals[-1]["updates"] == 4
 

@@ -176,3 +176,51 @@ def test_memory_only_outbox(tmp_path):
     sink = Sink()
     box.drain(sink)
     assert sink.got == frames(3)[1:]
+
+
+class Probe:
+    """An acknowledgement probe the test flips, like a PUBACK arriving."""
+
+    def __init__(self):
+        self.acked = False
+
+    def __call__(self):
+        return self.acked
+
+
+def test_in_flight_files_stay_until_acknowledged_and_survive_a_crash(tmp_path):
+    box = Outbox(tmp_path)
+    data = frames(3)
+    for f in data:
+        box.put(f)
+    probes, got = [], []
+
+    def send(frame):
+        got.append(frame)
+        probes.append(Probe())
+        return probes[-1]
+
+    assert box.drain(send) == 3 and got == data
+    assert len(box) == 0 and box.in_flight == 3 and box.size_bytes == 0
+    assert len(list(tmp_path.glob("*.frame"))) == 3          # handed over, not yet acknowledged
+    probes[0].acked = True
+    assert box.reap() == 1 and box.in_flight == 2
+    assert len(list(tmp_path.glob("*.frame"))) == 2
+    # The agent dies before the other two PUBACKs: the next start sends them again, in order.
+    again = Outbox(tmp_path)
+    assert len(again) == 2
+    sink = Sink()
+    again.drain(sink)
+    assert sink.got == data[1:] and list(tmp_path.glob("*.frame")) == []
+
+
+def test_drain_reaps_first_and_counts_acknowledgements(tmp_path):
+    box = Outbox(tmp_path)
+    box.put(b"one")
+    probe = Probe()
+    box.drain(lambda f: probe)
+    probe.acked = True
+    box.put(b"two")
+    assert box.drain(Sink()) == 1
+    assert box.in_flight == 0 and box.counters["acked"] == 1 and box.counters["sent"] == 2
+    assert list(tmp_path.glob("*.frame")) == []

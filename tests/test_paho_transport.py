@@ -1,4 +1,5 @@
 """PahoTransport against a real broker: round trip, retained, last will, persistent session, reconnect."""
+import logging
 import os
 import signal
 import subprocess
@@ -264,3 +265,37 @@ def test_read_password(tmp_path):
     with pytest.raises(ConfigError) as info:
         read_password(tmp_path / "missing")
     assert "missing" in str(info.value)
+
+
+def test_a_broker_that_stays_down_is_reported_once_with_the_reason(caplog):
+    from streamfl.sim.brokers import free_port
+    caplog.set_level(logging.DEBUG, logger="streamfl.protocol.transport.paho")
+    settings = MqttSettings(host="127.0.0.1", port=free_port(), client_id="lonely",
+                            reconnect_min_s=0.1, reconnect_max_s=0.2)
+    t = PahoTransport(settings)
+    try:
+        t.connect()
+        assert wait_for(lambda: sum("cannot connect" in r.getMessage() for r in caplog.records) >= 4,
+                        timeout_s=10)
+    finally:
+        t.close()
+    tries = [r for r in caplog.records if "cannot connect" in r.getMessage()]
+    assert "ConnectionRefusedError" in tries[0].getMessage() and tries[0].levelname == "WARNING"
+    assert {r.levelname for r in tries[1:]} == {"DEBUG"}          # retries do not flood the journal
+
+
+def test_tracked_publish_reports_the_puback_and_refuses_while_offline(clients, mqtt_broker):
+    c = clients("tracker").start()
+    mqtt_broker.pause()                                   # no PUBACK while the broker is frozen
+    try:
+        acked = c.t.publish_tracked("f/device/tracker/update", b"x" * 100000, qos=1)
+        assert acked is not None
+        time.sleep(0.5)
+        assert not acked()
+    finally:
+        mqtt_broker.resume()
+    assert wait_for(acked, timeout_s=10)
+    mqtt_broker.stop()
+    assert wait_for(lambda: not c.t.connected, timeout_s=10)
+    assert c.t.publish_tracked("f/device/tracker/update", b"y", qos=1) is None
+    assert c.t.publish("f/device/tracker/update", b"y", qos=1)     # paho still queues it

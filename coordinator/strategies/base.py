@@ -6,7 +6,7 @@ buffered or dropped the update. Strategies never mutate the tensors they are giv
 model is shared with the history and the publisher thread, so every aggregation builds new arrays.
 """
 import abc
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from streamfl.protocol.messages import Tensors, Update
 
@@ -30,6 +30,8 @@ class Aggregator(abc.ABC):
     def __init__(self) -> None:
         #: What the last ``on_update`` did with its update: AGGREGATED, BUFFERED or STALE.
         self.last_outcome = BUFFERED
+        #: The updates the newest aggregation merged (what the CLP probe reads of it).
+        self.last_aggregated: List[Update] = []
         #: Updates dropped as too stale (core reports it as ``stale_dropped``).
         self.stale_dropped = 0
 

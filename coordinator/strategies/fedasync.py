@@ -54,6 +54,7 @@ class FedAsyncAggregator(Aggregator):
         weight = self.mixing_weight(staleness)
         self.last_weight = weight
         self.last_outcome = AGGREGATED
+        self.last_aggregated = [update]
         return self.mix(model, update.tensors, weight)
 
     def mix(self, model: Tensors, new: Tensors, weight: float) -> Tensors:

@@ -83,6 +83,7 @@ class FedAvgAggregator(Aggregator):
         self.round_start_s = None
         self.round_version = None
         self.pending = {}
+        self.last_aggregated = updates
         return weighted_average(updates)
 
     def on_update(self, model: Tensors, version: int, update: Update, now: float) -> Optional[Tensors]:

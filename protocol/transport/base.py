@@ -1,5 +1,6 @@
 """The publish/subscribe interface both runtimes use, so cores never see paho (DESIGN.md section 2)."""
 import abc
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -9,6 +10,12 @@ MessageHandler = Callable[[str, bytes], None]
 #: ``on_connect(session_present)`` / ``on_disconnect(reason)``.
 ConnectHandler = Callable[[bool], None]
 DisconnectHandler = Callable[[str], None]
+#: ``acked()`` of a tracked publish: True once the broker has acknowledged the message.
+AckProbe = Callable[[], bool]
+
+
+def _handed_over() -> bool:
+    return True
 
 
 @dataclass(frozen=True)
@@ -21,7 +28,6 @@ class MqttSettings:
     keepalive_s: int = 30
     #: Persistent session (clean_start false) so QoS 1 messages wait while the client is away.
     persistent_session: bool = True
-    session_expiry_s: int = 7 * 24 * 3600
     reconnect_min_s: float = 1.0
     reconnect_max_s: float = 60.0
     tls_ca: Optional[Path] = None
@@ -67,6 +73,16 @@ class Transport(abc.ABC):
     def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> bool:
         """Queue a message; False if it could not be handed to the network layer (e.g. offline)."""
 
+    def publish_tracked(self, topic: str, payload: bytes, qos: int = 1,
+                        retain: bool = False) -> Optional[AckProbe]:
+        """``publish`` that also says when the broker has the message; None if it was refused.
+
+        Lets a caller keep its own durable copy until the broker acknowledges it. This default
+        counts a handed-over message as acknowledged; transports that see acknowledgements (paho's
+        PUBACK) override it.
+        """
+        return _handed_over if self.publish(topic, payload, qos, retain) else None
+
     @property
     @abc.abstractmethod
     def connected(self) -> bool:
@@ -74,7 +90,6 @@ class Transport(abc.ABC):
 
     def wait_connected(self, timeout_s: float) -> bool:
         """Block until connected or ``timeout_s`` passes; True if connected."""
-        import time
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.connected:

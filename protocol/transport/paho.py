@@ -4,7 +4,7 @@ Protocol choice: MQTT 3.1.1 with ``clean_session=False``, not MQTT 5 with ``clea
 a session expiry. Every broker a fleet meets speaks 3.1.1 (mosquitto 1.x/2.x, EMQX, HiveMQ, and amqtt,
 the embedded fallback broker, which speaks only 3.1.1); MQTT 5's only gain here would be the
 client-chosen session expiry, which mosquitto's ``persistent_client_expiration`` provides on the
-broker side. ``MqttSettings.session_expiry_s`` is therefore unused by this transport.
+broker side (set it longer than a board may stay away).
 
 Offline behaviour: paho keeps QoS 1 publishes made while disconnected in memory (at most
 ``max_queued_messages``) and sends them after reconnecting, so ``publish`` returns True for them;
@@ -14,16 +14,17 @@ process, which is why the agent also keeps an outbox on disk for its updates.
 import collections
 import logging
 import ssl
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Deque, Dict
+from typing import Any, Deque, Dict, Optional
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
 from streamfl.errors import ConfigError, TransportError
-from streamfl.protocol.transport.base import MqttSettings, Transport
+from streamfl.protocol.transport.base import AckProbe, MqttSettings, Transport
 from streamfl.protocol.transport.credentials import PASSWORD_ENV, read_password
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,11 @@ class PahoTransport(Transport):
         self._network_thread: Any = None
         #: True once on_connect took its snapshot of the filters for the current connection
         self._subscribed = False
+        #: the last connection failure logged as a warning, so a broker that stays down logs once
+        self._last_failure: Any = None
+        #: True between an accepted CONNACK and the next disconnect
+        self._accepted = False
+        self._refused = False
         try:
             self._client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=settings.client_id,
                                        clean_session=not settings.persistent_session,
@@ -153,20 +159,37 @@ class PahoTransport(Transport):
 
     def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> bool:
         """True if paho sent or queued the message; see the module docstring for offline rules."""
+        info = self._publish(topic, payload, qos, retain)
+        return info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS or (
+            info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN and qos > 0)  # queued: sent after reconnect
+
+    def publish_tracked(self, topic: str, payload: bytes, qos: int = 1,
+                        retain: bool = False) -> Optional[AckProbe]:
+        """Probe of the PUBACK for a message paho put on the wire; None for anything else.
+
+        A QoS 1 message paho only queued (the link dropped a moment ago) also counts as refused:
+        paho cannot report its acknowledgement, so the caller keeps its copy and sends it again
+        after the reconnect. The broker then gets it twice; the coordinator drops the repeat by
+        its ``update_id``.
+        """
+        info = self._publish(topic, payload, qos, retain)
+        if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            return None
+        return lambda: qos == 0 or _acked(info)
+
+    def _publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> mqtt.MQTTMessageInfo:
         try:
             info = self._client.publish(topic, payload, qos=qos, retain=retain)
         except (ValueError, TypeError) as exc:
             raise TransportError("cannot publish on %r: %s" % (topic, exc)) from exc
-        queued = info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN and qos > 0  # sent after the reconnect
-        if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS or queued:
-            if qos > 0 and not queued:  # paho can only tell us about acks of messages it sent
-                with self._lock:
-                    self._unacked.append(info)
-                    if len(self._unacked) > 64:
-                        self._pending_acks()
-            return True
-        log.debug("publish on %s refused: %s", topic, mqtt.error_string(info.rc))
-        return False
+        if info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS and qos > 0:
+            with self._lock:  # paho can only tell us about acks of messages it sent
+                self._unacked.append(info)
+                if len(self._unacked) > 64:
+                    self._pending_acks()
+        elif info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            log.debug("publish on %s not sent now: %s", topic, mqtt.error_string(info.rc))
+        return info
 
     def _pending_acks(self) -> int:
         """QoS 1 publishes the broker has not acknowledged yet (forgets the acknowledged ones)."""
@@ -184,9 +207,11 @@ class PahoTransport(Transport):
                         properties: Any) -> None:
         self._network_thread = threading.current_thread()
         if reason_code.is_failure:
-            log.warning("broker %s:%d refused %s: %s", self.settings.host, self.settings.port,
-                        self.settings.client_id, reason_code)
+            self._refused = True
+            self._log_failure("refused by the broker: %s" % reason_code)
             return
+        self._last_failure = None
+        self._accepted = True
         with self._lock:
             filters = list(self._filters.items())
             self._subscribed = True
@@ -201,16 +226,34 @@ class PahoTransport(Transport):
                            properties: Any) -> None:
         with self._lock:
             self._subscribed = False
+            accepted, self._accepted = self._accepted, False
+            refused, self._refused = self._refused, False   # the CONNACK's reason was logged
         reason = "closed" if self._closed else str(reason_code)
         if self._closed:
             log.info("disconnected from %s:%d", self.settings.host, self.settings.port)
-        else:
+        elif accepted:
             log.warning("lost connection to %s:%d (%s); reconnecting", self.settings.host,
                         self.settings.port, reason)
+        elif not refused:  # e.g. a TLS 1.3 broker rejecting our client certificate after the handshake
+            self._log_failure("connection closed before the broker accepted it (%s); check the "
+                              "client certificate and the broker's log" % reason)
         self._call(self.on_disconnect, reason)
 
     def _handle_connect_fail(self, client: mqtt.Client, userdata: Any) -> None:
-        log.debug("cannot reach %s:%d; retrying", self.settings.host, self.settings.port)
+        """Log why a connection attempt failed: once as a warning, repeats of it at debug level.
+
+        paho calls this inside its ``except OSError`` block, so the error (refused, unreachable, a
+        TLS certificate the broker or we reject) is in ``sys.exc_info()``.
+        """
+        exc = sys.exc_info()[1]
+        self._log_failure("%s: %s" % (type(exc).__name__, exc) if exc is not None else "unknown error")
+
+    def _log_failure(self, reason: str) -> None:
+        """A failed attempt: a warning when the reason is new, debug while it repeats."""
+        level = logging.DEBUG if reason == self._last_failure else logging.WARNING
+        self._last_failure = reason
+        log.log(level, "cannot connect to %s:%d as %s (%s); retrying", self.settings.host,
+                self.settings.port, self.settings.client_id, reason)
 
     def _handle_message(self, client: mqtt.Client, userdata: Any, message: mqtt.MQTTMessage) -> None:
         try:
