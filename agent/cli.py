@@ -40,7 +40,10 @@ def default_state_dir(system_dir: Path = SYSTEM_STATE_DIR, home: Optional[Path] 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line; every flag defaults to None so that only given flags override the file."""
-    p = argparse.ArgumentParser(prog=PROG, description="streamfl on-device learning agent.")
+    p = argparse.ArgumentParser(
+        prog=PROG, description="streamfl on-device learning agent.",
+        epilog="Clocks: '%s dvfs status' shows this board's clocks and power, '%s dvfs restore' "
+               "puts back clocks a killed agent left changed." % (PROG, PROG))
     p.add_argument("--config", type=Path, help="agent YAML file (see configs/agent.example.yaml)")
     p.add_argument("--broker", help="MQTT broker host name or address (mqtt.host)")
     p.add_argument("--port", type=int, help="MQTT broker port (mqtt.port, default 1883)")
@@ -91,6 +94,10 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
     from streamfl.agent.config import load_agent_config
 
     environ = os.environ if environ is None else environ
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["dvfs"]:
+        from streamfl.agent.dvfs_cli import main as dvfs_main
+        return dvfs_main(argv[1:], environ)
     args = build_parser().parse_args(argv)
     try:
         cfg = load_agent_config(args.config, overrides_from_args(args))
@@ -110,6 +117,18 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
         return _fail(exc, 1)
 
 
+def _dvfs(cfg, state_dir: Path):
+    """The agent's clock control; a board whose clocks cannot be read trains without it."""
+    from streamfl.agent.dvfs import AgentDvfs
+    from streamfl.dvfs.base import DvfsError
+    from streamfl.dvfs.sysfs import SysfsFiles
+    try:
+        return AgentDvfs.from_config(cfg.dvfs, state_dir)
+    except DvfsError as exc:
+        log.error("DVFS unavailable (%s): training without clock control or energy", exc)
+        return AgentDvfs.disabled(state_dir, SysfsFiles(Path(cfg.dvfs.sysfs_root)))
+
+
 def _run(cfg, settings, state_dir: Path, environ: Mapping[str, str]) -> int:
     from streamfl.agent.daemon import AgentDaemon
     from streamfl.notify import SystemdNotifier
@@ -119,7 +138,7 @@ def _run(cfg, settings, state_dir: Path, environ: Mapping[str, str]) -> int:
     transport = PahoTransport(settings)
     source = make_source(cfg.sensor, cfg.device_id, transport=transport, fleet=cfg.fleet)
     daemon = AgentDaemon(cfg, transport, source, state_dir,
-                         notifier=SystemdNotifier.from_environ(environ))
+                         notifier=SystemdNotifier.from_environ(environ), dvfs=_dvfs(cfg, state_dir))
 
     def on_signal(signum, frame):
         log.info("received %s, stopping", signal.Signals(signum).name)

@@ -5,6 +5,7 @@ All decisions are the ``AgentCore``'s; this module only moves windows, frames an
 to draw each minibatch, never while publishing, so a synchronous (in-memory) transport that calls
 ``on_message`` from inside ``publish`` cannot deadlock.
 """
+import dataclasses
 import logging
 import threading
 import time
@@ -13,6 +14,7 @@ from typing import Callable, Dict, Optional
 
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore, RoundInterrupted
+from streamfl.agent.dvfs import AgentDvfs
 from streamfl.notify import SystemdNotifier
 from streamfl.agent.outbox import Outbox
 from streamfl.agent.state import StateDir
@@ -36,7 +38,8 @@ class AgentDaemon:
     def __init__(self, config: AgentConfig, transport: Transport, source, state_dir: Path,
                  clock: Callable[[], float] = time.monotonic,
                  notifier: Optional[SystemdNotifier] = None,
-                 wall_clock: Callable[[], float] = time.time, outbox_writer=None):
+                 wall_clock: Callable[[], float] = time.time, outbox_writer=None,
+                 dvfs: Optional[AgentDvfs] = None):
         self.config = config
         self.transport = transport
         self.source = source
@@ -45,6 +48,9 @@ class AgentDaemon:
         self.notifier = notifier or SystemdNotifier()
         self.state = StateDir(state_dir).prepare()
         self.core = AgentCore(config, clock=wall_clock)
+        #: Clocks and energy; shares ``clock`` with the daemon so round times and joules line up.
+        self.dvfs = dvfs or AgentDvfs.disabled()
+        self.core.dvfs_levels = self.dvfs.hello_levels()
         self.device_id = config.device_id
         self.topics = Topics(config.fleet)
         self.status_topic = self.topics.device(self.device_id, "status")
@@ -76,6 +82,7 @@ class AgentDaemon:
         if self._started:
             return
         self._started = True
+        self.dvfs.start()
         self._resume()
         t = self.transport
         # Topics the daemon does not own (e.g. an MQTT sensor source's) go to the handler installed
@@ -113,6 +120,7 @@ class AgentDaemon:
                     self.send_telemetry()
                 if self._threads["train"].is_alive():
                     self.notifier.watchdog()
+                self.outbox.reap()
                 self._stop.wait(tick_s)
         finally:
             self.shutdown()
@@ -136,6 +144,8 @@ class AgentDaemon:
         train = self._threads.get("train")
         if train is not None:
             train.join(STOP_TIMEOUT_S)
+        if not self.dvfs.close():       # clocks back first: nothing below may skip it
+            log.error("clocks not fully restored; run 'streamfl-agent dvfs restore'")
         sensor = self._threads.get("sensor")
         if sensor is not None:
             sensor.join(5.0)
@@ -143,7 +153,8 @@ class AgentDaemon:
             self.transport.publish(self.status_topic,
                                    encode(Offline(self.device_id, reason="shutdown")),
                                    qos=1, retain=True)
-        self.transport.close()
+        self.transport.close()           # waits a while for outstanding acknowledgements
+        self.outbox.reap()               # frames still unacknowledged are sent again next start
         if train is not None and train.is_alive():
             log.error("a training round did not finish within %.0f s; no final checkpoint",
                       STOP_TIMEOUT_S)
@@ -212,7 +223,23 @@ class AgentDaemon:
         try:
             with self._lock:
                 plan = self.core.begin_round()
-            update = self.core.finish_round(plan, lock=self._lock, should_stop=self._stop.is_set)
+                clock_plan = self.core.frequency_plan(self.dvfs.views())
+            levels = self.dvfs.apply(clock_plan)
+            t0 = self._clock()
+            self.dvfs.training = True
+            try:
+                update = self.core.finish_round(plan, lock=self._lock, should_stop=self._stop.is_set)
+                slowdown = self.dvfs.slowdown()       # > 1 only for emulated (demo) clocks
+                if slowdown > 1.0:
+                    self._stop.wait(update.seconds_per_sample * update.num_samples * (slowdown - 1))
+                    update = dataclasses.replace(
+                        update, seconds_per_sample=update.seconds_per_sample * slowdown)
+            finally:
+                self.dvfs.training = False
+            update = dataclasses.replace(update, energy_j=self.dvfs.joules(t0, self._clock()),
+                                         clock_levels=levels)
+            self.core.last_update = update
+            self.core.observe_clocks(levels, update.seconds_per_sample)
             frame = encode(update, float16=self.config.float16_updates)
         except RoundInterrupted as exc:
             log.info("%s (stopping)", exc)
@@ -241,6 +268,9 @@ class AgentDaemon:
         """Publish an encoded Update (QoS 1), or queue it in the outbox while the broker is away.
 
         Frames go through the outbox whenever it is not empty, so updates leave in creation order.
+        While the broker is up, an update goes straight to the transport and is not written to
+        disk first: a crash before its PUBACK loses that one update, which the next round
+        replaces, whereas writing every 0.3 to 2 MB update to an SD card each round wears it out.
         """
         with self._send_lock:
             if self.transport.connected and len(self.outbox) == 0:
@@ -258,17 +288,19 @@ class AgentDaemon:
             if len(self.outbox) == 0:
                 return
             sent = self.outbox.drain(
-                lambda f: self.transport.publish(self.update_topic, f, qos=1))
+                lambda f: self.transport.publish_tracked(self.update_topic, f, qos=1))
             self._counts["updates_sent"] += sent
 
     def send_telemetry(self) -> bool:
         """Best-effort (QoS 0) health report; skipped while offline."""
         if not self.transport.connected:
             return False
+        board = self.dvfs.telemetry()
         with self._lock:
             tel = Telemetry(device_id=self.device_id, time_s=float(self._wall_clock()),
                             buffer_fill=len(self.core.buffer),
-                            buffer_capacity=self.core.buffer.capacity, rounds=self.core.rounds)
+                            buffer_capacity=self.core.buffer.capacity, rounds=self.core.rounds,
+                            **board)
         ok = self.transport.publish(self.telemetry_topic, encode(tel), qos=0)
         if ok:
             self._counts["telemetry_sent"] += 1
@@ -335,8 +367,10 @@ class AgentDaemon:
         """Rounds, updates sent/queued, outbox drops, rejected frames and the like."""
         out = dict(self._counts)
         out["outbox_len"] = len(self.outbox)
+        out["outbox_in_flight"] = self.outbox.in_flight
         out["outbox_dropped"] = self.outbox.counters["dropped"]
         out["outbox_write_errors"] = self.outbox.counters["write_errors"]
         out["rejected_frames"] = sum(self.decoder.rejected.values())
         out["buffer_fill"] = len(self.core.buffer)
+        out["dvfs_errors"] = self.dvfs.errors
         return out

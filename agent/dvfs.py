@@ -1,0 +1,177 @@
+"""The agent's clocks and energy: a backend behind the guard, a power meter, an energy counter.
+
+The daemon asks the core for a frequency plan before each round (the policy is sans-I/O) and hands
+it here; this object does the writes, knows what a round cost in joules, and restores the clocks
+on every way out (``close``), including a crash of an earlier run (``start``).
+"""
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from streamfl.dvfs.base import DvfsBackend, DvfsError, SysfsIO
+from streamfl.dvfs.config import DvfsConfig
+from streamfl.dvfs.guard import DvfsGuard, restore_saved
+from streamfl.dvfs.null import NullBackend
+from streamfl.dvfs.policies.base import DomainView
+from streamfl.dvfs.power.base import PowerMeter
+from streamfl.dvfs.power.energy import EnergyCounter
+from streamfl.dvfs.power.null import NullMeter
+from streamfl.dvfs.thermal import read_temperatures_c
+
+log = logging.getLogger(__name__)
+
+
+class AgentDvfs:
+    """Clock control and energy accounting for one agent; every method is safe to call from the
+    training thread while the main loop reads telemetry."""
+
+    def __init__(self, backend: DvfsBackend, meter: PowerMeter, state_dir: Optional[Path],
+                 energy_rate_hz: float = 10.0, clock: Callable[[], float] = time.monotonic,
+                 restore_io: Optional[SysfsIO] = None, thermal_zones: Sequence[str] = (),
+                 board: str = "unknown", emulate_speed: bool = False,
+                 read_temperatures: Optional[bool] = None):
+        self.backend = backend
+        self.meter = meter
+        self.board = board
+        self.guard = DvfsGuard(backend, state_dir)
+        self.counter = EnergyCounter(meter, rate_hz=energy_rate_hz, clock=clock)
+        self._state_dir = state_dir
+        self._restore_io = restore_io
+        self._thermal_zones = tuple(thermal_zones)
+        #: Thermal zones are read from ``restore_io`` only where it is the board the clocks are on.
+        self._read_temperatures = restore_io is not None if read_temperatures is None else read_temperatures
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.training = False
+        self.errors = 0
+        self.emulate_speed = emulate_speed
+
+    @classmethod
+    def disabled(cls, state_dir: Optional[Path] = None,
+                 restore_io: Optional[SysfsIO] = None) -> "AgentDvfs":
+        """Touches no clock and measures nothing (tests, and boards where DVFS is off); given a
+        state folder and sysfs, ``start`` still puts back clocks a crashed earlier run left."""
+        return cls(NullBackend("DVFS off"), NullMeter(), state_dir, restore_io=restore_io,
+                   read_temperatures=False)
+
+    @classmethod
+    def from_config(cls, cfg: DvfsConfig, state_dir: Path,
+                    clock: Callable[[], float] = time.monotonic) -> "AgentDvfs":
+        """Profile, backend and meter as ``cfg`` says (errors: ``ConfigError``/``DvfsError``)."""
+        from streamfl.dvfs.factory import board_profile, describe, make_backend, make_meter
+        from streamfl.dvfs.sysfs import SysfsFiles
+        profile = board_profile(cfg) if cfg.backend != "none" else None
+        backend = make_backend(cfg, profile, clock=clock)
+        holder: List[AgentDvfs] = []
+        meter = make_meter(cfg, profile, backend, busy=lambda: bool(holder and holder[0].training))
+        # Whatever the backend now, an earlier sysfs run's saved clocks are put back at start.
+        io = SysfsFiles(Path(cfg.sysfs_root))
+        self = cls(backend, meter, state_dir, cfg.energy_rate_hz, clock, restore_io=io,
+                   thermal_zones=profile.thermal_zones if profile else (),
+                   board=profile.name if profile else "none", emulate_speed=cfg.emulate_speed,
+                   read_temperatures=cfg.backend == "sysfs")
+        holder.append(self)
+        log.info("DVFS: board %s, backend %s, meter %s", self.board, backend.kind, meter.kind)
+        for line in describe(backend):
+            log.info("DVFS domain %s", line)
+        return self
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Put back clocks a crashed earlier run left changed, then start counting energy."""
+        if self._restore_io is not None and self._state_dir is not None:
+            try:
+                restore_saved(self._state_dir, self._restore_io)
+            except DvfsError as exc:
+                self.errors += 1
+                log.error("could not restore the clocks an earlier run changed: %s", exc)
+        if not isinstance(self.meter, NullMeter):
+            self.counter.start()
+
+    def close(self) -> bool:
+        """Restore the original clocks and stop the counter; True if the clocks are back."""
+        with self._lock:
+            ok = self.guard.restore()
+        self.counter.stop()
+        self.meter.close()
+        return ok
+
+    # ---- rounds -------------------------------------------------------------------------------
+
+    def views(self) -> Tuple[DomainView, ...]:
+        """What the policy sees of each domain (a domain that cannot be read is left out)."""
+        out = []
+        for dom in self.backend.domains:
+            try:
+                out.append(DomainView(dom.name, dom.kind, tuple(dom.levels_khz), dom.current_level()))
+            except DvfsError as exc:
+                log.warning("DVFS domain %s unreadable, left out of the plan: %s", dom.name, exc)
+        return tuple(out)
+
+    def apply(self, plan: Mapping[str, int]) -> Dict[str, int]:
+        """Apply a plan; on a refused write, log it, count it and train at the levels in force."""
+        with self._lock:
+            try:
+                self.guard.apply(plan)
+            except (DvfsError, KeyError, IndexError) as exc:
+                self.errors += 1
+                log.error("DVFS plan %s not applied: %s", dict(plan), exc)
+        return self.levels()
+
+    def levels(self) -> Dict[str, int]:
+        """Each domain's level now (unreadable domains left out)."""
+        out = {}
+        for dom in self.backend.domains:
+            try:
+                out[dom.name] = dom.current_level()
+            except DvfsError:
+                pass
+        return out
+
+    def slowdown(self) -> float:
+        """How much longer a round takes at the current levels than at the top ones, for
+        ``emulate_speed``: top/current frequency of the domain the clocks policy scales (the GPU
+        where there is one); 1.0 otherwise, real clocks needing no help."""
+        if not self.emulate_speed:
+            return 1.0
+        doms = [d for d in self.backend.domains if d.kind == "gpu"] or list(self.backend.domains)
+        return max([d.levels_khz[-1] / float(d.current_khz()) for d in doms] or [1.0])
+
+    def joules(self, t0_s: float, t1_s: float) -> Optional[float]:
+        """Energy between two instants of ``clock``; None when nothing is measured or too old."""
+        if isinstance(self.meter, NullMeter):
+            return None
+        if not self.counter.running:
+            self.counter.sample_once(self._clock())
+        try:
+            return round(self.counter.joules_between(t0_s, t1_s), 6)
+        except ValueError as exc:
+            log.debug("no energy for the round: %s", exc)
+            return None
+
+    # ---- reporting ----------------------------------------------------------------------------
+
+    def hello_levels(self) -> Dict[str, List[int]]:
+        """Levels per domain for the Hello message."""
+        return {d.name: list(d.levels_khz) for d in self.backend.domains}
+
+    def telemetry(self) -> Dict[str, Any]:
+        """The board's fields of a ``Telemetry`` message: watts now (board and per rail), kHz per
+        domain, degrees C per thermal zone; each best effort, from the counter's newest reading."""
+        measured = not isinstance(self.meter, NullMeter)
+        power = self.counter.last_w() if measured else None
+        rails = {name: round(w, 3) for name, w in self.counter.last_rails_w().items()} if measured else {}
+        clocks = {}
+        for dom in self.backend.domains:
+            try:
+                clocks[dom.name] = dom.current_khz()
+            except DvfsError:
+                pass
+        temps: Dict[str, float] = {}
+        if self._restore_io is not None and self._read_temperatures:
+            temps = read_temperatures_c(self._restore_io, self._thermal_zones or None)
+        return {"power_w": round(power, 3) if power is not None else None, "rails_w": rails,
+                "clocks_khz": clocks, "temperatures_c": temps}

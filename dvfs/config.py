@@ -1,0 +1,55 @@
+"""The ``dvfs:`` section of an agent config: which backend, board profile, policy and power meter.
+
+The defaults read clocks but change nothing (``policy: none``): an agent starts lowering clocks
+only when its operator picks a policy, so installing streamfl never throttles a board by surprise.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+BACKENDS = ("sysfs", "simulated", "none")
+MODES = ("cap", "pin")
+
+
+@dataclass(frozen=True)
+class DvfsConfig:
+    """How the agent reads and sets clocks and measures energy."""
+
+    #: "sysfs" (the board's cpufreq/devfreq files), "simulated" (in memory, for demos) or "none".
+    backend: str = "sysfs"
+    #: Board profile name (configs/boards/<name>.yaml); None = detect from the device tree.
+    board: Optional[str] = None
+    #: A profile YAML of your own instead of a shipped one.
+    profile_path: Optional[str] = None
+    #: "cap" writes only the maximum and keeps the board's governor; "pin" uses userspace.
+    mode: str = "cap"
+    #: "none", "performance", "powersave", "fixed" or "clp-aware".
+    policy: str = "none"
+    #: Options of the policy (fixed: levels; clp-aware: threshold...).
+    policy_options: Dict[str, Any] = field(default_factory=dict)
+    #: Power meter kind; None = the profile's.
+    meter: Optional[str] = None
+    #: Samples per second of the energy counter's thread.
+    energy_rate_hz: float = 10.0
+    #: Simulated backend only: stretch each round as the lower clock would (time proportional to
+    #: 1/f, a compute-bound round), so a demo on one machine shows what the levels cost and save.
+    emulate_speed: bool = False
+    #: Hardware roots, for tests and containers that mount the host's /sys elsewhere.
+    sysfs_root: str = "/sys"
+    proc_root: str = "/proc"
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError("dvfs backend must be one of %s, got %r" % (", ".join(BACKENDS), self.backend))
+        if self.mode not in MODES:
+            raise ValueError("dvfs mode must be one of %s, got %r" % (", ".join(MODES), self.mode))
+        if self.emulate_speed and self.backend != "simulated":
+            raise ValueError("dvfs emulate_speed needs backend simulated (real clocks slow down "
+                             "by themselves)")
+        if not self.energy_rate_hz > 0:
+            raise ValueError("dvfs energy_rate_hz must be > 0, got %r" % (self.energy_rate_hz,))
+        from streamfl.dvfs.policies.factory import make_policy
+        from streamfl.errors import ConfigError
+        try:  # a bad policy or option fails at load time (exit 2), not at the first round
+            make_policy(self.policy, **self.policy_options)
+        except ConfigError as exc:
+            raise ValueError("dvfs %s" % exc) from None

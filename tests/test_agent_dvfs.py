@@ -1,0 +1,170 @@
+"""The agent's clocks: the policy's plan applied before each round, levels and joules in every
+update, clocks and power in telemetry, and the board restored on exit and after a crash."""
+import pytest
+
+from streamfl.agent.dvfs import AgentDvfs
+from streamfl.dvfs.config import DvfsConfig
+from streamfl.dvfs.factory import make_backend, make_meter, sysfs_backend
+from streamfl.dvfs.fake.kernel import FakeKernel
+from streamfl.dvfs.fake.tree import build_tree
+from streamfl.dvfs.guard import SAVED_FILE
+from streamfl.dvfs.profiles import load_profile
+from streamfl.dvfs.sysfs import SysfsFiles
+from streamfl.protocol.messages import Hello
+from streamfl.protocol.transport.memory import MemoryBroker
+from test_agent_daemon import FakeCoordinator, Running, wait_for
+from test_dvfs_domains import tree_files
+
+
+def board_dvfs(tmp_path, board="jetson-orin-nano", variant="jp5"):
+    """An AgentDvfs over a fake board tree, with the profile's modeled power."""
+    root = tmp_path / "sys"
+    build_tree(root, board, variant)
+    profile = load_profile(board)
+    backend = sysfs_backend(profile, FakeKernel(root), root)
+    holder = []
+    meter = make_meter(DvfsConfig(meter="modeled"), profile, backend,
+                       busy=lambda: bool(holder and holder[0].training))
+    dvfs = AgentDvfs(backend, meter, tmp_path / "state", energy_rate_hz=50.0,
+                     restore_io=SysfsFiles(root), thermal_zones=profile.thermal_zones, board=board)
+    holder.append(dvfs)
+    return dvfs, root
+
+
+def test_powersave_rounds_report_levels_and_energy_and_the_board_is_restored(tmp_path):
+    dvfs, root = board_dvfs(tmp_path)
+    before = tree_files(root)
+    broker = MemoryBroker()
+    coord = FakeCoordinator(broker)
+    coord.publish_model(1)
+    with Running(broker, tmp_path / "state", agent_dvfs=dvfs, dvfs={"policy": "powersave"}) as daemon:
+        wait_for(lambda: len(coord.updates) >= 2, what="two updates")
+        wait_for(lambda: any(t.clocks_khz for t in coord.telemetry), what="telemetry with clocks")
+        assert (tmp_path / "state" / SAVED_FILE).exists()
+        assert tree_files(root) != before
+    update = coord.updates[-1]
+    assert update.clock_levels == {"cpu0": 0, "cpu4": 0, "gpu": 0}
+    assert update.energy_j is not None and update.energy_j > 0
+    tel = [t for t in coord.telemetry if t.clocks_khz][-1]
+    assert tel.clocks_khz["gpu"] == dvfs.backend.domain("gpu").levels_khz[0]
+    assert tel.power_w is not None and tel.temperatures_c
+    # Per rail from the same reading as the total (the modeled meter's total is their sum).
+    assert set(tel.rails_w) == set(dvfs.meter.rails)
+    assert sum(tel.rails_w.values()) == pytest.approx(tel.power_w, abs=0.01)
+    hello = [m for m in coord.status if isinstance(m, Hello)][0]
+    assert hello.dvfs_levels["gpu"] == list(dvfs.backend.domain("gpu").levels_khz)
+    assert tree_files(root) == before                   # stopped: every clock is back
+    assert not (tmp_path / "state" / SAVED_FILE).exists()
+    assert daemon.counters["dvfs_errors"] == 0
+
+
+def test_policy_none_never_writes_a_clock(tmp_path):
+    dvfs, root = board_dvfs(tmp_path, "raspberry-pi-4", "")
+    before = tree_files(root)
+    broker = MemoryBroker()
+    coord = FakeCoordinator(broker)
+    coord.publish_model(1)
+    with Running(broker, tmp_path / "state", agent_dvfs=dvfs):
+        wait_for(lambda: len(coord.updates) >= 2, what="two updates")
+        assert tree_files(root) == before and not (tmp_path / "state" / SAVED_FILE).exists()
+    assert coord.updates[-1].clock_levels == {"cpu0": 9}
+
+
+def test_a_refused_write_is_counted_and_training_goes_on(tmp_path):
+    dvfs, root = board_dvfs(tmp_path, "raspberry-pi-4", "")
+    (root / "devices/system/cpu/cpufreq/policy0/scaling_max_freq").chmod(0o444)   # no tmpfiles rule: EACCES
+    broker = MemoryBroker()
+    coord = FakeCoordinator(broker)
+    coord.publish_model(1)
+    with Running(broker, tmp_path / "state", agent_dvfs=dvfs, dvfs={"policy": "powersave"}) as daemon:
+        wait_for(lambda: len(coord.updates) >= 2, what="updates despite DVFS errors")
+        assert daemon.counters["dvfs_errors"] >= 1
+
+
+def test_start_restores_what_a_crashed_run_left_behind(tmp_path):
+    dvfs, root = board_dvfs(tmp_path, "jetson-nano", "jp4")
+    before = tree_files(root)
+    dvfs.guard.apply({"cpu0": 0, "gpu": 0})       # a run that then died without restoring
+    assert tree_files(root) != before
+    again, _ = AgentDvfs(dvfs.backend, dvfs.meter, tmp_path / "state",
+                         restore_io=SysfsFiles(root)), None
+    again.start()
+    try:
+        assert tree_files(root) == before
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize("how", ["backend none", "DVFS unavailable"])
+def test_the_next_start_restores_whatever_its_own_backend(tmp_path, how):
+    """A killed sysfs run's clocks go back even if the agent now starts with DVFS off, or with a
+    board whose clocks it cannot read (the CLI then falls back to ``AgentDvfs.disabled``)."""
+    dvfs, root = board_dvfs(tmp_path, "jetson-orin-nano", "jp5")
+    before = tree_files(root)
+    dvfs.guard.apply({"cpu0": 0, "gpu": 0})       # a run that then died without restoring
+    if how == "backend none":
+        again = AgentDvfs.from_config(DvfsConfig(backend="none", sysfs_root=str(root)),
+                                      tmp_path / "state")
+    else:
+        again = AgentDvfs.disabled(tmp_path / "state", SysfsFiles(root))
+    again.start()
+    try:
+        assert tree_files(root) == before
+        assert not (tmp_path / "state" / SAVED_FILE).exists()
+        assert again.telemetry()["temperatures_c"] == {}     # not this backend's board to read
+    finally:
+        again.close()
+
+
+def test_restore_command_works_when_the_config_is_broken(tmp_path):
+    import subprocess
+    import sys
+    dvfs, root = board_dvfs(tmp_path, "jetson-orin-nano", "jp5")
+    before = tree_files(root)
+    dvfs.guard.apply({"cpu0": 0, "gpu": 0})
+    bad = tmp_path / "agent.yaml"
+    bad.write_text("dvfs:\n  polciy: none\n")
+    out = subprocess.run([sys.executable, "-m", "streamfl.agent", "dvfs", "restore", "--config",
+                          str(bad), "--state-dir", str(tmp_path / "state"), "--sysfs-root", str(root)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "polciy" in out.stdout and "restored: cpu0, cpu4, gpu" in out.stdout   # logs go to stdout
+    assert tree_files(root) == before
+
+
+def test_simulated_backend_from_config_records_levels_over_time(tmp_path):
+    t = [0.0]
+    cfg = DvfsConfig(backend="simulated", board="raspberry-pi-5", policy="powersave")
+    dvfs = AgentDvfs.from_config(cfg, tmp_path / "state", clock=lambda: t[0])
+    dvfs.start()
+    dvfs.counter.stop()              # virtual time: sample by hand instead of the thread
+    try:
+        t[0] = 2.0
+        assert dvfs.apply({"cpu0": 0}) == {"cpu0": 0}
+        dvfs.training = True
+        dvfs.counter.sample_once(2.0)
+        t[0] = 3.0
+        assert dvfs.joules(2.0, 3.0) == pytest.approx(dvfs.meter.total_w(), rel=1e-6)
+        assert dvfs.meter.total_w() > load_profile("raspberry-pi-5").power_model.idle_w
+    finally:
+        dvfs.close()
+    assert dvfs.backend.domain("cpu0").history == [(0.0, 9), (2.0, 0), (3.0, 9)]
+    assert not (tmp_path / "state" / SAVED_FILE).exists()         # nothing real to save
+
+
+def test_backend_none_from_config_touches_nothing(tmp_path):
+    dvfs = AgentDvfs.from_config(DvfsConfig(backend="none"), tmp_path)
+    assert dvfs.views() == () and dvfs.apply({}) == {} and dvfs.joules(0, 1) is None
+    assert make_backend(DvfsConfig(backend="none"), None).domains == ()
+
+
+def test_emulated_clocks_stretch_rounds_by_the_frequency_ratio(tmp_path):
+    cfg = DvfsConfig(backend="simulated", board="raspberry-pi-4", emulate_speed=True)
+    dvfs = AgentDvfs.from_config(cfg, tmp_path)
+    assert dvfs.slowdown() == 1.0                        # starts at the top level
+    dvfs.backend.domain("cpu0").set_level(0)
+    assert dvfs.slowdown() == pytest.approx(1500000 / 600000.0)
+    assert AgentDvfs.from_config(DvfsConfig(backend="simulated", board="raspberry-pi-4"),
+                                 tmp_path).slowdown() == 1.0
+    with pytest.raises(ValueError):
+        DvfsConfig(backend="sysfs", emulate_speed=True)

@@ -1,0 +1,93 @@
+"""A real agent process lowering the clocks of a fake board tree: SIGTERM restores them; after
+SIGKILL, `streamfl-agent dvfs restore` (the unit's ExecStopPost) and the next start do."""
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from streamfl.dvfs.fake.tree import build_tree
+from streamfl.dvfs.guard import SAVED_FILE
+from test_dvfs_domains import tree_files
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+def _sysfs(tree, policy):
+    """The agent's dvfs section for the fake Orin Nano tree (the demo's config emulates clocks,
+    which only the simulated backend may: real clocks slow a round down by themselves)."""
+    return {"backend": "sysfs", "board": "jetson-orin-nano", "sysfs_root": str(tree),
+            "policy": policy, "emulate_speed": False}
+
+
+def _start(fleet, tree, policy="powersave"):
+    run = fleet()
+    run.start_coordinator()
+    agent = run.start_agent(0, dvfs=_sysfs(tree, policy))
+    return run, agent
+
+
+def _throttled(run, tree, before):
+    saved = run.agent_state(0) / SAVED_FILE
+    run.wait_for(lambda: saved.exists() and tree_files(tree) != before, 120,
+                 "the agent to lower the clocks of %s" % tree)
+    cap = int((tree / "devices/system/cpu/cpufreq/policy0/scaling_max_freq").read_text())
+    assert cap == 115200, run.diagnostics()        # powersave: the lowest Orin Nano CPU level
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_puts_every_clock_back(fleet, tmp_path, sig):
+    tree = tmp_path / "sys"
+    build_tree(tree, "jetson-orin-nano", "jp5")
+    before = tree_files(tree)
+    run, agent = _start(fleet, tree)
+    _throttled(run, tree, before)
+    assert agent.terminate(sig=sig) == 0, agent.tail()
+    assert tree_files(tree) == before, agent.tail()
+    assert not (run.agent_state(0) / SAVED_FILE).exists()
+    assert "clocks restored" in agent.log_text()
+
+
+def test_after_sigkill_the_restore_command_and_the_next_start_restore_exactly(fleet, tmp_path):
+    tree = tmp_path / "sys"
+    build_tree(tree, "jetson-orin-nano", "jp5")
+    before = tree_files(tree)
+    run, agent = _start(fleet, tree)
+    _throttled(run, tree, before)
+    agent.kill()                                    # no handler runs: the board stays throttled
+    assert tree_files(tree) != before
+    config = run.root / "agent-01.yaml"
+    cmd = [sys.executable, "-m", "streamfl.agent", "dvfs", "restore", "--config", str(config),
+           "--state-dir", str(run.agent_state(0))]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "restored: cpu0, cpu4, gpu" in out.stdout
+    assert tree_files(tree) == before
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "nothing to restore" in again.stdout
+
+    # Killed once more; this time the next start of the agent puts the clocks back itself.
+    agent = run.start_agent(0, dvfs=_sysfs(tree, "powersave"))
+    _throttled(run, tree, before)
+    agent.kill()
+    agent = run.start_agent(0, dvfs=_sysfs(tree, "none"))
+    run.wait_for(lambda: "restored the clocks an earlier run" in agent.log_text(), 60,
+                 "the restarted agent to restore the clocks")
+    assert tree_files(tree) == before
+    assert agent.terminate() == 0
+
+
+def test_status_command_describes_the_board(tmp_path):
+    tree = tmp_path / "sys"
+    build_tree(tree, "raspberry-pi-4", "")
+    out = subprocess.run([sys.executable, "-m", "streamfl.agent", "dvfs", "status", "--board",
+                          "raspberry-pi-4", "--sysfs-root", str(tree), "--state-dir",
+                          str(tmp_path / "state")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "board: raspberry-pi-4" in out.stdout
+    assert "cpu0 (cpu): 10 levels 600000..1500000 kHz" in out.stdout
+    assert "power now:" in out.stdout and "modeled meter" in out.stdout
+    assert "saved original clocks: none" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "streamfl.agent", "dvfs", "status", "--board",
+                          "jetson-tx1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "jetson-tx1" in bad.stderr
