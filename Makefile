@@ -31,6 +31,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_codec.py
 	$(BIN)/python bench/bench_coordinator.py
 	$(BIN)/python bench/bench_buffer.py
+	$(BIN)/python bench/bench_dvfs.py
+	$(BIN)/python bench/bench_fisher.py
+	$(BIN)/python bench/sim.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info runs

@@ -1,4 +1,4 @@
-"""The ``streamfl`` command: tools around the fleet (``demo`` now; ``sim`` and ``report`` later)."""
+"""The ``streamfl`` command: tools around the fleet: ``demo``, ``sim`` and ``report``."""
 import argparse
 import sys
 from typing import List, Optional
@@ -22,8 +22,52 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--strategy", default="fedasync", choices=("fedasync", "fedavg"))
     demo.add_argument("--broker", default="auto", choices=("auto", "mosquitto", "amqtt"),
                       help="broker to start: mosquitto when on PATH, else embedded amqtt")
+    demo.add_argument("--dvfs-policy", default="clp-aware",
+                      choices=("none", "performance", "powersave", "clp-aware"),
+                      help="clock policy of the simulated boards (default clp-aware)")
     demo.add_argument("--log-level", default="INFO")
+    sim = sub.add_parser("sim", help="run a scenario's methods on a simulated fleet in virtual time")
+    sim.add_argument("scenario", help="scenario YAML (see configs/scenarios/)")
+    sim.add_argument("--methods", help="comma-separated methods (default: the scenario's)")
+    sim.add_argument("--seeds", type=int, help="number of seeds (default: the scenario's)")
+    sim.add_argument("--dataset", help="run on your own .npz (X, y, subject, classes) instead")
+    sim.add_argument("--duration", type=float, help="virtual seconds (default: the scenario's)")
+    sim.add_argument("--out", help="output folder (default runs/sim-<scenario>-<time>)")
+    sim.add_argument("--report", action="store_true", help="render the report when done")
+    sim.add_argument("--log-level", default="WARNING")
+    report = sub.add_parser("report", help="PNG plots and an HTML page from a sim run folder")
+    report.add_argument("run_dir", help="folder written by 'streamfl sim'")
+    report.add_argument("--log-level", default="WARNING")
     return parser
+
+
+def _sim(args) -> int:
+    """``streamfl sim``: the scenario, the flags over it, the run, the closing lines."""
+    import time
+    from pathlib import Path
+
+    from streamfl.sim.driver import run_sim
+    from streamfl.sim.scenario import load_scenario
+    overrides = {"duration_s": args.duration}
+    if args.dataset:
+        overrides["data"] = {"dataset": "npz", "path": args.dataset}
+    scenario = load_scenario(Path(args.scenario), overrides)
+    out = Path(args.out or "runs/sim-%s-%s" % (scenario.name, time.strftime("%Y%m%d-%H%M%S")))
+    methods = [m for m in args.methods.split(",") if m.strip()] if args.methods else None
+    summary = run_sim(scenario, out, methods=methods, seeds=args.seeds)
+    for name, m in summary["methods"].items():
+        print("%-16s accuracy %s +- %s   energy %s +- %s J" % (
+            name, _fmt(m.get("final_accuracy")), _fmt(m.get("final_accuracy_std")),
+            _fmt(m.get("energy_j"), "%.0f"), _fmt(m.get("energy_j_std"), "%.0f")))
+    print("run folder: %s" % out)
+    if args.report:
+        from streamfl.sim.sim_report import render_report
+        print("report: %s" % render_report(out))
+    return 0
+
+
+def _fmt(value, pattern: str = "%.3f") -> str:
+    return "-" if value is None else pattern % value
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -34,9 +78,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             from streamfl.sim.demo import DemoOptions, run_demo
             opts = DemoOptions(agents=args.agents, duration_s=args.duration, run_dir=args.run_dir,
                                model=args.model, strategy=args.strategy,
+                               dvfs_policy=args.dvfs_policy,
                                broker=None if args.broker == "auto" else args.broker)
             summary = run_demo(opts)
             return 0 if summary.get("ok", False) else 1
+        if args.command == "sim":
+            return _sim(args)
+        if args.command == "report":
+            from pathlib import Path
+
+            from streamfl.sim.sim_report import render_report
+            print("report: %s" % render_report(Path(args.run_dir)))
     except ConfigError as exc:
         print("streamfl: configuration error: %s" % exc, file=sys.stderr)
         return ConfigError.exit_code

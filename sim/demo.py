@@ -3,8 +3,8 @@
 The demo starts a broker (mosquitto when on PATH, else embedded amqtt), one coordinator and N agents
 with exactly the programs a real deployment runs (``streamfl-coordinator``, ``streamfl-agent``).
 Each agent streams synthetic IMU windows whose classes arrive unevenly over time: a device sees two
-activities at a time, and the devices start at different points of the rotation, so only the
-federation as a whole sees every class at once.
+activities at a time, and the devices start one phase apart in the rotation, so no device ever
+sees every class but (with three or more agents) the federation as a whole always does.
 """
 import json
 import logging
@@ -15,16 +15,19 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import yaml
 
 from streamfl.sim.brokers import BrokerProcess
-from streamfl.sim.report import plot_accuracy, read_metrics, summarize
+from streamfl.sim.report import energy_by_device, plot_accuracy, plot_clock_levels, read_metrics, summarize
 
 log = logging.getLogger(__name__)
 
 FLEET = "demo"
+#: The boards the demo's agents simulate, in turn: a mix of Jetson and Raspberry Pi profiles.
+DEMO_BOARDS = ("jetson-orin-nano", "raspberry-pi-4", "jetson-nano", "raspberry-pi-5",
+               "jetson-xavier-nx", "jetson-agx-orin")
 
 
 @dataclass
@@ -43,6 +46,9 @@ class DemoOptions:
     windows_per_s: float = 20.0
     phase_s: float = 20.0
     seed: int = 0
+    #: Clock policy of every agent; each agent simulates the next board of ``boards``.
+    dvfs_policy: str = "clp-aware"
+    boards: Tuple[str, ...] = DEMO_BOARDS
 
 
 def _model_section(opts: DemoOptions) -> Dict:
@@ -77,7 +83,8 @@ def agent_config(opts: DemoOptions, index: int) -> Dict:
             "schedule": "rotating",
             "classes_per_phase": 2,
             "phase_s": opts.phase_s,
-            "phase_offset": index,
+            # Devices start one phase apart, so three agents cover all six classes at every moment.
+            "phase_offset": index * 2,
             "user_id": index + 1,
             "seed": opts.seed,
         },
@@ -86,6 +93,10 @@ def agent_config(opts: DemoOptions, index: int) -> Dict:
         "round_interval_s": 1.0,
         "telemetry_interval_s": 5.0,
         "seed": opts.seed + index,
+        # Simulated clocks of a real board's profile: levels, modeled power, and rounds stretched
+        # as the lower clock would stretch them, so the energy and the levels mean something.
+        "dvfs": {"backend": "simulated", "board": opts.boards[index % len(opts.boards)],
+                 "policy": opts.dvfs_policy, "emulate_speed": True},
     }
 
 
@@ -183,6 +194,9 @@ def run_demo(opts: DemoOptions) -> Dict:
         broker.stop()
     summary = summarize(read_metrics(run_dir / "metrics.jsonl"), num_classes=6)
     summary["agents"] = opts.agents
+    summary["boards"] = {agent_config(opts, i)["device_id"]: opts.boards[i % len(opts.boards)]
+                         for i in range(opts.agents)}
+    summary["energy_j"] = energy_by_device(read_metrics(run_dir / "metrics.jsonl"))
     summary["duration_s"] = round(time.monotonic() - started, 1)
     summary["broker"] = broker.kind
     summary["ok"] = summary.get("final_accuracy") is not None and all(
@@ -190,11 +204,14 @@ def run_demo(opts: DemoOptions) -> Dict:
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     plot = plot_accuracy(read_metrics(run_dir / "metrics.jsonl"), run_dir / "accuracy.png",
                          title="streamfl demo: %d agents, %s" % (opts.agents, opts.strategy))
-    print(format_summary(summary, plot))
+    clocks = plot_clock_levels(read_metrics(run_dir / "metrics.jsonl"), run_dir / "clocks.png",
+                               boards=summary["boards"],
+                               title="clock levels (%s, simulated boards)" % opts.dvfs_policy)
+    print(format_summary(summary, plot, clocks))
     return summary
 
 
-def format_summary(summary: Dict, plot: Optional[Path]) -> str:
+def format_summary(summary: Dict, plot: Optional[Path], clocks: Optional[Path] = None) -> str:
     """The lines the demo ends with."""
     def fmt(value, pattern="%.3f"):
         return "-" if value is None else pattern % value
@@ -208,7 +225,14 @@ def format_summary(summary: Dict, plot: Optional[Path]) -> str:
             fmt(summary.get("initial_accuracy")), fmt(summary.get("final_accuracy")),
             fmt(summary.get("best_accuracy")), summary.get("chance", 0.0)),
     ]
+    energy = summary.get("energy_j") or {}
+    if energy:
+        boards = summary.get("boards") or {}
+        lines.append("energy per device: %s" % ", ".join(
+            "%s (%s) %.1f J" % (dev, boards.get(dev, "?"), joules) for dev, joules in sorted(energy.items())))
     if plot is not None:
         lines.append("plot: %s" % plot)
+    if clocks is not None:
+        lines.append("clock levels: %s" % clocks)
     lines.append("all processes exited cleanly: %s" % ("yes" if summary.get("ok") else "NO"))
     return "\n".join(lines)

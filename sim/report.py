@@ -45,11 +45,19 @@ def summarize(metrics: List[Dict], num_classes: int) -> Dict:
     }
 
 
-def plot_accuracy(metrics: List[Dict], out_path: Path, title: str = "streamfl") -> Optional[Path]:
-    """Accuracy of the global model against time (and version); None when nothing to plot."""
-    evals = [m for m in metrics if m.get("event") == "eval"]
-    if not evals:
-        return None
+def elapsed_s(records: List[Dict]) -> List[float]:
+    """Seconds since the first record; wall time spans coordinator restarts, ``time_s`` does not.
+
+    ``time_s`` is monotonic since the server started, so it falls back to 0 after a restart; every
+    record written since the fix also carries ``wall_s`` (Unix time), used when all records have it.
+    """
+    key = "wall_s" if records and all("wall_s" in m for m in records) else "time_s"
+    t0 = records[0][key] if records else 0.0
+    return [m[key] - t0 for m in records]
+
+
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend, or None (logged) where matplotlib is missing."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -57,8 +65,18 @@ def plot_accuracy(metrics: List[Dict], out_path: Path, title: str = "streamfl") 
     except ImportError:
         log.warning("matplotlib is not installed (pip install 'streamfl[server]'): no plot written")
         return None
-    t0 = evals[0]["time_s"]
-    times = [m["time_s"] - t0 for m in evals]
+    return plt
+
+
+def plot_accuracy(metrics: List[Dict], out_path: Path, title: str = "streamfl") -> Optional[Path]:
+    """Accuracy of the global model against time (and version); None when nothing to plot."""
+    evals = [m for m in metrics if m.get("event") == "eval"]
+    if not evals:
+        return None
+    plt = _pyplot()
+    if plt is None:
+        return None
+    times = elapsed_s(evals)
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(times, [m["accuracy"] for m in evals], marker="o", markersize=3, label="global model")
     ax.set_xlabel("seconds since start")
@@ -70,6 +88,44 @@ def plot_accuracy(metrics: List[Dict], out_path: Path, title: str = "streamfl") 
     top.set_xlabel("version %d -> %d" % (evals[0]["version"], evals[-1]["version"]))
     top.set_ticks([])
     ax.legend(loc="lower right")
+    fig.tight_layout()
+    out_path = Path(out_path)
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+    return out_path
+
+
+def energy_by_device(metrics: List[Dict]) -> Dict[str, float]:
+    """Joules each device reported over the run (updates without ``energy_j`` add nothing)."""
+    out: Dict[str, float] = {}
+    for m in metrics:
+        if m.get("event") == "update" and m.get("energy_j") is not None:
+            out[m["device"]] = round(out.get(m["device"], 0.0) + float(m["energy_j"]), 3)
+    return out
+
+
+def plot_clock_levels(metrics: List[Dict], out_path: Path, boards: Optional[Dict[str, str]] = None,
+                      title: str = "clock levels") -> Optional[Path]:
+    """Each device's clock level per round over time (the GPU where it has one, else cpu0)."""
+    updates = [m for m in metrics if m.get("event") == "update" and m.get("clock_levels")]
+    if not updates:
+        return None
+    plt = _pyplot()
+    if plt is None:
+        return None
+    times = elapsed_s(updates)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for device in sorted({m["device"] for m in updates}):
+        points = [(t, m["clock_levels"]) for t, m in zip(times, updates) if m["device"] == device]
+        domain = "gpu" if "gpu" in points[0][1] else sorted(points[0][1])[0]
+        label = "%s (%s, %s)" % (device, (boards or {}).get(device, "?"), domain)
+        ax.step([t for t, _ in points], [lv.get(domain, 0) for _, lv in points], where="post",
+                marker="o", markersize=2, label=label)
+    ax.set_xlabel("seconds since start")
+    ax.set_ylabel("clock level (0 = lowest)")
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     out_path = Path(out_path)
     fig.savefig(out_path, dpi=100)

@@ -1,0 +1,120 @@
+"""``streamfl sim``: every method of a scenario on every seed, with a progress bar, into one folder.
+
+The folder gets ``metrics.jsonl`` (every event of every run, tagged with method and seed),
+``summary.json`` (per method: mean and spread over seeds, and each seed's figures) and
+``scenario.yaml`` (the scenario as run, with the flags applied).
+"""
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any, Dict, List, Optional, Sequence
+
+import yaml
+
+from streamfl.config import to_dict
+from streamfl.errors import StorageError
+from streamfl.sim.methods import Method, resolve
+from streamfl.sim.runtime import SimRun
+from streamfl.sim.scenario import Scenario
+from streamfl.sim.simdata import SimData
+from streamfl.sim.summary import method_summary, run_figures
+
+log = logging.getLogger(__name__)
+
+
+class Progress:
+    """A one-line bar on a terminal (plain lines elsewhere) with the estimated time left."""
+
+    def __init__(self, total_runs: int, stream: Optional[IO[str]] = None, width: int = 30):
+        self.total_runs = max(1, total_runs)
+        self.stream = stream if stream is not None else sys.stderr
+        self.width = width
+        self.t0 = time.monotonic()
+        self.done_runs = 0
+        self.label = ""
+        self._last_print = 0.0
+        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def start_run(self, label: str) -> None:
+        self.label = label
+
+    def update(self, fraction_of_run: float) -> None:
+        now = time.monotonic()
+        if not self._tty and now - self._last_print < 10.0 and fraction_of_run < 1.0:
+            return
+        self._last_print = now
+        done = (self.done_runs + max(0.0, min(1.0, fraction_of_run))) / self.total_runs
+        elapsed = now - self.t0
+        left = elapsed * (1.0 - done) / done if done > 0 else float("nan")
+        bar = "#" * int(done * self.width)
+        line = "[%-*s] %5.1f%% %s, %s left" % (self.width, bar, 100 * done, self.label,
+                                                "?" if left != left else "%.0f s" % left)
+        self.stream.write(("\r" + line) if self._tty else line + "\n")
+        self.stream.flush()
+
+    def end_run(self) -> None:
+        self.done_runs += 1
+        self.update(0.0)
+
+    def close(self) -> None:
+        if self._tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] = None,
+            seeds: Optional[int] = None, dataset: Any = None,
+            progress: Optional[Progress] = None) -> Dict[str, Any]:
+    """Run ``methods`` (default the scenario's) on ``seeds`` seeds; returns the summary."""
+    from streamfl.sim.data import load_dataset
+    chosen: List[Method] = resolve(methods or scenario.methods)
+    n_seeds = int(seeds or scenario.seeds)
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "scenario.yaml").write_text(yaml.safe_dump(to_dict(scenario), sort_keys=False))
+        metrics = open(out_dir / "metrics.jsonl", "w", encoding="utf-8")
+    except OSError as exc:
+        raise StorageError("cannot write the run folder %s: %s" % (out_dir, exc.strerror or exc)) from exc
+    if dataset is None:
+        dc = scenario.data
+        dataset = load_dataset(dc.dataset, seed=0, path=dc.path, n_windows=dc.n_windows)
+    data = SimData(scenario, dataset)
+    progress = progress or Progress(len(chosen) * n_seeds)
+    per_method: Dict[str, List[Dict[str, Any]]] = {m.name: [] for m in chosen}
+    try:
+        for seed in range(n_seeds):
+            for method in chosen:
+                evals: List[Dict[str, Any]] = []
+                updates: List[Dict[str, Any]] = []
+
+                def emit(event: Dict[str, Any]) -> None:
+                    if event["event"] in ("eval", "update"):
+                        (evals if event["event"] == "eval" else updates).append(event)
+                    metrics.write(json.dumps(event, separators=(",", ":")) + "\n")
+
+                progress.start_run("%s seed %d" % (method.name, seed))
+                started = time.monotonic()
+                run = SimRun(scenario, method, seed, data, emit, progress.update)
+                totals = run.run()
+                figures = run_figures(evals, updates, totals, scenario.thresholds, scenario.eval_every_s)
+                figures.update(seed=seed, wall_s=round(time.monotonic() - started, 2),
+                               devices=totals)
+                per_method[method.name].append(figures)
+                progress.end_run()
+                log.info("%s seed %d: accuracy %s, energy %s J, %s versions in %.1f s", method.name,
+                         seed, figures["final_accuracy"], figures["energy_j"], figures["versions"],
+                         figures["wall_s"])
+    finally:
+        metrics.close()
+        progress.close()
+    summary = {"scenario": scenario.name, "duration_s": scenario.duration_s,
+               "seeds": list(range(n_seeds)), "thresholds": list(scenario.thresholds),
+               "devices": scenario.num_devices, "dataset": scenario.data.dataset,
+               "stream": scenario.stream.kind,
+               "methods": {name: method_summary(runs, scenario.thresholds)
+                           for name, runs in per_method.items()}}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary

@@ -1,0 +1,73 @@
+"""Named methods: a method is a configuration of the coordinator's and the agents' strategies.
+
+The simulator runs several methods on identical streams, devices and seeds and compares them.
+``fedavg`` and ``fedasync`` come with the backbone; every later algorithm issue (AdaCLP, FedTeddi,
+ST-EWC, sessions, SFedPO) registers its own methods here with ``register``.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional
+
+from streamfl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Method:
+    """What a method changes: ``CoordinatorConfig`` keys, ``AgentConfig`` keys, the clock policy."""
+
+    name: str
+    description: str
+    coordinator: Dict[str, Any] = field(default_factory=dict)
+    agent: Dict[str, Any] = field(default_factory=dict)
+    #: None keeps the scenario's ``dvfs_policy``.
+    dvfs_policy: Optional[str] = None
+
+
+METHODS: Dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add ``method`` to the registry (a name may be registered once)."""
+    if method.name in METHODS:
+        raise ValueError("method %r is already registered" % method.name)
+    METHODS[method.name] = method
+    return method
+
+
+def get_method(name: str) -> Method:
+    """The method called ``name``; ``ConfigError`` listing the known ones otherwise."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ConfigError("unknown method %r (known: %s)" % (name, ", ".join(sorted(METHODS)))) from None
+
+
+def resolve(names: Iterable[str]) -> List[Method]:
+    """Methods by name, in order, without repeats; ``ConfigError`` on an unknown name."""
+    out: List[Method] = []
+    for name in names:
+        method = get_method(name.strip())
+        if method not in out:
+            out.append(method)
+    if not out:
+        raise ConfigError("no method named")
+    return out
+
+
+register(Method("fedasync", "FedAsync: every update mixed in as it arrives, weighted by staleness "
+                            "(Xie et al. 2019; DESIGN.md s8)", coordinator={"strategy": "fedasync"}))
+register(Method("fedavg", "synchronous FedAvg: sample-weighted average of one update per device per "
+                          "round, rounds bounded by a deadline (McMahan et al. 2017)",
+                coordinator={"strategy": "fedavg"}))
+
+
+# AdaCLP (adaclp.txt) and its Table 4 ablations: FedAsync with the federated CLP probe, the devices'
+# CLP hyper-parameters, and clocks as the method says. A scenario's own ``coordinator.clp`` keys
+# (window, sigma, r_end scaled to the run) still apply; these only switch the probe on.
+_CLP_ON = {"strategy": "fedasync", "clp": {"enabled": True}}
+register(Method("adaclp", "AdaCLP: FedAsync with the staleness-decayed CLP probe (eq. 2-3), CLP "
+                          "hyper-parameters on the devices (eq. 4-6) and CLP-aware DVFS (sec. 4.2)",
+                coordinator=_CLP_ON, dvfs_policy="clp-aware"))
+register(Method("adaclp-no-dvfs", "AdaCLP without DVFS: clocks left where they are (Table 4)",
+                coordinator=_CLP_ON, dvfs_policy="none"))
+register(Method("adaclp-fixed-low", "AdaCLP at the lowest clock level throughout (Table 4)",
+                coordinator=_CLP_ON, dvfs_policy="powersave"))

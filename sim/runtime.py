@@ -1,0 +1,291 @@
+"""The simulator's runtime: the unmodified ``AgentCore`` and ``CoordinatorCore`` in virtual time.
+
+One discrete-event queue drives a fleet (DESIGN.md sections 2 and 7). A device's round trains its
+real model on the windows its stream delivered; how long that took, what it cost and when the
+update reaches the coordinator come from its ``DeviceModel`` (seconds per sample at the clock level
+its DVFS policy chose, shifted-exponential noise, bandwidth), never from this machine's wall clock.
+Every message goes through the real codec. A device sees the newest global model whose download
+has finished, as an MQTT client with a retained model topic does. The same seed gives the same run.
+"""
+import dataclasses
+import logging
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from streamfl.agent.config import AgentConfig
+from streamfl.agent.core import AgentCore
+from streamfl.config import build, merge
+from streamfl.coordinator.config import CoordinatorConfig
+from streamfl.coordinator.core import CoordinatorCore
+from streamfl.dvfs.policies.base import DomainView
+from streamfl.dvfs.simulated import SimulatedBackend, SimulatedDomain
+from streamfl.models import ModelSpec, tensor_spec
+from streamfl.protocol.codec import Decoder, encode
+from streamfl.protocol.messages import GlobalModel, Offline
+from streamfl.sensors.window import Window
+from streamfl.sim.device import DeviceModel, DeviceSpec, make_devices
+from streamfl.sim.events import EventQueue
+from streamfl.sim.methods import Method
+from streamfl.sim.scenario import Scenario
+from streamfl.sim.simdata import EvalSet, SimData
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[Dict[str, Any]], None]
+FLEET = "sim"
+
+
+
+def device_specs(scenario: Scenario) -> List[DeviceSpec]:
+    """One ``DeviceSpec`` per device, the groups expanded in order."""
+    specs = []
+    for k, group in enumerate(scenario.devices):
+        values = {key: value for key, value in group.items() if key != "count"}
+        spec = build(DeviceSpec, values, "%s: devices[%d]" % (scenario.name, k))
+        specs.extend([spec] * int(group.get("count", 1)))
+    return specs
+
+
+@dataclasses.dataclass
+class DeviceState:
+    """What the runtime tracks of one simulated device besides its cores."""
+
+    model: DeviceModel
+    agent: AgentCore
+    backend: SimulatedBackend
+    stream: Any
+    fed_until_s: float = 0.0
+    online: bool = False
+    busy_s: float = 0.0
+    train_j: float = 0.0
+    rounds: int = 0
+    lost_rounds: int = 0
+    latency_s: float = 0.0
+
+
+class SimRun:
+    """One method on one seed: builds the fleet, runs the event loop, emits metric events."""
+
+    def __init__(self, scenario: Scenario, method: Method, seed: int, data: SimData,
+                 emit: Emit, progress: Optional[Callable[[float], None]] = None):
+        self.scenario = scenario
+        self.method = method
+        self.seed = int(seed)
+        self.emit = emit
+        self.progress = progress
+        self.queue = EventQueue()
+        self.data = data
+        T, C, K = data.shape
+        self.spec = ModelSpec(name=scenario.model.name, in_channels=C, window_len=T, num_classes=K,
+                              hidden=scenario.model.hidden)
+        ccfg = merge({"fleet": FLEET, "seed": self.seed, "model": dataclasses.asdict(self.spec)},
+                     scenario.coordinator, method.coordinator)
+        self.coordinator = CoordinatorCore(build(CoordinatorConfig, ccfg, "%s: coordinator" % scenario.name))
+        self.decoder = Decoder({self.spec.arch_id: tensor_spec(self.spec)})
+        self.published: List[Tuple[float, GlobalModel, int]] = []
+        self._publish(0.0)
+        policy = method.dvfs_policy or scenario.dvfs_policy
+        models = make_devices(device_specs(scenario), self.seed)
+        streams = data.streams(self.seed)
+        self.devices: List[DeviceState] = []
+        for i, dev in enumerate(models):
+            self.devices.append(self._device(i, dev, streams[i], policy))
+        self.evalset = EvalSet(self.spec, *data.eval_set(self.seed))
+        self.end_s = float(scenario.duration_s)
+
+    # ---- construction -------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return self.queue.now_s
+
+    def _device(self, i: int, dev: DeviceModel, stream: Any, policy: str) -> DeviceState:
+        T, C, K = self.data.shape
+        values = merge({"fleet": FLEET, "device_id": "dev-%03d" % i, "board": dev.profile.name,
+                        "model": dataclasses.asdict(self.spec),
+                        # The runtime delivers the stream's windows itself: the sensor section only
+                        # states their shape ("mqtt" takes any channel count, the IMU kinds 3 or 6).
+                        "sensor": {"kind": "mqtt", "window_len": T, "channels": C, "num_classes": K},
+                        "dvfs": {"backend": "simulated", "board": dev.profile.name, "policy": policy},
+                        "seed": self.seed * 100003 + i, "round_interval_s": 1.0, "min_buffer": 32},
+                       self.scenario.agent, self.method.agent)
+        cfg = build(AgentConfig, values, "%s: agent" % self.scenario.name)
+        agent = AgentCore(cfg, clock=self._now, timer=lambda: 0.0)
+        backend = SimulatedBackend([SimulatedDomain(s.name, s.kind, s.levels_khz, clock=self._now)
+                                    for s in dev.profile.domains])
+        agent.dvfs_levels = {d.name: list(d.levels_khz) for d in backend.domains}
+        return DeviceState(model=dev, agent=agent, backend=backend, stream=stream)
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> Dict[str, Any]:
+        """Run to ``duration_s`` (or ``max_aggregations``); returns per-device totals."""
+        q = self.queue
+        # Boards do not boot in lockstep: each starts within its first round interval.
+        offsets = np.random.default_rng([self.seed, 0x5EED]).random(len(self.devices))
+        for i, d in enumerate(self.devices):
+            start = d.model.next_available_s(0.0)
+            if start is not None and start < self.end_s:
+                q.push(start + offsets[i] * float(d.agent.config.round_interval_s), "round", i)
+        q.push(0.0, "eval")
+        if self.coordinator.config.strategy == "fedavg":
+            q.push(self.scenario.tick_s, "tick")
+        limit = self.scenario.max_aggregations
+        while len(q):
+            if q.peek_time() > self.end_s:
+                break
+            ev = q.pop()
+            if ev.kind == "round":
+                self._round(ev.payload, ev.time_s)
+            elif ev.kind == "update":
+                self._arrive(ev.time_s, *ev.payload)
+            elif ev.kind == "tick":
+                if self.coordinator.tick(ev.time_s):
+                    self._publish(ev.time_s)
+                q.push(ev.time_s + self.scenario.tick_s, "tick")
+            elif ev.kind == "eval":
+                self._evaluate(ev.time_s)
+                q.push(ev.time_s + self.scenario.eval_every_s, "eval")
+            if limit is not None and self.coordinator.counters["aggregated"] >= limit:
+                self.end_s = q.now_s
+                break
+        self._evaluate(self.end_s, final=True)
+        return self.totals()
+
+    def _round(self, i: int, t: float) -> None:
+        d = self.devices[i]
+        interval = max(1e-3, float(d.agent.config.round_interval_s))
+        if not d.model.available(t):
+            if d.online:
+                d.online = False
+                self._message(Offline(device_id=d.agent.device_id), t)
+            nxt = d.model.next_available_s(t)
+            if nxt is not None and nxt < self.end_s:
+                self.queue.push(max(nxt, t + 1e-6), "round", i)
+            return
+        if not d.online:
+            d.online = True
+            self._message(d.agent.hello(), t)
+        X, y = d.stream.windows(d.fed_until_s, t)
+        d.fed_until_s = t
+        for x, label in zip(X, y):
+            d.agent.add_window(Window(x, int(label), t))
+        gm = self._newest_for(d, t)
+        if gm is not None and (d.agent.global_model is None or gm.version > d.agent.global_model.version):
+            d.agent.on_global_model(gm)
+        if not d.agent.ready(t) or not d.model.participates():
+            self.queue.push(t + interval, "round", i)
+            return
+        views = tuple(DomainView(dom.name, dom.kind, tuple(dom.levels_khz), dom.current_level())
+                      for dom in d.backend.domains)
+        for name, level in d.agent.frequency_plan(views).items():
+            d.backend.domain(name).set_level(level)
+        levels = {dom.name: dom.current_level() for dom in d.backend.domains}
+        update = d.agent.train_round()
+        compute_s = d.model.compute_s(update.num_samples, levels)
+        spp = compute_s / max(1, update.num_samples)
+        train_j = d.model.train_w(levels) * compute_s
+        update = dataclasses.replace(update, seconds_per_sample=spp, energy_j=round(train_j, 6),
+                                     clock_levels=levels, created_s=t + compute_s)
+        d.agent.last_update = update
+        d.agent.observe_clocks(levels, spp)
+        frame = encode(update)
+        upload_s = d.model.upload_s(len(frame))
+        gone_s = d.model.next_unavailable_s(t)
+        if gone_s is not None and gone_s < t + compute_s + upload_s:
+            # It leaves before its update is out: the work until then is spent, the update lost.
+            spent_s = max(0.0, min(compute_s, gone_s - t))
+            d.busy_s += spent_s
+            d.train_j += d.model.train_w(levels) * spent_s
+            d.lost_rounds += 1
+            self.queue.push(gone_s, "round", i)
+            return
+        d.busy_s += compute_s
+        d.train_j += train_j
+        d.rounds += 1
+        d.latency_s += compute_s + upload_s
+        self.queue.push(t + compute_s + upload_s, "update", (i, frame, compute_s, upload_s, train_j))
+        self.queue.push(max(t + interval, t + compute_s), "round", i)
+
+    def _arrive(self, t: float, i: int, frame: bytes, compute_s: float, upload_s: float,
+                train_j: float) -> None:
+        before = self.coordinator.version
+        record = self.coordinator.on_update(self.decoder.decode(frame), t)
+        event = record.as_event()
+        event.update(event="update", method=self.method.name, seed=self.seed, t_s=round(t, 6),
+                     train_s=round(compute_s, 6), upload_s=round(upload_s, 6))
+        event.pop("time_s", None)
+        self.emit(event)
+        if self.coordinator.version != before:
+            self._publish(t)
+            if record.clp:        # AdaCLP's probe is on: the report draws its curve
+                self.emit({"event": "clp", "method": self.method.name, "seed": self.seed,
+                           "t_s": round(t, 6), "version": self.coordinator.version,
+                           "fisher_global": record.clp.get("fisher_global"),
+                           "in_clp": record.clp.get("in_clp"), "segment": record.clp.get("segment")})
+
+    def _message(self, msg: Any, t: float) -> None:
+        """A status message from a device, through the codec like everything else."""
+        self.coordinator.on_message(self.decoder.decode(encode(msg)), t)
+
+    def _publish(self, t: float) -> None:
+        frame = encode(self.coordinator.global_model())
+        self.published.append((t, self.decoder.decode(frame), len(frame)))
+        # Forget models every device has a newer download of, so memory stays flat over a run.
+        devices = getattr(self, "devices", ())
+        keep = 0
+        for k, (t_pub, _, nbytes) in enumerate(self.published):
+            if devices and all(t_pub + d.model.download_s(nbytes) <= t for d in devices):
+                keep = k
+        del self.published[:keep]
+
+    def _newest_for(self, d: DeviceState, t: float) -> Optional[GlobalModel]:
+        """The newest model whose download to ``d`` has finished by ``t``."""
+        for t_pub, gm, nbytes in reversed(self.published):
+            if t_pub + d.model.download_s(nbytes) <= t:
+                return gm
+        return None
+
+    # ---- measuring ----------------------------------------------------------------------------
+
+    def energy_j(self, t: float) -> float:
+        """Fleet energy up to ``t``: training joules plus idle power over the rest of online time."""
+        total = 0.0
+        for d in self.devices:
+            online_s = d.model.online_s(t)
+            total += d.train_j + d.model.idle_w * max(0.0, online_s - d.busy_s)
+        return total
+
+    def _evaluate(self, t: float, final: bool = False) -> None:
+        seen = set()
+        for d in self.devices:
+            if d.model.online_s(t) > 0:
+                seen |= set(d.stream.classes_seen(t))
+        tensors = self.coordinator.model
+        accuracy, loss, accuracy_seen = self.evalset.evaluate(tensors, seen)
+        event = {"event": "eval", "method": self.method.name, "seed": self.seed,
+                 "t_s": round(t, 6), "version": self.coordinator.version,
+                 "accuracy": accuracy, "loss": loss, "accuracy_seen": accuracy_seen,
+                 "energy_j": round(self.energy_j(t), 3), "period": self.data.period(t),
+                 "final": final}
+        if self.scenario.stream.kind == "domain_incremental":
+            transform = self.devices[0].stream.transform
+            event["period_accuracy"] = [round(self.evalset.evaluate(tensors, (), transform, p)[0], 6)
+                                        for p in range((self.data.period(t) or 0) + 1)]
+        self.emit(event)
+        if self.progress is not None:
+            self.progress(min(1.0, t / self.end_s))
+
+    def totals(self) -> Dict[str, Any]:
+        """Per-device training time, idle time, energy, rounds and mean round latency."""
+        out = {}
+        for d in self.devices:
+            online_s = d.model.online_s(self.end_s)
+            idle_s = max(0.0, online_s - d.busy_s)
+            out[d.agent.device_id] = {
+                "board": d.model.profile.name, "rounds": d.rounds, "lost_rounds": d.lost_rounds,
+                "train_s": round(d.busy_s, 3),
+                "idle_s": round(idle_s, 3),
+                "energy_j": round(d.train_j + d.model.idle_w * idle_s, 3),
+                "round_latency_s": round(d.latency_s / d.rounds, 4) if d.rounds else None}
+        return out

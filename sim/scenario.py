@@ -1,0 +1,155 @@
+"""A simulator scenario: one YAML file naming the data, the streams, the devices and the methods.
+
+Loaded with the project's config loader, so an unknown key or a wrong type is a ``ConfigError``
+naming the file and the key. The model's input shape and class count come from the dataset, so a
+scenario names only the architecture (``model.name``, ``model.hidden``).
+"""
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+from streamfl.config import build, read_yaml
+from streamfl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which dataset, how much of it is held out for evaluation, how it is split over devices."""
+
+    #: synthetic | watch | mnist | digits | npz (``path``), see ``streamfl.sim.data``.
+    dataset: str = "synthetic"
+    path: Optional[str] = None
+    n_windows: Optional[int] = None
+    #: Share of the dataset kept back for the global model's accuracy.
+    holdout: float = 0.2
+    #: Held-out windows come from subjects no device has (true for subject-partitioned real data).
+    holdout_by_subject: bool = False
+    #: subject | dirichlet | shards | iid (``streamfl.sim.partition``).
+    partition: str = "subject"
+    beta: float = 0.5
+    shards_per_device: int = 2
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.holdout < 1.0:
+            raise ValueError("data.holdout must be in (0, 1), got %r" % self.holdout)
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """How each device's classes arrive over virtual time (``streamfl.sim.streams.make_streams``)."""
+
+    kind: str = "iid"
+    windows_per_s: float = 2.0
+    #: The kind's own parameters (period lengths, Dirichlet beta, label overlap, ...).
+    params: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.windows_per_s > 0:
+            raise ValueError("stream.windows_per_s must be > 0, got %r" % self.windows_per_s)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The architecture; its input shape and classes are the dataset's."""
+
+    name: str = "cnn1d"
+    hidden: int = 64
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything one ``streamfl sim`` run needs besides the methods' own settings."""
+
+    name: str = "scenario"
+    duration_s: float = 600.0
+    #: Stop a run early after this many aggregations (None: run for ``duration_s``).
+    max_aggregations: Optional[int] = None
+    model: ModelChoice = field(default_factory=ModelChoice)
+    data: DataConfig = field(default_factory=DataConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    #: Device groups: each a mapping of ``streamfl.sim.device.DeviceSpec`` keys plus ``count``.
+    devices: Tuple[Dict[str, Any], ...] = ({"count": 4},)
+    methods: Tuple[str, ...] = ("fedasync",)
+    seeds: int = 1
+    #: Evaluate the global model every this many virtual seconds.
+    eval_every_s: float = 10.0
+    #: Held-out windows used per evaluation (None: all of them).
+    eval_windows: Optional[int] = 1000
+    thresholds: Tuple[float, ...] = (0.5, 0.7, 0.8)
+    #: AgentConfig keys for every device (buffer_capacity, min_buffer, round_interval_s, ...).
+    #: The training hyper-parameters are not among them: as on real boards, devices train with
+    #: the ``hparams`` the coordinator broadcasts with each model (``coordinator.hparams``).
+    agent: Dict[str, Any] = field(default_factory=dict)
+    #: CoordinatorConfig keys (alpha, staleness, hparams, fedavg, ...); a method's own win.
+    coordinator: Dict[str, Any] = field(default_factory=dict)
+    #: Clock policy of every device unless the method sets one.
+    dvfs_policy: str = "none"
+    #: Virtual seconds between FedAvg deadline checks.
+    tick_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.duration_s > 0:
+            raise ValueError("duration_s must be > 0, got %r" % self.duration_s)
+        if self.seeds < 1:
+            raise ValueError("seeds must be at least 1, got %r" % self.seeds)
+        if not self.eval_every_s > 0 or not self.tick_s > 0:
+            raise ValueError("eval_every_s and tick_s must be > 0")
+        if not self.methods:
+            raise ValueError("methods: name at least one method")
+        if not self.devices:
+            raise ValueError("devices: name at least one device group")
+        for group in self.devices:
+            if not isinstance(group, dict):
+                raise ValueError("devices: each group must be a mapping, got %r" % (group,))
+            count = group.get("count", 1)
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError("devices: count must be an integer >= 1, got %r" % (count,))
+        for spec_error in _device_spec_errors(self.devices):
+            raise ValueError(spec_error)
+        if any(not 0.0 < t <= 1.0 for t in self.thresholds):
+            raise ValueError("thresholds must be accuracies in (0, 1], got %r" % (self.thresholds,))
+
+    @property
+    def num_devices(self) -> int:
+        return sum(int(g.get("count", 1)) for g in self.devices)
+
+
+def _device_spec_errors(groups) -> list:
+    """Each group's keys checked as a ``DeviceSpec`` now, not when a run first builds it."""
+    from streamfl.sim.device import DeviceSpec
+    errors = []
+    for k, group in enumerate(groups):
+        try:
+            build(DeviceSpec, {key: v for key, v in group.items() if key != "count"}, "devices[%d]" % k)
+        except ConfigError as exc:
+            errors.append(str(exc))
+    return errors
+
+
+def load_scenario(path: Path, overrides: Optional[Dict[str, Any]] = None) -> Scenario:
+    """``Scenario`` from YAML, ``overrides`` (flags) applied last; ``ConfigError`` names file and key."""
+    path = Path(path)
+    values = read_yaml(path)
+    values.setdefault("name", path.stem)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if isinstance(value, dict) and isinstance(values.get(key), dict):
+            values[key] = dict(values[key], **value)
+        else:
+            values[key] = value
+    return build(Scenario, values, str(path))
+
+
+def scenario_from_dict(values: Dict[str, Any], source: str = "scenario") -> Scenario:
+    """``Scenario`` from a mapping (tests and benchmarks build scenarios in code)."""
+    return build(Scenario, values, source)
+
+
+def with_overrides(scenario: Scenario, **changes: Any) -> Scenario:
+    """A copy with some top-level fields replaced, checked like a file."""
+    try:
+        return dataclasses.replace(scenario, **changes)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError("scenario %s: %s" % (scenario.name, exc)) from exc

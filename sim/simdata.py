@@ -1,0 +1,98 @@
+"""The data side of a simulator run: the held-out set and each seed's partitions and streams.
+
+Built once per seed and shared by every method of that seed, so methods are compared on identical
+windows; the streams themselves are rebuilt per run (they carry their own random state).
+"""
+from typing import Any, Callable, Collection, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from streamfl.models import ModelSpec, arrays_to_model, build_model
+from streamfl.sim.scenario import Scenario
+
+
+class SimData:
+    """Held-out windows and per-device streams of one scenario's dataset."""
+
+    def __init__(self, scenario: Scenario, dataset: Any):
+        from streamfl.sim.data import dataset_shape
+        self.scenario = scenario
+        self.dataset = dataset
+        #: (window_len T, in_channels C, num_classes K)
+        self.shape: Tuple[int, int, int] = dataset_shape(dataset)
+        self._split_seed: Optional[int] = None
+        self._split: Any = None
+        self._streams: List[Any] = []
+
+    def _for_seed(self, seed: int):
+        if self._split_seed != seed:
+            from streamfl.sim.data import holdout
+            from streamfl.sim.partition import partition
+            sc = self.scenario
+            train, test = holdout(self.dataset, sc.data.holdout, seed, by_subject=sc.data.holdout_by_subject)
+            parts = partition(train, sc.num_devices, sc.data.partition, seed, beta=sc.data.beta,
+                              shards_per_device=sc.data.shards_per_device)
+            self._split_seed, self._split = seed, (train, test, parts)
+        return self._split
+
+    def streams(self, seed: int) -> List[Any]:
+        """Fresh streams for one run (same seed, same windows, whatever the method)."""
+        from streamfl.sim.streams import make_streams
+        train, _, parts = self._for_seed(seed)
+        sc = self.scenario
+        self._streams = make_streams(train, parts, sc.stream.kind, seed, sc.stream.windows_per_s,
+                                     sc.duration_s, **sc.stream.params)
+        return self._streams
+
+    def eval_set(self, seed: int) -> Tuple[np.ndarray, np.ndarray]:
+        """The held-out windows (at most ``scenario.eval_windows``, a fixed sample per seed)."""
+        _, test, _ = self._for_seed(seed)
+        X, y = test.X, test.y
+        limit = self.scenario.eval_windows
+        if limit is not None and len(y) > limit:
+            pick = np.sort(np.random.default_rng(seed).choice(len(y), limit, replace=False))
+            X, y = X[pick], y[pick]
+        return X, y
+
+    def period(self, t_s: float) -> Optional[int]:
+        """The streams' period at ``t_s`` (device 0's; None for streams without periods)."""
+        if not self._streams:
+            return None
+        p = self._streams[0].period(t_s)
+        return None if p is None else int(p)
+
+
+class EvalSet:
+    """Accuracy and loss of global tensors on held-out windows, overall and on some classes."""
+
+    def __init__(self, spec: ModelSpec, X: np.ndarray, y: np.ndarray, batch_size: int = 512):
+        self.model = build_model(spec)
+        self.model.eval()
+        self.X = np.ascontiguousarray(X, dtype=np.float32)
+        self.y = np.asarray(y, dtype=np.int64)
+        self.batch_size = int(batch_size)
+
+    def evaluate(self, tensors: Dict[str, np.ndarray], classes: Collection[int] = (),
+                 transform: Optional[Callable[[np.ndarray, int], np.ndarray]] = None,
+                 period: int = 0) -> Tuple[float, float, Optional[float]]:
+        """``(accuracy, loss, accuracy on classes)``; the last is None without such windows."""
+        arrays_to_model(self.model, tensors)
+        X = self.X if transform is None else np.ascontiguousarray(transform(self.X, period), dtype=np.float32)
+        preds = np.empty(len(self.y), dtype=np.int64)
+        loss_sum = 0.0
+        with torch.no_grad():
+            for start in range(0, len(self.y), self.batch_size):
+                xb = torch.from_numpy(X[start:start + self.batch_size])
+                yb = torch.from_numpy(self.y[start:start + self.batch_size])
+                logits = self.model(xb)
+                loss_sum += float(torch.nn.functional.cross_entropy(logits, yb, reduction="sum"))
+                preds[start:start + len(yb)] = logits.argmax(dim=1).numpy()
+        n = max(1, len(self.y))
+        correct = preds == self.y
+        seen = None
+        if classes:
+            mask = np.isin(self.y, np.fromiter(classes, dtype=np.int64))
+            if mask.any():
+                seen = float(correct[mask].mean())
+        return float(correct.mean()), loss_sum / n, seen

@@ -1,0 +1,111 @@
+"""``summary.json`` of a simulator run: per method, each seed's figures and their mean and spread.
+
+Definitions the papers leave open, chosen here:
+- time to accuracy: virtual seconds until the first evaluation at or above the threshold (None
+  when a seed never reaches it; the mean is over the seeds that did, ``reached`` counts them);
+- per period (AdaCLP periods, FedTeddi frames, sessions of the session paper): time from the
+  period's start to the threshold, and the accumulated accuracy gain, the sum over the period's
+  evaluations of (accuracy - accuracy at the period's first evaluation) times the evaluation
+  interval, in accuracy-seconds (the session paper's "accumulated accuracy gain" as an area);
+- ST-EWC (domain-incremental): accuracy on period 1 at the end, overall accuracy (mean over all
+  periods' test transforms at the end) and average accuracy (mean over periods of the accuracy on
+  that period at its own end).
+"""
+import math
+from collections import Counter
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+
+def _mean_std(values: Sequence[Optional[float]]) -> Dict[str, Any]:
+    got = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not got:
+        return {"mean": None, "std": None}
+    return {"mean": float(np.mean(got)), "std": float(np.std(got))}
+
+
+def time_to(evals: List[Dict[str, Any]], threshold: float, start_s: float = 0.0) -> Optional[float]:
+    """Seconds from ``start_s`` to the first evaluation at or above ``threshold``."""
+    for e in evals:
+        if e["t_s"] >= start_s and e["accuracy"] >= threshold:
+            return round(e["t_s"] - start_s, 3)
+    return None
+
+
+def period_figures(evals: List[Dict[str, Any]], threshold: float, eval_every_s: float) -> List[Dict[str, Any]]:
+    """Per period: its start, time to ``threshold`` and accumulated accuracy gain."""
+    out: List[Dict[str, Any]] = []
+    periods: Dict[int, List[Dict[str, Any]]] = {}
+    for e in evals:
+        if e.get("period") is not None:
+            periods.setdefault(int(e["period"]), []).append(e)
+    for p in sorted(periods):
+        es = periods[p]
+        base = es[0]["accuracy"]
+        out.append({"period": p, "start_s": es[0]["t_s"],
+                    "time_to_accuracy_s": time_to(es, threshold, es[0]["t_s"]),
+                    "accumulated_gain": round(sum(e["accuracy"] - base for e in es) * eval_every_s, 4)})
+    return out
+
+
+def continual_figures(evals: List[Dict[str, Any]]) -> Optional[Dict[str, float]]:
+    """ST-EWC's accuracy on period 1, overall and average accuracy (domain-incremental runs)."""
+    with_periods = [e for e in evals if e.get("period_accuracy")]
+    if not with_periods:
+        return None
+    final = with_periods[-1]["period_accuracy"]
+    at_own_end: Dict[int, float] = {}
+    for e in with_periods:
+        p = len(e["period_accuracy"]) - 1
+        at_own_end[p] = e["period_accuracy"][p]
+    return {"period1_accuracy": float(final[0]), "overall_accuracy": float(np.mean(final)),
+            "average_accuracy": float(np.mean(list(at_own_end.values())))}
+
+
+def run_figures(evals: List[Dict[str, Any]], updates: List[Dict[str, Any]], totals: Dict[str, Any],
+                thresholds: Sequence[float], eval_every_s: float) -> Dict[str, Any]:
+    """One seed of one method."""
+    last = evals[-1] if evals else {}
+    aggregated = [u for u in updates if u.get("aggregated")]
+    per_version = Counter(u["version"] for u in updates if u.get("outcome") in ("aggregated", "buffered"))
+    figures = {
+        "final_accuracy": last.get("accuracy"),
+        "final_accuracy_seen": last.get("accuracy_seen"),
+        "energy_j": last.get("energy_j"),
+        "versions": last.get("version"),
+        "updates": len(updates),
+        "time_to_accuracy_s": {str(t): time_to(evals, t) for t in thresholds},
+        "train_s": round(sum(d["train_s"] for d in totals.values()), 3),
+        "idle_s": round(sum(d["idle_s"] for d in totals.values()), 3),
+        "round_latency_s": _mean_std([d["round_latency_s"] for d in totals.values()])["mean"],
+        "energy_j_per_device": {k: d["energy_j"] for k, d in totals.items()},
+        "staleness_histogram": {str(k): v for k, v in sorted(Counter(
+            int(u["staleness"]) for u in aggregated).items())},
+        "updates_per_aggregation": (round(sum(per_version.values()) / len(aggregated), 3)
+                                    if aggregated else None),
+        "periods": period_figures(evals, thresholds[0], eval_every_s) if thresholds else [],
+    }
+    cont = continual_figures(evals)
+    if cont is not None:
+        figures.update(cont)
+    return figures
+
+
+def method_summary(runs: List[Dict[str, Any]], thresholds: Sequence[float]) -> Dict[str, Any]:
+    """Mean and spread over seeds of the figures the issue names, plus every seed's own."""
+    out: Dict[str, Any] = {"seeds": len(runs), "runs": runs}
+    for key in ("final_accuracy", "final_accuracy_seen", "energy_j", "train_s", "idle_s",
+                "round_latency_s", "period1_accuracy", "overall_accuracy", "average_accuracy"):
+        values = [r.get(key) for r in runs]
+        if all(v is None for v in values):
+            continue
+        stats = _mean_std(values)
+        out[key], out[key + "_std"] = stats["mean"], stats["std"]
+    out["time_to_accuracy_s"] = {}
+    out["reached"] = {}
+    for t in thresholds:
+        values = [r["time_to_accuracy_s"][str(t)] for r in runs]
+        out["time_to_accuracy_s"][str(t)] = _mean_std(values)["mean"]
+        out["reached"][str(t)] = sum(v is not None for v in values)
+    return out
