@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-from streamfl.config import build, read_yaml
+from streamfl.agent.clp_hparams import ClpHparamsConfig
+from streamfl.config import build, merge, read_yaml
+from streamfl.dvfs.config import DvfsConfig
 from streamfl.models import REGISTRY, ModelSpec
 from streamfl.protocol.topics import NAME_RE, sanitize_name
 from streamfl.protocol.transport.base import MqttSettings
@@ -36,6 +38,7 @@ class AgentConfig:
     model: ModelSpec = field(default_factory=ModelSpec)
     sensor: SensorConfig = field(default_factory=SensorConfig)
     mqtt: MqttConfig = field(default_factory=MqttConfig)
+    dvfs: DvfsConfig = field(default_factory=DvfsConfig)
     #: None = chosen by the CLI (/var/lib/streamfl-agent, else ~/.local/state/streamfl-agent).
     state_dir: Optional[Path] = None
     buffer_capacity: int = 2048
@@ -46,6 +49,13 @@ class AgentConfig:
     batch_size: int = 32
     dropout: float = 0.0
     momentum: float = 0.0
+    #: Windows of the buffer the per-round Fisher trace (AdaCLP eq. 1) is estimated on; 0 = off.
+    #: 20, not the batch of 50: one backward over 50 windows costs ~17% of an lstm round of 5
+    #: steps (bench/bench_fisher.py), 20 about 7%, under the 10% goal; the estimate is noisy
+    #: either way and the coordinator's eq. 2 averages it over a window of versions.
+    fisher_samples: int = 20
+    #: How the device turns the coordinator's CLP state into lr, batch size and dropout (eq. 4-6).
+    clp: ClpHparamsConfig = field(default_factory=ClpHparamsConfig)
     torch_threads: int = 1
     outbox_max_items: int = 200
     outbox_max_bytes: int = 256 * MIB
@@ -78,6 +88,7 @@ class AgentConfig:
             ("dropout", 0 <= self.dropout < 1, "must be in [0, 1)"),
             ("momentum", 0 <= self.momentum < 1, "must be in [0, 1)"),
             ("torch_threads", self.torch_threads >= 0, "must be >= 0 (0 = torch's default)"),
+            ("fisher_samples", self.fisher_samples >= 0, "must be >= 0 (0 = no Fisher trace)"),
             ("outbox_max_items", self.outbox_max_items >= 1, "must be at least 1"),
             ("outbox_max_bytes", self.outbox_max_bytes >= 1024, "must be at least 1024"),
             ("telemetry_interval_s", self.telemetry_interval_s >= 0, "must be >= 0 (0 = off)"),
@@ -103,20 +114,6 @@ class AgentConfig:
         return self.mqtt.settings(self.device_id, environ)
 
 
-def _merge(base: Dict[str, Any], over: Mapping[str, Any]) -> Dict[str, Any]:
-    """``base`` with ``over`` merged in, section by section; ``None`` values in ``over`` are skipped."""
-    out = dict(base)
-    for key, value in over.items():
-        if value is None:
-            continue
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(out[key], value)
-        elif isinstance(value, Mapping):
-            out[key] = _merge({}, value)
-        else:
-            out[key] = value
-    return out
-
 
 def load_agent_config(path: Optional[Path] = None,
                       overrides: Optional[Mapping[str, Any]] = None) -> AgentConfig:
@@ -129,6 +126,6 @@ def load_agent_config(path: Optional[Path] = None,
     if path is not None:
         values = read_yaml(path)
         source = str(path)
-    values = _merge(values, overrides or {})
+    values = merge(values, overrides or {})
     return build(AgentConfig, values, source)
 

@@ -10,17 +10,21 @@ import time
 import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 import streamfl
 from streamfl.agent.buffer import Buffer, ReplacementPolicy
+from streamfl.agent.clp_hparams import refine
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.trainer import LocalTrainer
+from streamfl.dvfs.policies.base import DomainView, PolicyInput
+from streamfl.dvfs.policies.factory import make_policy
 from streamfl.errors import StreamflError
 from streamfl.models import ModelSpec, arrays_to_model, build_model, model_to_arrays
+from streamfl.models.fisher import fisher_trace
 from streamfl.protocol.messages import Command, GlobalModel, Hello, Update
 from streamfl.sensors.window import Window
 
@@ -102,6 +106,10 @@ class AgentCore:
         self._train_requested = False
         self.rejected_models = 0
         self.last_update: Optional[Update] = None
+        #: Decides the clock levels of each round (AdaCLP s4.2 and the simpler policies).
+        self.dvfs_policy = make_policy(config.dvfs.policy, **config.dvfs.policy_options)
+        #: Levels per DVFS domain, announced in Hello (set by the runtime that owns the clocks).
+        self.dvfs_levels: Dict[str, List[int]] = {}
 
     # ---- inputs -------------------------------------------------------------------------------
 
@@ -109,7 +117,7 @@ class AgentCore:
         """The retained status message announcing this device on every connect."""
         return Hello(device_id=self.device_id, board=self.config.board,
                      software_version=streamfl.__version__, arch_id=self.arch_id,
-                     buffer_capacity=self.buffer.capacity)
+                     buffer_capacity=self.buffer.capacity, dvfs_levels=dict(self.dvfs_levels))
 
     def add_window(self, window: Window) -> bool:
         """Offer one sensor window to the buffer; False if it was not stored (see buffer counters)."""
@@ -128,7 +136,15 @@ class AgentCore:
                 log.info("ignoring stale global model v%d (have v%d)", gm.version, current)
             return False
         self.global_model = gm
-        self.apply_hparams(gm.hparams, "global model v%d" % gm.version)
+        # While the coordinator regulates the CLP, eq. 4-6 refine its hparams; else they apply as is.
+        before = dict(self.hparams)
+        self.apply_hparams(refine(gm.clp, gm.hparams, self.config.clp), "global model v%d" % gm.version)
+        if self.hparams != before:
+            log.info("hyper-parameters from v%d: lr %.4g, batch %d, local steps %d, dropout %.3g%s",
+                     gm.version, self.hparams["lr"], self.hparams["batch_size"],
+                     self.hparams["local_steps"], self.hparams["dropout"],
+                     " (CLP regulation, in_clp=%s)" % gm.clp.get("in_clp") if gm.clp.get("regulating")
+                     else "")
         log.debug("global model v%d received", gm.version)
         return True
 
@@ -197,6 +213,26 @@ class AgentCore:
         requested, self._train_requested = self._train_requested, False
         return requested
 
+    # ---- clocks -------------------------------------------------------------------------------
+
+    @property
+    def in_clp(self) -> bool:
+        """The newest global model's CLP flag (``clp["in_clp"]``); False until a coordinator's CLP
+        probe sets it, so clock policies see "after the CLP" by default."""
+        return bool(self.global_model is not None and self.global_model.clp.get("in_clp", False))
+
+    def frequency_plan(self, domains: Sequence[DomainView]) -> Dict[str, int]:
+        """The clock level per domain for the next round; empty means "touch nothing"."""
+        if not domains:
+            return {}
+        return self.dvfs_policy.plan(PolicyInput(self.in_clp, tuple(domains)))
+
+    def observe_clocks(self, levels: Mapping[str, int], seconds_per_sample: float) -> None:
+        """Tell the policy what a round at these levels cost per sample (its climb rule needs it)."""
+        if seconds_per_sample > 0:
+            for name, level in levels.items():
+                self.dvfs_policy.observe(name, level, seconds_per_sample)
+
     # ---- training -----------------------------------------------------------------------------
 
     def begin_round(self) -> RoundPlan:
@@ -260,12 +296,24 @@ class AgentCore:
                         tensors=tensors, num_samples=result.num_samples,
                         class_counts=result.class_counts, loss=result.mean_loss,
                         seconds_per_sample=elapsed_s / max(1, result.num_samples),
-                        round_index=plan.round_index, created_s=float(self._clock()))
+                        round_index=plan.round_index, created_s=float(self._clock()),
+                        fisher_trace=self._fisher(plan, lock if lock is not None else nullcontext()))
         self.last_update = update
         log.info("round %d from v%d: %d samples, loss %.4f, %.2f ms/sample", plan.round_index,
                  plan.base_version, result.num_samples, result.mean_loss,
                  update.seconds_per_sample * 1e3)
         return update
+
+    def _fisher(self, plan: RoundPlan, lock: ContextManager) -> Optional[float]:
+        """AdaCLP eq. 1 at the trained local model on ``fisher_samples`` buffer windows (None: off)."""
+        n = min(int(self.config.fisher_samples), len(self.buffer))
+        if n < 1:
+            return None
+        with lock:
+            X, _ = self.buffer.sample(n, self._rng)
+        gen = torch.Generator().manual_seed((self.seed * 7919 + plan.round_index) & 0x7FFFFFFFFFFFFFFF)
+        value = fisher_trace(self.model, X, generator=gen)
+        return float(value) if np.isfinite(value) else None
 
     def train_round(self) -> Update:
         """``begin_round`` then ``finish_round``: one local round for single-threaded runtimes."""

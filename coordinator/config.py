@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-from streamfl.config import build, read_yaml
+from streamfl.coordinator.clp import ClpConfig
+from streamfl.config import build, merge, read_yaml
 from streamfl.coordinator.strategies import STALENESS_NAMES, STRATEGY_NAMES
 from streamfl.errors import ConfigError
 from streamfl.models import ModelSpec
@@ -68,6 +69,8 @@ class CoordinatorConfig:
     max_staleness: Optional[int] = None
     fedavg: FedAvgConfig = field(default_factory=FedAvgConfig)
     hparams: HParams = field(default_factory=HParams)
+    #: AdaCLP's federated CLP probe (eq. 2-3); off by default: plain FedAsync/FedAvg.
+    clp: ClpConfig = field(default_factory=ClpConfig)
     history_size: int = 10
     #: How many recent update ids are remembered to drop resent duplicates.
     dedup_window: int = 4096
@@ -110,21 +113,6 @@ class CoordinatorConfig:
             raise ValueError("persist_interval_s and publish_min_interval_s must be >= 0")
 
 
-def _merge(base: Dict[str, Any], overrides: Mapping[str, Any]) -> Dict[str, Any]:
-    """Overlay ``overrides`` on ``base`` one level into nested mappings; None values are skipped."""
-    out = dict(base)
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if isinstance(value, Mapping):
-            inner = out.get(key) or {}
-            if not isinstance(inner, Mapping):
-                inner = {}
-            out[key] = _merge(dict(inner), value)
-        else:
-            out[key] = value
-    return out
-
 
 def load_config(path: Optional[Path] = None, overrides: Optional[Mapping[str, Any]] = None,
                 section: Optional[str] = None) -> CoordinatorConfig:
@@ -143,5 +131,5 @@ def load_config(path: Optional[Path] = None, overrides: Optional[Mapping[str, An
             source = "%s [%s]" % (path, section)
             if not isinstance(values, dict):
                 raise ConfigError("%s: section must be a mapping" % source)
-    values = _merge(values, overrides or {})
+    values = merge(values, overrides or {})
     return build(CoordinatorConfig, values, source)

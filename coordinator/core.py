@@ -7,9 +7,10 @@ and the aggregation strategy. The daemon (``server.py``) and the simulator drive
 """
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from streamfl.coordinator.clp import ClpProbe
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.history import ModelHistory
 from streamfl.coordinator.registry import DeviceRegistry
@@ -46,12 +47,22 @@ class UpdateRecord:
     aggregated: bool
     #: aggregated | buffered | stale | duplicate | rejected
     outcome: str
+    #: What the round cost on the device and the clock level of each of its domains.
+    energy_j: Optional[float] = None
+    clock_levels: Dict[str, int] = field(default_factory=dict)
+    seconds_per_sample: Optional[float] = None
+    fisher_trace: Optional[float] = None
+    #: The CLP probe's state after this update (empty while the probe is off).
+    clp: Dict[str, Any] = field(default_factory=dict)
 
     def as_event(self) -> Dict[str, Any]:
         return {"event": "update", "time_s": self.time_s, "device": self.device,
                 "base_version": self.base_version, "version": self.version,
                 "staleness": self.staleness, "loss": self.loss, "num_samples": self.num_samples,
-                "aggregated": self.aggregated, "outcome": self.outcome}
+                "aggregated": self.aggregated, "outcome": self.outcome,
+                "energy_j": self.energy_j, "clock_levels": dict(self.clock_levels),
+                "seconds_per_sample": self.seconds_per_sample, "fisher_trace": self.fisher_trace,
+                "clp": dict(self.clp)}
 
 
 def initial_model(config: CoordinatorConfig) -> Tensors:
@@ -69,6 +80,7 @@ class CoordinatorCore:
         self.arch_id = config.model.arch_id
         self.registry = DeviceRegistry()
         self.strategy = strategy if strategy is not None else make_strategy(config, self.registry.online)
+        self.clp = ClpProbe(config.clp)
         self.version = 0
         self._model: Tensors = tensors if tensors is not None else initial_model(config)
         self.history = ModelHistory(config.history_size)
@@ -132,6 +144,18 @@ class CoordinatorCore:
             outcome = AGGREGATED
         return self._record(update, now, staleness, new is not None, outcome)
 
+    def _probe_clp(self) -> None:
+        """Feed AdaCLP's probe (eq. 2-3) with what the aggregation that made ``version`` merged:
+        its base version and sample-weighted Fisher trace (one update under FedAsync, a round
+        under FedAvg)."""
+        merged = [u for u in self.strategy.last_aggregated if u.fisher_trace is not None]
+        base = min((u.base_version for u in self.strategy.last_aggregated), default=self.version - 1)
+        trace = None
+        if merged:
+            weights = [max(1, u.num_samples) for u in merged]
+            trace = sum(w * float(u.fisher_trace) for w, u in zip(weights, merged)) / sum(weights)
+        self.clp.on_aggregation(self.version, base, trace)
+
     def tick(self, now: float) -> bool:
         """Drive time-based strategy decisions (FedAvg deadline); True if a new version was made."""
         new = self.strategy.on_tick(self._model, self.version, now)
@@ -144,7 +168,11 @@ class CoordinatorCore:
     def global_model(self) -> GlobalModel:
         """The current global model message (tensors are shared, never mutated afterwards)."""
         return GlobalModel(version=self.version, arch_id=self.arch_id, tensors=self._model,
-                           hparams=self.config.hparams.as_dict())
+                           hparams=self.config.hparams.as_dict(), clp=self.clp_state())
+
+    def clp_state(self) -> Dict[str, Any]:
+        """What every global model carries of the CLP probe; empty while it is off."""
+        return self.clp.current().as_dict() if self.config.clp.enabled else {}
 
     @property
     def model(self) -> Tensors:
@@ -161,7 +189,7 @@ class CoordinatorCore:
         """JSON-able state for ``state.json`` (the tensors go to model.safetensors separately)."""
         return {"version": self.version, "arch_id": self.arch_id,
                 "history_versions": self.history.versions(), "strategy": self.strategy.name,
-                "strategy_state": self.strategy.state(),
+                "strategy_state": self.strategy.state(), "clp": self.clp.state(),
                 "recent_update_ids": list(self._seen)[-PERSISTED_IDS:],
                 "counters": dict(self.counters)}
 
@@ -173,6 +201,8 @@ class CoordinatorCore:
         self.history.add(self.version, tensors, now)
         if state.get("strategy") == self.strategy.name:
             self.strategy.load_state(dict(state.get("strategy_state") or {}))
+        if state.get("clp"):
+            self.clp.load_state(state["clp"])
         for key, value in (state.get("counters") or {}).items():
             if key in self.counters:
                 self.counters[key] = int(value)
@@ -186,6 +216,8 @@ class CoordinatorCore:
         self._model = tensors
         self.history.add(self.version, tensors, now)
         self.counters["aggregated"] += 1
+        if self.config.clp.enabled:
+            self._probe_clp()
 
     def _remember(self, update_id: str) -> None:
         self._seen[update_id] = None
@@ -197,4 +229,7 @@ class CoordinatorCore:
         return UpdateRecord(time_s=now, device=update.device_id, update_id=update.update_id,
                             base_version=update.base_version, version=self.version,
                             staleness=staleness, loss=float(update.loss),
-                            num_samples=int(update.num_samples), aggregated=aggregated, outcome=outcome)
+                            num_samples=int(update.num_samples), aggregated=aggregated, outcome=outcome,
+                            energy_j=update.energy_j, clock_levels=dict(update.clock_levels),
+                            seconds_per_sample=float(update.seconds_per_sample),
+                            fisher_trace=update.fisher_trace, clp=self.clp_state())

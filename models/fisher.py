@@ -1,0 +1,120 @@
+"""Trace of the Fisher information of a classifier: AdaCLP's plasticity signal (adaclp.txt, eq. 1).
+
+``F = E_x E_{yhat ~ p_w(.|x)} ||grad_w log p_w(yhat|x)||^2``, labels sampled from the model, not the
+true ones (DESIGN.md section 8). ``fisher_trace`` estimates it with one forward and one backward
+pass; ``fisher_trace_exact`` enumerates every sample and class (slow; for tests and small models).
+"""
+import contextlib
+from typing import Dict, List, Optional, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+ArrayLike = Union[torch.Tensor, np.ndarray]
+
+
+def fisher_trace(model: nn.Module, X: ArrayLike, num_samples: Optional[int] = None,
+                 generator: Optional[torch.Generator] = None) -> float:
+    """Unbiased one-backward estimate of the Fisher trace (AdaCLP eq. 1) on windows ``X`` [N, T, C].
+
+    Why: the per-sample form needs B backward passes (the paper reports 32-40% training overhead,
+    sec. 5.4.5); the squared norm of the SUMMED score of B samples needs one.
+    Unbiased: with s_i = grad log p(yhat_i|x_i), yhat_i ~ p_w(.|x_i) drawn independently,
+    E||sum_i s_i||^2 = sum_i E||s_i||^2 + sum_{i!=j} E[s_i].E[s_j] and E_yhat[s_i] = 0: / B gives F.
+    The price is variance: higher than the per-sample average mean_i ||s_i||^2 (for the default LSTM
+    about 50% vs 1.4% relative std at B = 50, bench/bench_fisher.py), and it barely shrinks with B,
+    so smooth it over rounds (eq. 2 does) rather than trusting one value.
+
+    ``num_samples`` draws that many windows without replacement (None: all of them; still unbiased
+    for the trace over all of ``X``). The model runs in eval mode (dropout off) and every module's
+    mode is restored afterwards; gradients come from ``torch.autograd.grad``, so parameters'
+    ``.grad`` and any optimizer state are left exactly as they were. The same ``generator`` state
+    gives the same value.
+    """
+    params = _trainable(model)
+    xb = _as_input(model, X)
+    n = xb.shape[0]
+    if num_samples is not None:
+        if int(num_samples) < 1:
+            raise ValueError("num_samples must be at least 1, got %r" % (num_samples,))
+        if int(num_samples) < n:
+            idx = torch.randperm(n, generator=generator)[:int(num_samples)]
+            xb = xb[idx.to(xb.device)]
+    batch = xb.shape[0]
+    modes = _eval(model)
+    try:
+        with torch.enable_grad(), _rnn_backward_ok(xb):
+            log_p = torch.log_softmax(model(xb), dim=1)
+            probs = log_p.detach().exp().to("cpu", torch.float64)
+            yhat = torch.multinomial(probs, 1, generator=generator).to(xb.device)
+            total = log_p.gather(1, yhat).sum()
+            grads = torch.autograd.grad(total, params, allow_unused=True)
+        return float(_sq_norm(grads)) / batch
+    finally:
+        _restore(model, modes)
+
+
+def fisher_trace_exact(model: nn.Module, X: ArrayLike) -> float:
+    """Exact ``mean_x sum_y p(y|x) ||grad log p(y|x)||^2`` (eq. 1) by N x K backward passes.
+
+    The reference ``fisher_trace`` is tested against; far too slow for a device's round.
+    """
+    params = _trainable(model)
+    xb = _as_input(model, X)
+    modes = _eval(model)
+    total = 0.0
+    try:
+        with torch.enable_grad(), _rnn_backward_ok(xb):
+            for i in range(xb.shape[0]):
+                log_p = torch.log_softmax(model(xb[i:i + 1]), dim=1)[0]
+                probs = log_p.detach().exp()
+                for c in range(log_p.shape[0]):
+                    grads = torch.autograd.grad(log_p[c], params, retain_graph=True,
+                                                allow_unused=True)
+                    total += float(probs[c]) * float(_sq_norm(grads))
+    finally:
+        _restore(model, modes)
+    return total / xb.shape[0]
+
+
+def _trainable(model: nn.Module) -> List[nn.Parameter]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no trainable parameters")
+    return params
+
+
+def _as_input(model: nn.Module, X: ArrayLike) -> torch.Tensor:
+    """``X`` as a tensor on the model's device and in its floating dtype, at least one window."""
+    ref = next(model.parameters())
+    xb = torch.as_tensor(X).to(device=ref.device, dtype=ref.dtype)
+    if xb.dim() < 2 or xb.shape[0] < 1:
+        raise ValueError("X must hold at least one window, got shape %s" % (tuple(xb.shape),))
+    return xb
+
+
+def _sq_norm(grads) -> torch.Tensor:
+    return sum(g.detach().double().pow(2).sum() for g in grads if g is not None)
+
+
+def _eval(model: nn.Module) -> Dict[nn.Module, bool]:
+    """Switch to eval mode, returning each module's mode (restoring ``model.training`` alone would
+    flatten a deliberately mixed train/eval setup)."""
+    modes = {m: m.training for m in model.modules()}
+    model.eval()
+    return modes
+
+
+def _restore(model: nn.Module, modes: Dict[nn.Module, bool]) -> None:
+    for m, training in modes.items():
+        m.training = training
+
+
+def _rnn_backward_ok(xb: torch.Tensor):
+    """cuDNN refuses an RNN backward in eval mode; fall back to the native kernels on GPU only."""
+    if xb.device.type != "cuda":
+        return contextlib.nullcontext()
+    cudnn = torch.backends.cudnn
+    return cudnn.flags(enabled=False, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                       allow_tf32=cudnn.allow_tf32)
