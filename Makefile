@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 # Boards install NVIDIA's or the Pi's torch wheel themselves; here the CPU build is pinned by version.
 TORCH ?= torch==2.13.0
+# Extra pip arguments for the torch install, e.g. a CPU-only wheel index where PyPI would serve CUDA.
+TORCH_PIP_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
@@ -14,7 +16,7 @@ venv: $(STAMP)
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q $(TORCH_PIP_ARGS) "$(TORCH)"
 	$(BIN)/pip install -q -e ".[dev,server,data]"
 	touch $(STAMP)
 

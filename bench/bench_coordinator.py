@@ -7,11 +7,16 @@ evaluation and persistence are excluded. Prints JSON; goal: >= 300 updates/s for
 model measured in the same run for comparison across machines.
 """
 import json
+import os
 import sys
 import time
 import uuid
 
-import numpy as np
+# "On one core": numpy's BLAS and torch's OpenMP pools too, set before either is imported.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
 import torch
 
 from streamfl.coordinator.config import CoordinatorConfig

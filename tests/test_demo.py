@@ -65,3 +65,11 @@ def test_short_demo_run_leaves_metrics_summary_and_plot(tmp_path):
     assert "demo-02 (raspberry-pi-4) %.1f J" % summary["energy_j"]["demo-02"] in out, out[-2000:]
     assert all(u["clock_levels"] for u in updates)
     assert (run_dir / "clocks.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_full_length_demo_that_ends_near_chance_is_not_ok():
+    from streamfl.sim.demo import learned
+    assert learned({"final_accuracy": 0.9, "chance": 1 / 6}, 120.0)
+    assert not learned({"final_accuracy": 0.2, "chance": 1 / 6}, 120.0)
+    assert not learned({"final_accuracy": None, "chance": 1 / 6}, 120.0)
+    assert learned({"final_accuracy": 0.2, "chance": 1 / 6}, 25.0)   # a smoke run only must evaluate
