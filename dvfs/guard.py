@@ -66,13 +66,32 @@ class DvfsGuard:
         return applied
 
     def _save(self) -> None:
+        """Write the originals before the first change; an earlier run's unrestored save wins.
+
+        If ``dvfs-saved.json`` is still there (its restore failed at start, e.g. the GPU devfreq
+        device had not appeared yet), the values in it are the board's true originals and the
+        ones read now may be that run's lowered clocks: those domains keep the file's values, in
+        the file and in memory, so every later restore puts the true originals back.
+        """
         snapshot = self.backend.snapshot()
         if self.state_dir is not None:
-            doc = {"format": FORMAT, "pid": os.getpid(), "saved_at": time.time(), "domains": [
-                {"name": d.name, "driver": d.driver, "dir": d.directory, "snapshot": snapshot[d.name]}
-                for d in self.backend.domains if getattr(d, "directory", None)]}
+            path = _saved_path(self.state_dir)
+            earlier = self._earlier_save(path)
+            entries = []
+            for d in self.backend.domains:
+                if not getattr(d, "directory", None):
+                    continue
+                old = earlier.get((d.driver, d.directory))
+                if old is not None:
+                    snapshot[d.name] = [tuple(pair) for pair in old["snapshot"]]
+                    log.warning("keeping the original clocks of %s that an earlier run saved", d.name)
+                entries.append({"name": d.name, "driver": d.driver, "dir": d.directory,
+                                "snapshot": [list(pair) for pair in snapshot[d.name]]})
+            kept = [e for key, e in earlier.items()
+                    if key not in {(x["driver"], x["dir"]) for x in entries}]
+            doc = {"format": FORMAT, "pid": os.getpid(), "saved_at": time.time(),
+                   "domains": entries + kept}
             if doc["domains"]:
-                path = _saved_path(self.state_dir)
                 try:
                     self.state_dir.mkdir(parents=True, exist_ok=True)
                     atomic_write(path, json.dumps(doc, indent=1).encode("utf-8"), sync_dir=True)
@@ -82,6 +101,21 @@ class DvfsGuard:
                 log.info("saved original clock settings of %d domain(s) to %s",
                          len(doc["domains"]), path)
         self._saved = snapshot
+
+    @staticmethod
+    def _earlier_save(path: Path) -> Dict[tuple, dict]:
+        """Entries of a save file an earlier run left, by (driver, folder); ``DvfsError`` if it
+        cannot be read, since changing clocks then could lose the true originals."""
+        try:
+            doc = json.loads(path.read_bytes().decode("utf-8"))
+            if doc.get("format") != FORMAT:
+                raise ValueError("format %r" % doc.get("format"))
+            return {(e["driver"], str(e["dir"])): e for e in doc["domains"]}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise DvfsError("%s from an earlier run cannot be read (%s); not changing any clock "
+                            "until it is restored or removed" % (path, exc)) from None
 
     def restore(self) -> bool:
         """Put every domain back as it was before the first change; True if all went back."""

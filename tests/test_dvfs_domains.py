@@ -216,6 +216,32 @@ def test_a_failed_restore_keeps_the_save_file_for_the_next_try(tmp_path):
     assert (state / SAVED_FILE).exists()
 
 
+def test_an_unrestored_earlier_save_keeps_the_true_originals(tmp_path):
+    """A run whose start-up restore failed must not save its predecessor's lowered clocks as the
+    originals: the earlier file's values win, so the board still ends up untouched (4.9 kernel)."""
+    b = Board(tmp_path / "sys", "jetson-nano", dict(FAKE_TREES)["jetson-nano"])
+    before = tree_files(b.root)
+    state = tmp_path / "state"
+    DvfsGuard(b, state).apply({d.name: 0 for d in b.domains})        # run 1 is SIGKILLed here
+    lowered = tree_files(b.root)
+    assert lowered != before
+    with DvfsGuard(b, state) as guard:                                # run 2: its restore failed
+        guard.apply({b.gpus[0].name: 1})
+    assert tree_files(b.root) == before
+    assert not (state / SAVED_FILE).exists()
+
+
+def test_an_unreadable_earlier_save_blocks_clock_changes(tmp_path):
+    b = Board(tmp_path / "sys", "raspberry-pi-4", "")
+    before = tree_files(b.root)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / SAVED_FILE).write_text("{not json")
+    with pytest.raises(DvfsError):
+        DvfsGuard(b, state).apply({"cpu0": 0})
+    assert tree_files(b.root) == before
+
+
 def test_null_and_simulated_backends():
     assert NullBackend().domains == () and NullBackend().snapshot() == {}
     t = [0.0]
