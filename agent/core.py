@@ -19,6 +19,7 @@ import streamfl
 from streamfl.agent.buffer import Buffer, ReplacementPolicy
 from streamfl.agent.clp_hparams import refine
 from streamfl.agent.config import AgentConfig
+from streamfl.agent.fedcurv import FedCurvClient
 from streamfl.agent.trainer import LocalTrainer
 from streamfl.dvfs.policies.base import DomainView, PolicyInput
 from streamfl.dvfs.policies.factory import make_policy
@@ -91,6 +92,8 @@ class AgentCore:
         self.buffer = Buffer(config.buffer_capacity, self.spec.window_len, self.spec.in_channels,
                              self.spec.num_classes, policy)
         self.trainer = LocalTrainer(self.model, self.spec.num_classes, momentum=config.momentum)
+        #: FedCurv's penalty and Fisher diagonal, when the coordinator's global model asks for them.
+        self.fedcurv = FedCurvClient()
         self._rng = np.random.default_rng(self.seed)
         self.hparams: Dict[str, float] = {"lr": config.lr, "batch_size": config.batch_size,
                                           "local_steps": config.local_steps,
@@ -275,6 +278,9 @@ class AgentCore:
             arrays_to_model(self.model, plan.start_tensors)
         self.base_version = plan.base_version
         self.model.set_dropout(plan.dropout)
+        ewc = self.global_model.ewc if self.global_model is not None else {}
+        penalty = self.fedcurv.penalty(ewc, self.model)
+        self.trainer.penalties = [penalty] if penalty is not None else []
         t0 = self._timer()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed((self.seed * 1000003 + plan.round_index) & 0x7FFFFFFFFFFFFFFF)
@@ -297,7 +303,8 @@ class AgentCore:
                         class_counts=result.class_counts, loss=result.mean_loss,
                         seconds_per_sample=elapsed_s / max(1, result.num_samples),
                         round_index=plan.round_index, created_s=float(self._clock()),
-                        fisher_trace=self._fisher(plan, lock if lock is not None else nullcontext()))
+                        fisher_trace=self._fisher(plan, lock if lock is not None else nullcontext()),
+                        ewc=self._curvature(ewc, plan, tensors, lock if lock is not None else nullcontext()))
         self.last_update = update
         log.info("round %d from v%d: %d samples, loss %.4f, %.2f ms/sample", plan.round_index,
                  plan.base_version, result.num_samples, result.mean_loss,
@@ -314,6 +321,19 @@ class AgentCore:
         gen = torch.Generator().manual_seed((self.seed * 7919 + plan.round_index) & 0x7FFFFFFFFFFFFFFF)
         value = fisher_trace(self.model, X, generator=gen)
         return float(value) if np.isfinite(value) else None
+
+    def _curvature(self, ewc: Mapping[str, Any], plan: RoundPlan, tensors: Dict[str, np.ndarray],
+                   lock: ContextManager) -> Dict[str, Any]:
+        """FedCurv's Fisher diagonal on as many labelled buffer windows as the coordinator asks for."""
+        if not FedCurvClient.active(ewc):
+            return {}
+        asked = ewc.get("fisher_samples")
+        n = asked if isinstance(asked, int) and not isinstance(asked, bool) and asked >= 1 else 20
+        n = min(n, len(self.buffer))
+        with lock:
+            X, y = self.buffer.sample(max(1, n), self._rng)
+        gen = torch.Generator().manual_seed((self.seed * 104729 + plan.round_index) & 0x7FFFFFFFFFFFFFFF)
+        return self.fedcurv.statistics(ewc, self.model, X, y, tensors, generator=gen)
 
     def train_round(self) -> Update:
         """``begin_round`` then ``finish_round``: one local round for single-threaded runtimes."""

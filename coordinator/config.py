@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from streamfl.coordinator.clp import ClpConfig
+from streamfl.coordinator.fedcurv import FedCurvConfig
 from streamfl.config import build, merge, read_yaml
 from streamfl.coordinator.strategies import STALENESS_NAMES, STRATEGY_NAMES
 from streamfl.errors import ConfigError
@@ -71,6 +72,8 @@ class CoordinatorConfig:
     hparams: HParams = field(default_factory=HParams)
     #: AdaCLP's federated CLP probe (eq. 2-3); off by default: plain FedAsync/FedAvg.
     clp: ClpConfig = field(default_factory=ClpConfig)
+    #: FedCurv's spatial penalty (U/V sums broadcast with the model); off by default.
+    fedcurv: FedCurvConfig = field(default_factory=FedCurvConfig)
     history_size: int = 10
     #: How many recent update ids are remembered to drop resent duplicates.
     dedup_window: int = 4096

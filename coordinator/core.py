@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 
 from streamfl.coordinator.clp import ClpProbe
 from streamfl.coordinator.config import CoordinatorConfig
+from streamfl.coordinator.fedcurv import CurvatureSums
 from streamfl.coordinator.history import ModelHistory
 from streamfl.coordinator.registry import DeviceRegistry
 from streamfl.coordinator.strategies import AGGREGATED, STALE, Aggregator, make_strategy
@@ -81,6 +82,7 @@ class CoordinatorCore:
         self.registry = DeviceRegistry()
         self.strategy = strategy if strategy is not None else make_strategy(config, self.registry.online)
         self.clp = ClpProbe(config.clp)
+        self.curv = CurvatureSums(config.fedcurv)
         self.version = 0
         self._model: Tensors = tensors if tensors is not None else initial_model(config)
         self.history = ModelHistory(config.history_size)
@@ -135,6 +137,8 @@ class CoordinatorCore:
                             update.device_id, update.base_version, self.version)
             staleness = 0
         info.updates += 1
+        if self.config.fedcurv.enabled:
+            self.curv.on_update(update)
         new = self.strategy.on_update(self._model, self.version, update, now)
         outcome = self.strategy.last_outcome
         if outcome == STALE:
@@ -168,7 +172,8 @@ class CoordinatorCore:
     def global_model(self) -> GlobalModel:
         """The current global model message (tensors are shared, never mutated afterwards)."""
         return GlobalModel(version=self.version, arch_id=self.arch_id, tensors=self._model,
-                           hparams=self.config.hparams.as_dict(), clp=self.clp_state())
+                           hparams=self.config.hparams.as_dict(), clp=self.clp_state(),
+                           ewc=self.curv.ewc_terms())
 
     def clp_state(self) -> Dict[str, Any]:
         """What every global model carries of the CLP probe; empty while it is off."""

@@ -3,6 +3,7 @@
 ``F = E_x E_{yhat ~ p_w(.|x)} ||grad_w log p_w(yhat|x)||^2``, labels sampled from the model, not the
 true ones (DESIGN.md section 8). ``fisher_trace`` estimates it with one forward and one backward
 pass; ``fisher_trace_exact`` enumerates every sample and class (slow; for tests and small models).
+``fisher_diagonal`` is the per-parameter diagonal FedCurv and ST-EWC weigh their penalties with.
 """
 import contextlib
 from typing import Dict, List, Optional, Union
@@ -76,6 +77,47 @@ def fisher_trace_exact(model: nn.Module, X: ArrayLike) -> float:
     finally:
         _restore(model, modes)
     return total / xb.shape[0]
+
+
+def fisher_diagonal(model: nn.Module, X: ArrayLike, y: ArrayLike, num_samples: Optional[int] = None,
+                    generator: Optional[torch.Generator] = None) -> Dict[str, np.ndarray]:
+    """Diagonal Fisher ``mean_i (grad_w log p_w(y_i|x_i))^2`` per state-dict tensor (float32 arrays).
+
+    Why this form: FedCurv (Shoham et al. 2019) and ST-EWC (st-ewc.txt, DESIGN.md s8) weigh each
+    parameter's pull towards a peer's value by its Fisher diagonal; the empirical Fisher at the
+    device's true labels is what both use, since the penalty should protect what the device's own
+    data taught. Per-sample squares need one backward per window (the square of a summed gradient
+    would mix samples), so ``num_samples`` windows are drawn without replacement (None: all); the
+    model runs in eval mode, modes and ``.grad`` are left as they were.
+    """
+    names = [name for name, p in model.named_parameters() if p.requires_grad]
+    params = _trainable(model)
+    xb = _as_input(model, X)
+    yb = torch.as_tensor(np.asarray(y), dtype=torch.int64).to(xb.device)
+    if yb.shape[0] != xb.shape[0]:
+        raise ValueError("X has %d windows but y %d labels" % (xb.shape[0], yb.shape[0]))
+    if num_samples is not None and int(num_samples) < xb.shape[0]:
+        if int(num_samples) < 1:
+            raise ValueError("num_samples must be at least 1, got %r" % (num_samples,))
+        idx = torch.randperm(xb.shape[0], generator=generator)[:int(num_samples)].to(xb.device)
+        xb, yb = xb[idx], yb[idx]
+    sums = [torch.zeros_like(p, dtype=torch.float64) for p in params]
+    modes = _eval(model)
+    try:
+        with torch.enable_grad(), _rnn_backward_ok(xb):
+            for i in range(xb.shape[0]):
+                log_p = torch.log_softmax(model(xb[i:i + 1]), dim=1)[0, yb[i]]
+                for acc, g in zip(sums, torch.autograd.grad(log_p, params, allow_unused=True)):
+                    if g is not None:
+                        acc += g.detach().double().pow(2)
+    finally:
+        _restore(model, modes)
+    n = float(xb.shape[0])
+    out = {name: (acc / n).to("cpu", torch.float32).numpy() for name, acc in zip(names, sums)}
+    # Frozen tensors get a zero diagonal, so the result always covers the whole state dict.
+    for name, t in model.state_dict().items():
+        out.setdefault(name, np.zeros(tuple(t.shape), dtype=np.float32))
+    return out
 
 
 def _trainable(model: nn.Module) -> List[nn.Parameter]:

@@ -6,9 +6,10 @@ with spaces to 8 bytes) + a tensor block in the safetensors format. The header i
 
 The tensor block's layout lives in ``streamfl.protocol.tensorblock``; nothing is ever unpickled.
 
-``GlobalModel.ewc`` values that are ``{name: ndarray}`` groups (ST-EWC's U, V, P, Q sums) travel in
-the tensor block as ``ewc/<key>/<name>``, always float32 (Fisher values underflow in float16), and
-are checked against the architecture like the model tensors.
+``ewc`` values of a ``GlobalModel`` or an ``Update`` that are ``{name: ndarray}`` groups (FedCurv's and
+ST-EWC's U, V, P, Q sums; a device's Fisher diagonal F) travel in the tensor block as
+``ewc/<key>/<name>``, always float32 (Fisher values underflow in float16), and are checked against
+the architecture like the model tensors.
 """
 import json
 import logging
@@ -301,7 +302,7 @@ class Decoder:
         groups: Dict[str, Dict[str, Entry]] = {"": {}}
         for entry in entries:
             name = entry[0]
-            if name.startswith(EWC_PREFIX) and cls is GlobalModel:
+            if name.startswith(EWC_PREFIX):
                 parts = name[len(EWC_PREFIX):].split("/", 1)
                 if len(parts) != 2 or not parts[0]:
                     raise ProtocolError("schema", "bad ewc tensor name %r" % name)

@@ -76,6 +76,8 @@ class Update:
     grad_variance: Optional[float] = None
     energy_j: Optional[float] = None
     clock_levels: Dict[str, int] = field(default_factory=dict)
+    #: Regularizer statistics, e.g. ``{"F": {name: diagonal Fisher}}`` for FedCurv (DESIGN.md s8).
+    ewc: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -162,7 +162,7 @@ def check_body(cls: type, body: Any) -> Dict[str, Any]:
                 validate_name(value, "device id")
             except ConfigError as exc:
                 raise ProtocolError("schema", "%s: %s" % (path, exc)) from None
-    if cls is GlobalModel and "ewc" not in out:
+    if cls in (GlobalModel, Update) and "ewc" not in out:
         out["ewc"] = {}
     if cls is Command and out["kind"] not in COMMAND_KINDS:
         raise ProtocolError("schema", "Command.kind %r not in %s" % (out["kind"], COMMAND_KINDS))

@@ -43,7 +43,7 @@ def samples():
         Update(device_id="pi-7", update_id="pi-7-0003", base_version=6, arch_id=ARCH, tensors=t,
                num_samples=640, class_counts={0: 10, 3: 630}, loss=0.25, seconds_per_sample=0.002,
                round_index=3, created_s=1700000000.5, fisher_trace=12.5, grad_variance=None,
-               energy_j=3.0, clock_levels={"cpu": 2}),
+               energy_j=3.0, clock_levels={"cpu": 2}, ewc={"F": tensors(3)}),
         Command(kind="override", params={"lr": 0.001, "dvfs": {"cpu": 1}}),
         Telemetry(device_id="pi-7", time_s=12.5, buffer_fill=100, buffer_capacity=512, rounds=4,
                   power_w=5.5, clocks_khz={"cpu": 1500000}, temperatures_c={"soc": 51.0}),
@@ -423,10 +423,13 @@ def test_layout_cache_does_not_hide_a_changed_frame():
     assert reason_of(frame(header, block), dec) == "arch_mismatch"
 
 
-def test_ewc_tensor_names_are_only_for_the_global_model():
+def test_update_carries_a_fisher_diagonal_checked_against_the_architecture():
     dec = decoder()
-    gm = samples()[3]
-    header, block = header_of(gm)
-    dec.decode(frame(header, block))  # caches the layout with ewc groups
-    upd_header, _ = header_of(samples()[4])
-    assert reason_of(frame(upd_header, block), dec) == "arch_mismatch"
+    upd = samples()[4]
+    back = dec.decode(encode(upd, float16=True))
+    assert sorted(back.ewc) == ["F"]
+    assert all(a.dtype == np.float32 for a in back.ewc["F"].values())  # float32 even in a float16 frame
+    upd.ewc = {"F": {k: v for k, v in upd.ewc["F"].items() if k != "head.bias"}}
+    assert reason_of(encode(upd), dec) == "arch_mismatch"
+    upd.ewc = {"F": {k: v[..., :1] for k, v in samples()[4].ewc["F"].items()}}
+    assert reason_of(encode(upd), dec) == "arch_mismatch"

@@ -1,0 +1,103 @@
+"""FedCurv's curvature sums (Shoham et al. 2019; DESIGN.md s8, "FedCurv / ST-EWC"): U and V, not peers.
+
+Device k's penalty ``(lambda2/2) sum_{k' != k} (theta - theta_k')^T diag(F_k') (theta - theta_k')``
+needs only ``U = sum_k F_k`` and ``V = sum_k F_k * theta_k`` over every device's latest update: the
+device subtracts its own ``F_k`` and ``F_k * theta_k`` and trains with the gradient
+``lambda2 ((U - F_k) * theta - (V - F_k * theta_k))``. So a global model carries two extra tensors
+of the model's size however many devices there are.
+
+The sums are float64 and each device's last contribution is kept, so a new update replaces it
+exactly (subtract old, add new) without float32 drift over thousands of updates. They are not
+persisted: after a coordinator restart they refill as each device sends its next update (a
+device's penalty is weaker until then, never wrong in sign).
+"""
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+
+from streamfl.protocol.messages import Tensors, Update
+
+log = logging.getLogger(__name__)
+
+#: The ``Update.ewc`` group holding a device's Fisher diagonal.
+FISHER_KEY = "F"
+
+
+@dataclass(frozen=True)
+class FedCurvConfig:
+    """FedCurv's spatial penalty, broadcast to the devices with every global model.
+
+    lambda2: penalty strength. Shoham et al. tune it per task and the AdaCLP paper gives none;
+      the sum runs over every peer, so the pull grows with the fleet; 1.0 keeps the penalty's
+      gradient at a fraction of the cross-entropy's for the HAR models here (a sweep lives in
+      docs/results.md once written). Raise it to hold devices closer to what peers learned.
+    fisher_samples: windows each device's Fisher diagonal is estimated on (one backward each).
+    """
+
+    enabled: bool = False
+    lambda2: float = 1.0
+    fisher_samples: int = 20
+
+    def __post_init__(self) -> None:
+        if not self.lambda2 >= 0:
+            raise ValueError("lambda2 must be >= 0, got %r" % (self.lambda2,))
+        if self.fisher_samples < 1:
+            raise ValueError("fisher_samples must be >= 1, got %r" % (self.fisher_samples,))
+
+
+class CurvatureSums:
+    """U = sum_k F_k and V = sum_k F_k * theta_k over each device's latest Fisher-carrying update."""
+
+    def __init__(self, config: FedCurvConfig):
+        self.config = config
+        self._last: Dict[str, Tuple[Tensors, Tensors]] = {}
+        self._u: Dict[str, np.ndarray] = {}
+        self._v: Dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        """Devices whose contribution is in the sums."""
+        return len(self._last)
+
+    def on_update(self, update: Update) -> bool:
+        """Fold the update's Fisher diagonal in, replacing the device's previous one; False if none."""
+        fisher = update.ewc.get(FISHER_KEY) if update.ewc else None
+        if not isinstance(fisher, Mapping) or set(fisher) != set(update.tensors):
+            return False
+        f = {k: np.asarray(a, dtype=np.float32) for k, a in fisher.items()}
+        fw = {k: f[k] * np.asarray(update.tensors[k], dtype=np.float32) for k in f}
+        old = self._last.pop(update.device_id, None)
+        for name in f:
+            u = self._u.setdefault(name, np.zeros(f[name].shape, dtype=np.float64))
+            v = self._v.setdefault(name, np.zeros(f[name].shape, dtype=np.float64))
+            if old is not None:
+                u -= old[0][name]
+                v -= old[1][name]
+            u += f[name]
+            v += fw[name]
+        self._last[update.device_id] = (f, fw)
+        return True
+
+    def forget(self, device_id: str) -> None:
+        """Drop a device's contribution (e.g. it left the fleet for good)."""
+        old = self._last.pop(device_id, None)
+        if old is not None:
+            for name in old[0]:
+                self._u[name] -= old[0][name]
+                self._v[name] -= old[1][name]
+
+    def ewc_terms(self) -> Dict[str, Any]:
+        """What a global model carries: ``lambda2`` and, once any device reported, U and V (float32)."""
+        if not self.config.enabled:
+            return {}
+        out: Dict[str, Any] = {"lambda2": float(self.config.lambda2),
+                               "fisher_samples": int(self.config.fisher_samples)}
+        if self._last:
+            out["U"] = {k: np.maximum(u, 0.0).astype(np.float32) for k, u in self._u.items()}
+            out["V"] = {k: v.astype(np.float32) for k, v in self._v.items()}
+        return out
+
+    def contribution(self, device_id: str) -> Optional[Tuple[Tensors, Tensors]]:
+        """The device's ``(F_k, F_k * theta_k)`` in the sums, or None."""
+        return self._last.get(device_id)
