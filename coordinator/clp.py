@@ -68,6 +68,9 @@ class ClpConfig:
       run will make; 0 disables regulation.
     segment_rounds: fixed segment length in versions; 0 (default) = none, see module docstring.
     segment_on_reentry: start a new segment when the model re-enters the CLP (default True).
+    refine_hparams: devices refine lr, batch size and dropout from the broadcast state (eq. 4-6);
+      False broadcasts the CLP flag only (CriticalFL follows it with its client count, clocks
+      with the clp-aware policy) and devices keep the coordinator's hparams.
     """
 
     enabled: bool = False
@@ -77,6 +80,7 @@ class ClpConfig:
     r_end: int = DEFAULT_R_END
     segment_rounds: int = 0
     segment_on_reentry: bool = True
+    refine_hparams: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):

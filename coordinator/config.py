@@ -41,16 +41,30 @@ class HParams:
 
 @dataclass(frozen=True)
 class FedAvgConfig:
-    """Synchronous FedAvg rounds: wait for all online devices, at most ``deadline_s`` seconds."""
+    """Synchronous FedAvg rounds: wait for all online devices, at most ``deadline_s`` seconds.
+
+    clients_per_round: close a round once this many devices reported (null: every device online
+      at round start). criticalfl: CriticalFL's client count (Yan et al. 2023, the AdaCLP paper's
+      baseline): doubled after each aggregation inside the CLP up to ``clients_max`` (null: all
+      online), halved outside it down to ``clients_per_round`` (default 2 when unset); needs the
+      coordinator's ``clp`` probe. Which devices count is the first to report, since every
+      device trains on its own schedule here (a selecting scheduler comes with FedTeddi).
+    """
 
     deadline_s: float = 30.0
     min_updates: int = 1
+    clients_per_round: Optional[int] = None
+    criticalfl: bool = False
+    clients_max: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not self.deadline_s > 0:
             raise ValueError("fedavg.deadline_s must be > 0, got %r" % self.deadline_s)
         if self.min_updates < 1:
             raise ValueError("fedavg.min_updates must be >= 1, got %r" % self.min_updates)
+        for key in ("clients_per_round", "clients_max"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                raise ValueError("fedavg.%s must be >= 1 or null, got %r" % (key, getattr(self, key)))
 
 
 @dataclass(frozen=True)
@@ -114,6 +128,8 @@ class CoordinatorConfig:
                 raise ValueError("%s must be >= 1, got %r" % (key, getattr(self, key)))
         if self.persist_interval_s < 0 or self.publish_min_interval_s < 0:
             raise ValueError("persist_interval_s and publish_min_interval_s must be >= 0")
+        if self.fedavg.criticalfl and not (self.strategy == "fedavg" and self.clp.enabled):
+            raise ValueError("fedavg.criticalfl needs strategy fedavg and clp.enabled (it follows the CLP flag)")
 
 
 

@@ -159,6 +159,7 @@ class CoordinatorCore:
             weights = [max(1, u.num_samples) for u in merged]
             trace = sum(w * float(u.fisher_trace) for w, u in zip(weights, merged)) / sum(weights)
         self.clp.on_aggregation(self.version, base, trace)
+        self.strategy.on_clp(bool(self.clp.current().in_clp))
 
     def tick(self, now: float) -> bool:
         """Drive time-based strategy decisions (FedAvg deadline); True if a new version was made."""
@@ -177,7 +178,12 @@ class CoordinatorCore:
 
     def clp_state(self) -> Dict[str, Any]:
         """What every global model carries of the CLP probe; empty while it is off."""
-        return self.clp.current().as_dict() if self.config.clp.enabled else {}
+        if not self.config.clp.enabled:
+            return {}
+        state = self.clp.current().as_dict()
+        if not self.config.clp.refine_hparams:
+            state["regulating"] = False   # the flag is broadcast, devices keep the coordinator's hparams
+        return state
 
     @property
     def model(self) -> Tensors:

@@ -71,3 +71,21 @@ register(Method("adaclp-no-dvfs", "AdaCLP without DVFS: clocks left where they a
                 coordinator=_CLP_ON, dvfs_policy="none"))
 register(Method("adaclp-fixed-low", "AdaCLP at the lowest clock level throughout (Table 4)",
                 coordinator=_CLP_ON, dvfs_policy="powersave"))
+
+
+# The AdaCLP paper's other baselines (adaclp.txt sec. 5.1): FedCurv (synchronous, the U/V sums of
+# DESIGN.md s8), AFedCurv (the same penalty under FedAsync), CriticalFL (synchronous; twice the
+# clients per round inside the CLP, half outside) and FedCurv+CLP (FedCurv with the CLP regulator).
+_CURV = {"enabled": True}
+register(Method("fedcurv", "FedCurv: synchronous FedAvg whose devices train with the peers' Fisher-"
+                           "weighted penalty (Shoham et al. 2019)",
+                coordinator={"strategy": "fedavg", "fedcurv": _CURV}))
+register(Method("afedcurv", "AFedCurv: FedCurv's penalty under FedAsync aggregation",
+                coordinator={"strategy": "fedasync", "fedcurv": _CURV}))
+register(Method("criticalfl", "CriticalFL: synchronous rounds whose client count doubles inside "
+                              "the CLP and halves after (Yan et al. 2023)",
+                coordinator={"strategy": "fedavg", "clp": {"enabled": True, "refine_hparams": False},
+                             "fedavg": {"criticalfl": True}}))
+register(Method("fedcurv+clp", "FedCurv with the CLP regulator: synchronous FedCurv, devices refine "
+                               "lr, batch size and dropout from the CLP state (eq. 4-6)",
+                coordinator={"strategy": "fedavg", "fedcurv": _CURV, "clp": {"enabled": True}}))

@@ -18,7 +18,10 @@ def make_strategy(config, online_devices: Callable[[], Collection[str]] = lambda
                                   max_staleness=config.max_staleness)
     if config.strategy == "fedavg":
         return FedAvgAggregator(deadline_s=config.fedavg.deadline_s,
-                                min_updates=config.fedavg.min_updates, online_devices=online_devices)
+                                min_updates=config.fedavg.min_updates, online_devices=online_devices,
+                                clients_per_round=config.fedavg.clients_per_round,
+                                criticalfl=config.fedavg.criticalfl,
+                                clients_max=config.fedavg.clients_max)
     raise ValueError("unknown strategy %r (known: %s)" % (config.strategy, ", ".join(STRATEGY_NAMES)))
 
 

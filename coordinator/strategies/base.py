@@ -39,6 +39,9 @@ class Aggregator(abc.ABC):
     def on_update(self, model: Tensors, version: int, update: Update, now: float) -> Optional[Tensors]:
         """Consume one accepted update; new global tensors if it aggregated, else None."""
 
+    def on_clp(self, in_clp: bool) -> None:
+        """The CLP flag after an aggregation (AdaCLP's probe); strategies that follow it override."""
+
     def on_tick(self, model: Tensors, version: int, now: float) -> Optional[Tensors]:
         """Called periodically (deadlines); new global tensors if it aggregated, else None."""
         return None
