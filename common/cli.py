@@ -30,8 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("scenario", help="scenario YAML (see configs/scenarios/)")
     sim.add_argument("--methods", help="comma-separated methods (default: the scenario's)")
     sim.add_argument("--seeds", type=int, help="number of seeds (default: the scenario's)")
-    sim.add_argument("--dataset", help="run on your own .npz (X, y, subject, classes) instead")
+    sim.add_argument("--dataset",
+                     help="run on your own .npz (X float32 [N,T,C], y int64 [N], subject int64 [N], "
+                          "classes str [K]) instead, all of it (the scenario's n_windows is dropped); "
+                          "the scenario's partition is kept (subjects count only for partition: "
+                          "subject)")
     sim.add_argument("--duration", type=float, help="virtual seconds (default: the scenario's)")
+    sim.add_argument("--set", action="append", default=[], dest="sets", metavar="KEY=VALUE",
+                     help="change one scenario key, dotted (stream.params.beta=0.3, devices.2.speed=20; "
+                          "the value is YAML); repeat for more")
     sim.add_argument("--out", help="output folder (default runs/sim-<scenario>-<time>)")
     sim.add_argument("--report", action="store_true", help="render the report when done")
     sim.add_argument("--log-level", default="WARNING")
@@ -47,11 +54,12 @@ def _sim(args) -> int:
     from pathlib import Path
 
     from streamfl.sim.driver import run_sim
-    from streamfl.sim.scenario import load_scenario
+    from streamfl.sim.scenario import load_scenario, parse_sets
     overrides = {"duration_s": args.duration}
     if args.dataset:
-        overrides["data"] = {"dataset": "npz", "path": args.dataset}
-    scenario = load_scenario(Path(args.scenario), overrides)
+        # All of the user's file: the scenario's n_windows subsamples its own dataset only.
+        overrides["data"] = {"dataset": "npz", "path": args.dataset, "n_windows": None}
+    scenario = load_scenario(Path(args.scenario), overrides, parse_sets(args.sets))
     out = Path(args.out or "runs/sim-%s-%s" % (scenario.name, time.strftime("%Y%m%d-%H%M%S")))
     methods = [m for m in args.methods.split(",") if m.strip()] if args.methods else None
     summary = run_sim(scenario, out, methods=methods, seeds=args.seeds)

@@ -87,19 +87,19 @@ def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] 
     try:
         for seed in range(n_seeds):
             for method in chosen:
-                evals: List[Dict[str, Any]] = []
-                updates: List[Dict[str, Any]] = []
+                kept: Dict[str, List[Dict[str, Any]]] = {"eval": [], "update": [], "aggregate": []}
 
                 def emit(event: Dict[str, Any]) -> None:
-                    if event["event"] in ("eval", "update"):
-                        (evals if event["event"] == "eval" else updates).append(event)
+                    if event["event"] in kept:
+                        kept[event["event"]].append(event)
                     metrics.write(json.dumps(event, separators=(",", ":")) + "\n")
 
                 progress.start_run("%s seed %d" % (method.name, seed))
                 started = time.monotonic()
                 run = SimRun(scenario, method, seed, data, emit, progress.update)
                 totals = run.run()
-                figures = run_figures(evals, updates, totals, scenario.thresholds, scenario.eval_every_s)
+                figures = run_figures(kept["eval"], kept["update"], totals, scenario.thresholds,
+                                      scenario.eval_every_s, kept["aggregate"])
                 figures.update(seed=seed, wall_s=round(time.monotonic() - started, 2),
                                devices=totals)
                 per_method[method.name].append(figures)

@@ -6,6 +6,8 @@ update reaches the coordinator come from its ``DeviceModel`` (seconds per sample
 its DVFS policy chose, shifted-exponential noise, bandwidth), never from this machine's wall clock.
 Every message goes through the real codec. A device sees the newest global model whose download
 has finished, as an MQTT client with a retained model topic does. The same seed gives the same run.
+Every new version, made by an update or by FedAvg's deadline, emits an ``aggregate`` event naming
+what it merged (the summary's per-round figures count those).
 """
 import dataclasses
 import logging
@@ -70,31 +72,37 @@ class SimRun:
     def __init__(self, scenario: Scenario, method: Method, seed: int, data: SimData,
                  emit: Emit, progress: Optional[Callable[[float], None]] = None):
         self.scenario = scenario
-        self.method = method
-        self.seed = int(seed)
-        self.emit = emit
-        self.progress = progress
-        self.queue = EventQueue()
         self.data = data
         T, C, K = data.shape
         self.spec = ModelSpec(name=scenario.model.name, in_channels=C, window_len=T, num_classes=K,
                               hidden=scenario.model.hidden)
-        ccfg = merge({"fleet": FLEET, "seed": self.seed, "model": dataclasses.asdict(self.spec)},
+        ccfg = merge({"fleet": FLEET, "seed": int(seed), "model": dataclasses.asdict(self.spec)},
                      scenario.coordinator, method.coordinator)
-        self.coordinator = CoordinatorCore(build(CoordinatorConfig, ccfg, "%s: coordinator" % scenario.name))
-        self.decoder = Decoder({self.spec.arch_id: tensor_spec(self.spec)})
-        self.published: List[Tuple[float, GlobalModel, int]] = []
-        self._publish(0.0)
+        self._start(build(CoordinatorConfig, ccfg, "%s: coordinator" % scenario.name), method, seed,
+                    emit, progress)
         policy = method.dvfs_policy or scenario.dvfs_policy
         models = make_devices(device_specs(scenario), self.seed)
         streams = data.streams(self.seed)
-        self.devices: List[DeviceState] = []
         for i, dev in enumerate(models):
             self.devices.append(self._device(i, dev, streams[i], policy))
         self.evalset = EvalSet(self.spec, *data.eval_set(self.seed))
         self.end_s = float(scenario.duration_s)
 
     # ---- construction -------------------------------------------------------------------------
+
+    def _start(self, config: CoordinatorConfig, method: Method, seed: int, emit: Emit,
+               progress: Optional[Callable[[float], None]] = None) -> None:
+        """The coordinator side: its core behind the codec, the event queue, version 0 published."""
+        self.method = method
+        self.seed = int(seed)
+        self.emit = emit
+        self.progress = progress
+        self.queue = EventQueue()
+        self.coordinator = CoordinatorCore(config)
+        self.decoder = Decoder({config.model.arch_id: tensor_spec(config.model)})
+        self.devices: List[DeviceState] = []
+        self.published: List[Tuple[float, GlobalModel, int]] = []
+        self._publish(0.0)
 
     def _now(self) -> float:
         return self.queue.now_s
@@ -128,8 +136,15 @@ class SimRun:
             if start is not None and start < self.end_s:
                 q.push(start + offsets[i] * float(d.agent.config.round_interval_s), "round", i)
         q.push(0.0, "eval")
+        self._loop()
+        self._evaluate(self.end_s, final=True)
+        return self.totals()
+
+    def _loop(self) -> None:
+        """Pop and handle events up to ``end_s`` (or ``max_aggregations``)."""
+        q = self.queue
         if self.coordinator.config.strategy == "fedavg":
-            q.push(self.scenario.tick_s, "tick")
+            q.push(q.now_s + self.scenario.tick_s, "tick")
         limit = self.scenario.max_aggregations
         while len(q):
             if q.peek_time() > self.end_s:
@@ -141,7 +156,7 @@ class SimRun:
                 self._arrive(ev.time_s, *ev.payload)
             elif ev.kind == "tick":
                 if self.coordinator.tick(ev.time_s):
-                    self._publish(ev.time_s)
+                    self._new_version(ev.time_s)
                 q.push(ev.time_s + self.scenario.tick_s, "tick")
             elif ev.kind == "eval":
                 self._evaluate(ev.time_s)
@@ -149,8 +164,6 @@ class SimRun:
             if limit is not None and self.coordinator.counters["aggregated"] >= limit:
                 self.end_s = q.now_s
                 break
-        self._evaluate(self.end_s, final=True)
-        return self.totals()
 
     def _round(self, i: int, t: float) -> None:
         d = self.devices[i]
@@ -217,12 +230,23 @@ class SimRun:
         event.pop("time_s", None)
         self.emit(event)
         if self.coordinator.version != before:
-            self._publish(t)
+            self._new_version(t)
             if record.clp:        # AdaCLP's probe is on: the report draws its curve
                 self.emit({"event": "clp", "method": self.method.name, "seed": self.seed,
                            "t_s": round(t, 6), "version": self.coordinator.version,
                            "fisher_global": record.clp.get("fisher_global"),
                            "in_clp": record.clp.get("in_clp"), "segment": record.clp.get("segment")})
+
+    def _new_version(self, t: float) -> None:
+        """Publish the new model and record which updates it merged (deadline rounds included)."""
+        self._publish(t)
+        merged = list(self.coordinator.strategy.last_aggregated)
+        version = self.coordinator.version
+        self.emit({"event": "aggregate", "method": self.method.name, "seed": self.seed,
+                   "t_s": round(t, 6), "version": version,
+                   "devices": [u.device_id for u in merged], "n": len(merged),
+                   # Relative to the version merged into (version - 1), as the update records count it.
+                   "staleness": [max(0, version - 1 - int(u.base_version)) for u in merged]})
 
     def _message(self, msg: Any, t: float) -> None:
         """A status message from a device, through the codec like everything else."""
@@ -232,10 +256,9 @@ class SimRun:
         frame = encode(self.coordinator.global_model())
         self.published.append((t, self.decoder.decode(frame), len(frame)))
         # Forget models every device has a newer download of, so memory stays flat over a run.
-        devices = getattr(self, "devices", ())
         keep = 0
         for k, (t_pub, _, nbytes) in enumerate(self.published):
-            if devices and all(t_pub + d.model.download_s(nbytes) <= t for d in devices):
+            if self.devices and all(t_pub + d.model.download_s(nbytes) <= t for d in self.devices):
                 keep = k
         del self.published[:keep]
 

@@ -4,10 +4,13 @@ Loaded with the project's config loader, so an unknown key or a wrong type is a 
 naming the file and the key. The model's input shape and class count come from the dataset, so a
 scenario names only the architecture (``model.name``, ``model.hidden``).
 """
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import yaml
 
 from streamfl.config import build, read_yaml
 from streamfl.errors import ConfigError
@@ -127,8 +130,54 @@ def _device_spec_errors(groups) -> list:
     return errors
 
 
-def load_scenario(path: Path, overrides: Optional[Dict[str, Any]] = None) -> Scenario:
-    """``Scenario`` from YAML, ``overrides`` (flags) applied last; ``ConfigError`` names file and key."""
+def parse_sets(items: Sequence[str]) -> List[Tuple[str, Any]]:
+    """``KEY=VALUE`` strings (``--set``) as ``(dotted key, value)``, each value read as YAML."""
+    out = []
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise ConfigError("--set %r: expected KEY=VALUE with a dotted KEY (stream.params.beta=0.3)"
+                              % item)
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError("--set %s: the value is not YAML: %s" % (key, exc)) from None
+        out.append((key, value))
+    return out
+
+
+def apply_sets(values: Dict[str, Any], sets: Sequence[Tuple[str, Any]]) -> Dict[str, Any]:
+    """A deep copy of ``values`` with each dotted key set; a number indexes a list (devices.2.speed)."""
+    values = copy.deepcopy(values)
+    for key, value in sets:
+        parts = key.split(".")
+        node: Any = values
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            where = ".".join(parts[:depth + 1])
+            if isinstance(node, list):
+                if not part.lstrip("-").isdigit() or not -len(node) <= int(part) < len(node):
+                    raise ConfigError("--set %s: %s is a list of %d, index it 0..%d"
+                                      % (key, ".".join(parts[:depth]), len(node), len(node) - 1))
+                part = int(part)
+            elif not isinstance(node, dict):
+                raise ConfigError("--set %s: %s is not a mapping" % (key, ".".join(parts[:depth])))
+            if last:
+                node[part] = value
+            else:
+                if isinstance(node, dict) and node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+                if not isinstance(node, (dict, list)):
+                    raise ConfigError("--set %s: %s is %r, not a mapping or list" % (key, where, node))
+    return values
+
+
+def load_scenario(path: Path, overrides: Optional[Dict[str, Any]] = None,
+                  sets: Sequence[Tuple[str, Any]] = ()) -> Scenario:
+    """``Scenario`` from YAML, then ``overrides`` (flags), then ``sets`` (``parse_sets``); a
+    ``ConfigError`` names file and key. A ``None`` override is a flag not given; a set may be null."""
     path = Path(path)
     values = read_yaml(path)
     values.setdefault("name", path.stem)
@@ -139,7 +188,7 @@ def load_scenario(path: Path, overrides: Optional[Dict[str, Any]] = None) -> Sce
             values[key] = dict(values[key], **value)
         else:
             values[key] = value
-    return build(Scenario, values, str(path))
+    return build(Scenario, apply_sets(values, sets), str(path))
 
 
 def scenario_from_dict(values: Dict[str, Any], source: str = "scenario") -> Scenario:

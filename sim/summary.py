@@ -7,6 +7,10 @@ Definitions the papers leave open, chosen here:
   period's start to the threshold, and the accumulated accuracy gain, the sum over the period's
   evaluations of (accuracy - accuracy at the period's first evaluation) times the evaluation
   interval, in accuracy-seconds (the session paper's "accumulated accuracy gain" as an area);
+- aggregation figures come from the runtime's ``aggregate`` events, one per new version however it
+  was made (an update, or FedAvg's deadline): updates merged per version, distinct devices per
+  round (mean and histogram) and the staleness of every merged update relative to the version it
+  was merged into (the new version minus one);
 - ST-EWC (domain-incremental): accuracy on period 1 at the end, overall accuracy (mean over all
   periods' test transforms at the end) and average accuracy (mean over periods of the accuracy on
   that period at its own end).
@@ -63,12 +67,25 @@ def continual_figures(evals: List[Dict[str, Any]]) -> Optional[Dict[str, float]]
             "average_accuracy": float(np.mean(list(at_own_end.values())))}
 
 
+def aggregation_figures(aggregates: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Updates per aggregation, devices per round and merged staleness from ``aggregate`` events."""
+    staleness = Counter(int(s) for a in aggregates for s in a.get("staleness") or ())
+    per_round = [len(set(a.get("devices") or ())) for a in aggregates]
+    return {
+        "aggregations": len(aggregates),
+        "staleness_histogram": {str(k): v for k, v in sorted(staleness.items())},
+        "updates_per_aggregation": (round(float(np.mean([a["n"] for a in aggregates])), 3)
+                                    if aggregates else None),
+        "devices_per_round": {"mean": round(float(np.mean(per_round)), 3) if per_round else None,
+                              "histogram": {str(k): v for k, v in sorted(Counter(per_round).items())}},
+    }
+
+
 def run_figures(evals: List[Dict[str, Any]], updates: List[Dict[str, Any]], totals: Dict[str, Any],
-                thresholds: Sequence[float], eval_every_s: float) -> Dict[str, Any]:
-    """One seed of one method."""
+                thresholds: Sequence[float], eval_every_s: float,
+                aggregates: Sequence[Dict[str, Any]] = ()) -> Dict[str, Any]:
+    """One seed of one method (``aggregates``: the run's ``aggregate`` events)."""
     last = evals[-1] if evals else {}
-    aggregated = [u for u in updates if u.get("aggregated")]
-    per_version = Counter(u["version"] for u in updates if u.get("outcome") in ("aggregated", "buffered"))
     figures = {
         "final_accuracy": last.get("accuracy"),
         "final_accuracy_seen": last.get("accuracy_seen"),
@@ -80,12 +97,9 @@ def run_figures(evals: List[Dict[str, Any]], updates: List[Dict[str, Any]], tota
         "idle_s": round(sum(d["idle_s"] for d in totals.values()), 3),
         "round_latency_s": _mean_std([d["round_latency_s"] for d in totals.values()])["mean"],
         "energy_j_per_device": {k: d["energy_j"] for k, d in totals.items()},
-        "staleness_histogram": {str(k): v for k, v in sorted(Counter(
-            int(u["staleness"]) for u in aggregated).items())},
-        "updates_per_aggregation": (round(sum(per_version.values()) / len(aggregated), 3)
-                                    if aggregated else None),
         "periods": period_figures(evals, thresholds[0], eval_every_s) if thresholds else [],
     }
+    figures.update(aggregation_figures(list(aggregates)))
     cont = continual_figures(evals)
     if cont is not None:
         figures.update(cont)
@@ -96,12 +110,17 @@ def method_summary(runs: List[Dict[str, Any]], thresholds: Sequence[float]) -> D
     """Mean and spread over seeds of the figures the issue names, plus every seed's own."""
     out: Dict[str, Any] = {"seeds": len(runs), "runs": runs}
     for key in ("final_accuracy", "final_accuracy_seen", "energy_j", "train_s", "idle_s",
-                "round_latency_s", "period1_accuracy", "overall_accuracy", "average_accuracy"):
+                "round_latency_s", "updates_per_aggregation", "period1_accuracy", "overall_accuracy",
+                "average_accuracy"):
         values = [r.get(key) for r in runs]
         if all(v is None for v in values):
             continue
         stats = _mean_std(values)
         out[key], out[key + "_std"] = stats["mean"], stats["std"]
+    per_round = [(r.get("devices_per_round") or {}).get("mean") for r in runs]
+    if any(v is not None for v in per_round):
+        stats = _mean_std(per_round)
+        out["devices_per_round"], out["devices_per_round_std"] = stats["mean"], stats["std"]
     out["time_to_accuracy_s"] = {}
     out["reached"] = {}
     for t in thresholds:

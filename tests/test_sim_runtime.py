@@ -13,7 +13,9 @@ from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.persistence import StateStore
 from streamfl.errors import ConfigError
 from streamfl.sim.driver import Progress, run_sim
-from streamfl.sim.replay import replay_updates
+from streamfl.models import tensor_spec
+from streamfl.protocol.codec import Decoder
+from streamfl.sim.replay import ReplayRun, replay_updates
 from streamfl.sim.scenario import scenario_from_dict
 
 TINY = {
@@ -74,6 +76,28 @@ def test_fedavg_averages_several_updates_per_version(tmp_path):
     assert run["updates_per_aggregation"] > 1.5 and set(run["staleness_histogram"]) == {"0"}
 
 
+def test_fedavg_rounds_closed_by_the_deadline_count_in_the_figures(tmp_path):
+    """With partial participation the devices that sit a round out never report, so rounds close
+    at the deadline tick: they still make aggregate events and count in every figure."""
+    devices = [{"count": 2, "board": "jetson-orin-nano", "participation": 0.4},
+               {"count": 1, "board": "raspberry-pi-4", "speed": 3.0, "participation": 0.4}]
+    coordinator = dict(TINY["coordinator"], fedavg={"deadline_s": 4.0})
+    summary, lines = _run(tmp_path, "a", methods=["fedavg"], devices=devices, coordinator=coordinator)
+    run = summary["methods"]["fedavg"]["runs"][0]
+    aggs = [e for e in lines if e["event"] == "aggregate"]
+    ups = [e for e in lines if e["event"] == "update"]
+    assert [a["version"] for a in aggs] == list(range(1, run["versions"] + 1)) and aggs
+    by_update = {u["t_s"] for u in ups if u["aggregated"]}
+    assert any(a["t_s"] not in by_update for a in aggs), "no round closed at the deadline"
+    assert all(a["n"] == len(a["devices"]) == len(a["staleness"]) >= 1 for a in aggs)
+    assert run["aggregations"] == len(aggs)
+    assert run["updates_per_aggregation"] == round(sum(a["n"] for a in aggs) / len(aggs), 3)
+    assert sum(run["staleness_histogram"].values()) == sum(a["n"] for a in aggs)
+    per_round = run["devices_per_round"]
+    assert per_round["mean"] >= 1 and sum(per_round["histogram"].values()) == len(aggs)
+    assert summary["methods"]["fedavg"]["updates_per_aggregation"] is not None
+
+
 def test_a_bad_scenario_names_the_key():
     with pytest.raises(ConfigError) as err:
         scenario_from_dict(dict(TINY, devices=[{"count": 2, "bord": "x"}]))
@@ -86,16 +110,18 @@ def test_a_bad_scenario_names_the_key():
 @pytest.mark.timeout(240)
 def test_simulator_and_daemon_agree_on_versions_and_weights(fleet, mqtt_broker):
     """Three real agents and a real coordinator over mosquitto; a plain client records every update
-    frame in the broker's order; the simulator's coordinator fed that order makes the same
-    versions with bit-identical weights."""
-    frames, lock, subscribed = [], threading.Lock(), threading.Event()
+    frame in the broker's order and every global model the coordinator published; ``SimRun``'s
+    coordinator path (its event queue, ``_arrive`` and ``_publish``) fed that order makes the same
+    versions, each published one with bit-identical weights, and the same final model."""
+    frames, models, lock, subscribed = [], [], threading.Lock(), threading.Event()
     client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="recorder", protocol=mqtt.MQTTv311)
-    client.on_connect = lambda c, u, f, rc, p: c.subscribe("streamfl/v1/+/device/+/update", qos=1)
+    client.on_connect = lambda c, u, f, rc, p: c.subscribe([("streamfl/v1/+/device/+/update", 1),
+                                                            ("streamfl/v1/+/model", 1)])
     client.on_subscribe = lambda *a: subscribed.set()
 
     def on_message(c, u, message):
         with lock:
-            frames.append(bytes(message.payload))
+            (models if message.topic.endswith("/model") else frames).append(bytes(message.payload))
     client.on_message = on_message
     client.connect(mqtt_broker.host, mqtt_broker.port, 30)
     client.loop_start()
@@ -112,14 +138,28 @@ def test_simulator_and_daemon_agree_on_versions_and_weights(fleet, mqtt_broker):
     config = build(CoordinatorConfig, run.coordinator_config(), "test")
     saved, state = StateStore(run.coordinator_state).load(config.model)
     with lock:
-        recorded = list(frames)
-    replayed = replay_updates(config, recorded)
+        recorded, published = list(frames), list(models)
+    sim = ReplayRun(config)
+    replayed = dict(sim.feed(recorded))
+    # The versions come from SimRun's own loop: one update event and one aggregate event each.
+    sim_versions = [e["version"] for e in sim.events if e["event"] == "update" and e["aggregated"]]
+    assert [e["version"] for e in sim.events if e["event"] == "aggregate"] == sim_versions
     daemon_versions = [u["version"] for u in run.updates() if u["aggregated"]]
-    assert [v for v, _ in replayed[1:]] == daemon_versions == list(range(1, state["version"] + 1))
-    final = replayed[-1][1]
+    assert sim_versions == daemon_versions == list(range(1, state["version"] + 1))
+    assert sorted(replayed) == list(range(state["version"] + 1))
+    # Every model the daemon published (it coalesces, so not every version) matches the simulator's.
+    decoder = Decoder({config.model.arch_id: tensor_spec(config.model)})
+    daemon_models = [decoder.decode(f) for f in published]
+    assert len({gm.version for gm in daemon_models}) >= 3
+    for gm in daemon_models:
+        assert set(gm.tensors) == set(replayed[gm.version])
+        for name, value in gm.tensors.items():
+            assert np.array_equal(value, replayed[gm.version][name]), (gm.version, name)
+    final = replayed[state["version"]]
     assert set(final) == set(saved)
     for name in saved:
         assert np.array_equal(final[name], saved[name]), name
+    assert replay_updates(config, recorded)[-1][0] == state["version"]
 
 
 def test_a_device_that_leaves_mid_round_loses_that_update(tmp_path):
