@@ -83,6 +83,7 @@ class AgentDaemon:
             return
         self._started = True
         self.dvfs.start()
+        self._seed_clock_timings()
         self._resume()
         t = self.transport
         # Topics the daemon does not own (e.g. an MQTT sensor source's) go to the handler installed
@@ -161,6 +162,15 @@ class AgentDaemon:
         elif self.core.rounds > 0 or self._restored:
             self.checkpoint()
         log.info("agent %s stopped after %d round(s)", self.device_id, self.core.rounds)
+
+    def _seed_clock_timings(self) -> None:
+        """Hand the policy a probe profile's timings per level, so clp-aware judges its first steps
+        on measurements rather than stepping up to take them."""
+        timings = self.dvfs.probe_timings(self.core.arch_id, self.config.batch_size)
+        for (domain, level), seconds in sorted(timings.items()):
+            self.core.observe_clocks({domain: level}, seconds)
+        if timings:
+            log.info("clock policy seeded with %d probe timings", len(timings))
 
     def _resume(self) -> None:
         found = self.state.load_checkpoint(self.core.arch_id)

@@ -18,6 +18,7 @@ from streamfl.dvfs.policies.base import DomainView
 from streamfl.dvfs.power.base import PowerMeter
 from streamfl.dvfs.power.energy import EnergyCounter
 from streamfl.dvfs.power.null import NullMeter
+from streamfl.dvfs.profiles import BoardProfile
 from streamfl.dvfs.thermal import read_temperatures_c
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,10 @@ class AgentDvfs:
                  energy_rate_hz: float = 10.0, clock: Callable[[], float] = time.monotonic,
                  restore_io: Optional[SysfsIO] = None, thermal_zones: Sequence[str] = (),
                  board: str = "unknown", emulate_speed: bool = False,
-                 read_temperatures: Optional[bool] = None):
+                 read_temperatures: Optional[bool] = None, profile: Optional[BoardProfile] = None):
         self.backend = backend
+        #: The board profile, kept for the timings a ``dvfs probe`` profile carries.
+        self.profile = profile
         self.meter = meter
         self.board = board
         self.guard = DvfsGuard(backend, state_dir)
@@ -71,7 +74,7 @@ class AgentDvfs:
         self = cls(backend, meter, state_dir, cfg.energy_rate_hz, clock, restore_io=io,
                    thermal_zones=profile.thermal_zones if profile else (),
                    board=profile.name if profile else "none", emulate_speed=cfg.emulate_speed,
-                   read_temperatures=cfg.backend == "sysfs")
+                   read_temperatures=cfg.backend == "sysfs", profile=profile)
         holder.append(self)
         log.info("DVFS: board %s, backend %s, meter %s", self.board, backend.kind, meter.kind)
         for line in describe(backend):
@@ -130,6 +133,32 @@ class AgentDvfs:
             except DvfsError:
                 pass
         return out
+
+    def probe_timings(self, arch_id: str, batch_size: int) -> Dict[Tuple[str, int], float]:
+        """Seconds per sample per (domain, level) from a ``dvfs probe`` profile, to seed the clock
+        policy with; empty unless the probe trained this model at this batch size on the same
+        ladders, since other timings would mislead it."""
+        measured = self.profile.measured if self.profile is not None else None
+        if measured is None:
+            return {}
+        if (measured.arch_id, measured.batch_size) != (arch_id, batch_size):
+            log.info("DVFS probe timings are for model %s, batch %d, not %s, batch %d; not used",
+                     measured.arch_id, measured.batch_size, arch_id, batch_size)
+            return {}
+        usable = [name for name in measured.domains if self._same_ladder(name)]
+        for name in sorted(set(measured.domains) - set(usable)):
+            log.info("DVFS probe timings of %s are for other levels than this board's; not used",
+                     name)
+        return {(name, level): seconds for (name, level), seconds
+                in self.profile.seconds_per_sample.items() if name in usable}
+
+    def _same_ladder(self, name: str) -> bool:
+        """Whether the backend's domain ``name`` has the levels the profile (and the probe) had."""
+        try:
+            return tuple(self.backend.domain(name).levels_khz) == tuple(
+                self.profile.domain(name).levels_khz)
+        except (KeyError, DvfsError):
+            return False
 
     def slowdown(self) -> float:
         """How much longer a round takes at the current levels than at the top ones, for

@@ -11,8 +11,9 @@ plus a ``measured`` section, so it goes wherever a profile does (``dvfs.profile_
 backend ``sysfs`` on this board or ``simulated`` anywhere) and loads with the same checks. Loaded,
 its measured watts replace the power model (``profiles.measured_power_model``), so the modeled
 meter of a simulated backend reports them, and ``BoardProfile.seconds_per_sample`` maps (domain,
-level) to the measured time (the shape of ``PolicyInput.seconds_per_sample``). Nothing reads the
-timings yet: they are there for the simulator (issue 4) and for seeding the clp-aware policy::
+level) to the measured time (the shape of ``PolicyInput.seconds_per_sample``). The simulator's
+device model reads the timings, and an agent started with the file seeds its clp-aware policy with
+them (``AgentDvfs.probe_timings``) when it trains the same model and batch size::
 
     name: jetson-orin-nano           # ... every key of the board profile, then:
     measured:

@@ -1,6 +1,9 @@
 """The agent's clocks: the policy's plan applied before each round, levels and joules in every
 update, clocks and power in telemetry, and the board restored on exit and after a crash."""
+import dataclasses
+
 import pytest
+import yaml
 
 from streamfl.agent.dvfs import AgentDvfs
 from streamfl.dvfs.config import DvfsConfig
@@ -8,11 +11,13 @@ from streamfl.dvfs.factory import make_backend, make_meter, sysfs_backend
 from streamfl.dvfs.fake.kernel import FakeKernel
 from streamfl.dvfs.fake.tree import build_tree
 from streamfl.dvfs.guard import SAVED_FILE
-from streamfl.dvfs.profiles import load_profile
+from streamfl.dvfs.power.null import NullMeter
+from streamfl.config import to_dict
+from streamfl.dvfs.profiles import MeasuredDomain, Measurement, load_profile
 from streamfl.dvfs.sysfs import SysfsFiles
 from streamfl.protocol.messages import Hello
 from streamfl.protocol.transport.memory import MemoryBroker
-from test_agent_daemon import FakeCoordinator, Running, wait_for
+from test_agent_daemon import SPEC, FakeCoordinator, Running, wait_for
 from test_dvfs_domains import tree_files
 
 
@@ -54,6 +59,42 @@ def test_powersave_rounds_report_levels_and_energy_and_the_board_is_restored(tmp
     hello = [m for m in coord.status if isinstance(m, Hello)][0]
     assert hello.dvfs_levels["gpu"] == list(dvfs.backend.domain("gpu").levels_khz)
     assert tree_files(root) == before                   # stopped: every clock is back
+    assert not (tmp_path / "state" / SAVED_FILE).exists()
+    assert daemon.counters["dvfs_errors"] == 0
+
+
+@pytest.mark.parametrize("where", ["finish_round", "observe_clocks"])
+def test_a_round_that_crashes_leaves_the_board_restored_exactly(tmp_path, where):
+    """An unexpected exception in training (or right after it) with the clocks lowered: the
+    daemon goes on, and its stop puts every setting back, through 4.9-kernel write rules."""
+    root = tmp_path / "sys"
+    build_tree(root, "jetson-nano", "jp4")
+    io = FakeKernel(root, legacy_limits=True)
+    # Minimums above the lowest level: restoring must raise max before min or get EINVAL.
+    io.write("devices/system/cpu/cpufreq/policy0/scaling_min_freq", "1036800")
+    io.write("class/devfreq/57000000.gpu/min_freq", "460800000")
+    profile = load_profile("jetson-nano")
+    backend = sysfs_backend(profile, io, root)
+    dvfs = AgentDvfs(backend, NullMeter(), tmp_path / "state", restore_io=io, board="jetson-nano")
+    before = tree_files(root)
+    broker = MemoryBroker()
+    coord = FakeCoordinator(broker)
+    coord.publish_model(1)
+    running = Running(broker, tmp_path / "state", agent_dvfs=dvfs, dvfs={"policy": "powersave"})
+    calls = []
+
+    def boom(*args, **kwargs):
+        calls.append(where)
+        raise RuntimeError("unexpected failure in %s" % where)
+    setattr(running.daemon.core, where, boom)
+    with running as daemon:
+        wait_for(lambda: daemon.counters["round_errors"] >= 1, what="a failed round")
+        assert calls and (tmp_path / "state" / SAVED_FILE).exists()
+        assert io.read("devices/system/cpu/cpufreq/policy0/scaling_max_freq") == "102000"
+        assert tree_files(root) != before
+        assert daemon.dvfs.training is False
+    assert coord.updates == []
+    assert tree_files(root) == before
     assert not (tmp_path / "state" / SAVED_FILE).exists()
     assert daemon.counters["dvfs_errors"] == 0
 
@@ -168,3 +209,52 @@ def test_emulated_clocks_stretch_rounds_by_the_frequency_ratio(tmp_path):
                                  tmp_path).slowdown() == 1.0
     with pytest.raises(ValueError):
         DvfsConfig(backend="sysfs", emulate_speed=True)
+
+
+def probed_profile(board="jetson-orin-nano", domain="gpu", arch_id=SPEC.arch_id, batch_size=8):
+    """A ``dvfs probe`` profile of ``board``: seconds per sample falling with every level."""
+    profile = load_profile(board)
+    n = len(profile.domain(domain).levels_khz)
+    seconds = tuple(0.001 * (n + 1 - i) for i in range(n))
+    measured = Measurement(backend="simulated", arch_id=arch_id, batch_size=batch_size, steps=3,
+                           domains={domain: MeasuredDomain(seconds, (None,) * n)})
+    return dataclasses.replace(profile, measured=measured), seconds
+
+
+def test_a_probe_profile_seeds_the_clp_aware_policy_at_start(tmp_path):
+    """``dvfs.profile_path`` names a probe file: each measured level's time reaches the policy
+    before the first round, so its climb is judged on measurements from the start."""
+    profile, seconds = probed_profile()
+    path = tmp_path / "dvfs-probe.yaml"
+    path.write_text(yaml.safe_dump(to_dict(profile)))
+    cfg = DvfsConfig(backend="simulated", profile_path=str(path), policy="clp-aware")
+    dvfs = AgentDvfs.from_config(cfg, tmp_path / "state")
+    assert dvfs.probe_timings(SPEC.arch_id, 8) == {("gpu", i): s for i, s in enumerate(seconds)}
+    with Running(MemoryBroker(), tmp_path / "state", agent_dvfs=dvfs,
+                 dvfs={"policy": "clp-aware"}) as daemon:
+        policy = daemon.core.dvfs_policy
+        assert [policy.t_avg("gpu", i) for i in range(len(seconds))] == pytest.approx(seconds)
+        assert policy.t_avg("cpu0", 0) is None
+        # Measured everywhere: after the CLP it climbs while a step saves over 5%, no blind probes.
+        plans = [daemon.core.frequency_plan(dvfs.views())["gpu"] for _ in range(3)]
+        assert plans == [1, 2, 3]
+
+
+@pytest.mark.parametrize("change", ["model", "batch size", "levels"])
+def test_probe_timings_of_another_model_or_ladder_are_not_used(tmp_path, change):
+    profile, _ = probed_profile(arch_id="other-model" if change == "model" else SPEC.arch_id,
+                                batch_size=32 if change == "batch size" else 8)
+    backend = make_backend(DvfsConfig(backend="simulated"), profile)
+    if change == "levels":      # the kernel's table differs from the one the probe stepped
+        spec = profile.domain("gpu")
+        other = dataclasses.replace(spec, levels_khz=spec.levels_khz[:-1])
+        backend = make_backend(DvfsConfig(backend="simulated"), dataclasses.replace(
+            profile, domains=tuple(other if d.name == "gpu" else d for d in profile.domains),
+            measured=None))
+    dvfs = AgentDvfs(backend, make_meter(DvfsConfig(meter="null"), profile, backend,
+                                         busy=lambda: False),
+                     tmp_path / "state", profile=profile)
+    assert dvfs.probe_timings(SPEC.arch_id, 8) == {}
+    with Running(MemoryBroker(), tmp_path / "state", agent_dvfs=dvfs,
+                 dvfs={"policy": "clp-aware"}) as daemon:
+        assert daemon.core.dvfs_policy.t_avg("gpu", 0) is None

@@ -1,6 +1,7 @@
 """The DVFS and power contract suites (DESIGN.md s10: one per interface, every implementation): each
 backend (sysfs cap, sysfs pin, simulated, null) and each meter (INA3221 IIO and hwmon, RAPL, Pi 5
-PMIC, modeled, null) against every generated board tree it applies to, plus the profile wiring."""
+PMIC, jtop, modeled, null) against every generated board tree it applies to, plus the profile
+wiring."""
 import math
 import os
 
@@ -8,6 +9,7 @@ import pytest
 
 from streamfl.dvfs.base import CPU, DvfsError
 from streamfl.dvfs.config import DvfsConfig
+from streamfl.dvfs.fake.jtop import jtop_source
 from streamfl.dvfs.fake.kernel import FakeKernel
 from streamfl.dvfs.fake.tree import FAKE_TREES, build_tree, legacy_limits
 from streamfl.dvfs.factory import make_backend, make_meter
@@ -15,14 +17,15 @@ from streamfl.dvfs.limits import parse_levels
 from streamfl.dvfs.power.base import PowerError
 from streamfl.dvfs.power.energy import EnergyCounter
 from streamfl.dvfs.power.factory import create_meter
+from streamfl.dvfs.power.jtop import JtopMeter
 from streamfl.dvfs.profiles import PROFILE_NAMES
 from test_dvfs_domains import TREE_IDS, profile_for, tree_files
 from test_power_meters import PMIC_CAPTURE
 
 BACKENDS = ("sysfs-cap", "sysfs-pin", "simulated", "null")
-METERS = ("ina3221-iio", "ina3221-hwmon", "rapl", "rpi5-pmic", "modeled", "null")
+METERS = ("ina3221-iio", "ina3221-hwmon", "rapl", "rpi5-pmic", "jtop", "modeled", "null")
 #: Meters that find their sensor in the sysfs tree (the PMIC meter runs vcgencmd; jtop needs the
-#: jetson-stats service, which no tree has).
+#: jetson-stats service, which no tree has: its stand-in reads the tree's INA3221 files).
 TREE_METERS = ("ina3221-iio", "ina3221-hwmon", "rapl")
 XAVIER_JP5 = ("jetson-xavier-nx", "jp5")
 
@@ -38,9 +41,11 @@ def backend_applies(board, kind):
 
 def meter_applies(board, variant, kind):
     """Which sensor each tree carries (reference s3, s8): INA3221 through IIO on JetPack 4 and
-    hwmon on 5/6, RAPL on the x86 tree, the PMIC on the Pi 5; the model and null fit any board."""
+    hwmon on 5/6, RAPL on the x86 tree, the PMIC on the Pi 5, jtop on every Jetson (it reads either
+    INA3221 driver); the model and null fit any board."""
     return {"ina3221-iio": variant == "jp4",
             "ina3221-hwmon": board.startswith("jetson") and variant != "jp4",
+            "jtop": board.startswith("jetson"),
             "rapl": board == "generic-linux",
             "rpi5-pmic": board == "raspberry-pi-5"}.get(kind, True)
 
@@ -160,6 +165,8 @@ def test_meter_contract(tmp_path, board, variant, kind):
         backend = make("sysfs-cap", board, variant, root, lambda: 0.0)
         meter = make_meter(DvfsConfig(sysfs_root=str(root), meter="modeled"), profile, backend,
                            busy=lambda: True)
+    elif kind == "jtop":
+        meter = JtopMeter(source=jtop_source(root))
     else:
         meter = create_meter(kind, root, runner=lambda argv: PMIC_CAPTURE)
     assert meter.kind == kind
@@ -168,6 +175,11 @@ def test_meter_contract(tmp_path, board, variant, kind):
     assert all(isinstance(r, str) and r for r in rails) and bool(rails) == (kind != "null")
     if kind.startswith("ina3221") and expected_meter(board, variant, profile) == kind:
         assert set(profile.power.rails) <= set(rails), (profile.power.rails, rails)
+    if kind == "jtop":          # the same rails and watts as the sysfs meter of this tree
+        assert set(profile.power.rails) <= set(rails), (profile.power.rails, rails)
+        sysfs = create_meter("ina3221-iio" if variant == "jp4" else "ina3221-hwmon", root)
+        assert meter.read_w() == pytest.approx(sysfs.read_w(), abs=1e-3)
+        assert meter.total_w() == pytest.approx(sysfs.total_w(), abs=1e-3)
     for _ in range(2):          # RAPL: each read covers the time since the one before
         if kind == "rapl":
             _bump_rapl(root, 2000000)

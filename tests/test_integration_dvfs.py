@@ -6,33 +6,57 @@ import sys
 
 import pytest
 
-from streamfl.dvfs.fake.tree import build_tree
-from streamfl.dvfs.guard import SAVED_FILE
+from streamfl.dvfs.fake.kernel import FakeKernel
+from streamfl.dvfs.fake.tree import build_tree, legacy_limits
+from streamfl.dvfs.guard import SAVED_FILE, restore_saved
 from test_dvfs_domains import tree_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
-def _sysfs(tree, policy):
-    """The agent's dvfs section for the fake Orin Nano tree (the demo's config emulates clocks,
-    which only the simulated backend may: real clocks slow a round down by themselves)."""
-    return {"backend": "sysfs", "board": "jetson-orin-nano", "sysfs_root": str(tree),
+#: (board, tree variant, lowest CPU level, the domains a restore names): a 5.10 kernel (max wins)
+#: and a 4.9 kernel (JetPack 4: crossing min and max is EINVAL, reference s1.4).
+BOARDS = [("jetson-orin-nano", "jp5", 115200, "cpu0, cpu4, gpu"),
+          ("jetson-nano", "jp4", 102000, "cpu0, gpu")]
+BOARD_IDS = ["%s-%s" % b[:2] for b in BOARDS]
+
+
+def _sysfs(tree, policy, board="jetson-orin-nano"):
+    """The agent's dvfs section for a fake board tree (the demo's config emulates clocks, which
+    only the simulated backend may: real clocks slow a round down by themselves)."""
+    return {"backend": "sysfs", "board": board, "sysfs_root": str(tree),
             "policy": policy, "emulate_speed": False}
 
 
-def _start(fleet, tree, policy="powersave"):
+def _start(fleet, tree, policy="powersave", board="jetson-orin-nano"):
     run = fleet()
     run.start_coordinator()
-    agent = run.start_agent(0, dvfs=_sysfs(tree, policy))
+    agent = run.start_agent(0, dvfs=_sysfs(tree, policy, board))
     return run, agent
 
 
-def _throttled(run, tree, before):
+def _throttled(run, tree, before, lowest_khz=115200):
     saved = run.agent_state(0) / SAVED_FILE
     run.wait_for(lambda: saved.exists() and tree_files(tree) != before, 120,
                  "the agent to lower the clocks of %s" % tree)
     cap = int((tree / "devices/system/cpu/cpufreq/policy0/scaling_max_freq").read_text())
-    assert cap == 115200, run.diagnostics()        # powersave: the lowest Orin Nano CPU level
+    assert cap == lowest_khz, run.diagnostics()     # powersave: the board's lowest CPU level
+
+
+def _raise_minimums(tree):
+    """Originals with each minimum mid-ladder, above the level the agent caps at: putting them
+    back must raise max before min, or a 4.9 kernel answers EINVAL (FakeKernel checks it)."""
+    io = FakeKernel(tree)
+    for directory, listing, attr in (("devices/system/cpu/cpufreq/policy0",
+                                      "scaling_available_frequencies", "scaling_min_freq"),
+                                     ("class/devfreq/" + _gpu_name(tree), "available_frequencies",
+                                      "min_freq")):
+        levels = sorted(int(f) for f in io.read(directory + "/" + listing).split())
+        io.write(directory + "/" + attr, str(levels[len(levels) // 2]))
+
+
+def _gpu_name(tree):
+    return sorted(p.name for p in (tree / "class/devfreq").iterdir())[0]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -48,12 +72,15 @@ def test_a_stop_signal_puts_every_clock_back(fleet, tmp_path, sig):
     assert "clocks restored" in agent.log_text()
 
 
-def test_after_sigkill_the_restore_command_and_the_next_start_restore_exactly(fleet, tmp_path):
+@pytest.mark.parametrize("board,variant,lowest,domains", BOARDS, ids=BOARD_IDS)
+def test_after_sigkill_the_restore_command_and_the_next_start_restore_exactly(
+        fleet, tmp_path, board, variant, lowest, domains):
     tree = tmp_path / "sys"
-    build_tree(tree, "jetson-orin-nano", "jp5")
+    build_tree(tree, board, variant)
+    _raise_minimums(tree)
     before = tree_files(tree)
-    run, agent = _start(fleet, tree)
-    _throttled(run, tree, before)
+    run, agent = _start(fleet, tree, board=board)
+    _throttled(run, tree, before, lowest)
     agent.kill()                                    # no handler runs: the board stays throttled
     assert tree_files(tree) != before
     config = run.root / "agent-01.yaml"
@@ -61,16 +88,25 @@ def test_after_sigkill_the_restore_command_and_the_next_start_restore_exactly(fl
            "--state-dir", str(run.agent_state(0))]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "restored: cpu0, cpu4, gpu" in out.stdout
+    assert "restored: %s" % domains in out.stdout
     assert tree_files(tree) == before
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "nothing to restore" in again.stdout
 
-    # Killed once more; this time the next start of the agent puts the clocks back itself.
-    agent = run.start_agent(0, dvfs=_sysfs(tree, "powersave"))
-    _throttled(run, tree, before)
+    # Killed again; the save file the agent left, put back through the kernel's rules for this
+    # board (plain files accept any write order, a 4.9 kernel does not).
+    agent = run.start_agent(0, dvfs=_sysfs(tree, "powersave", board))
+    _throttled(run, tree, before, lowest)
     agent.kill()
-    agent = run.start_agent(0, dvfs=_sysfs(tree, "none"))
+    io = FakeKernel(tree, legacy_limits=legacy_limits(board, variant))
+    assert restore_saved(run.agent_state(0), io) == domains.split(", ")
+    assert tree_files(tree) == before
+
+    # Killed once more; this time the next start of the agent puts the clocks back itself.
+    agent = run.start_agent(0, dvfs=_sysfs(tree, "powersave", board))
+    _throttled(run, tree, before, lowest)
+    agent.kill()
+    agent = run.start_agent(0, dvfs=_sysfs(tree, "none", board))
     run.wait_for(lambda: "restored the clocks an earlier run" in agent.log_text(), 60,
                  "the restarted agent to restore the clocks")
     assert tree_files(tree) == before

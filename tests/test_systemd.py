@@ -1,11 +1,19 @@
 """The systemd units: the keys the issue requires, and ``systemd-analyze verify`` where available."""
 import configparser
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+from streamfl.dvfs.fake.kernel import FakeKernel
+from streamfl.dvfs.fake.tree import FAKE_TREES, build_tree, legacy_limits
+from streamfl.dvfs.factory import sysfs_backend
+from streamfl.dvfs.profiles import PROFILE_NAMES, load_profile
+from test_dvfs_domains import TREE_IDS, profile_for
 
 ROOT = Path(__file__).resolve().parents[1]
 UNITS = ["streamfl-agent.service", "streamfl-coordinator.service"]
@@ -29,15 +37,98 @@ def test_unit_has_notify_watchdog_and_no_restart_on_config_error(name):
     assert svc["ProtectSystem"] == "strict"
 
 
-def test_agent_unit_can_still_write_clock_files():
+def _service_values(name, key):
+    """Every value of a key that may repeat (configparser keeps only the last one)."""
+    values, section = [], None
+    for line in (ROOT / "systemd" / name).read_text().splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+        elif section == "[Service]" and line.startswith(key + "="):
+            values.extend(line.split("=", 1)[1].split())
+    return values
+
+
+def _rw_dirs():
+    """The agent unit's ReadWritePaths, relative to /sys (each must carry "-": absent is fine)."""
+    paths = _service_values("streamfl-agent.service", "ReadWritePaths")
+    assert paths and all(p.startswith("-/sys/") for p in paths), paths
+    return [p[len("-/sys/"):].rstrip("/") for p in paths]
+
+
+def _under(rel, dirs):
+    return any(rel == d or rel.startswith(d + "/") for d in dirs)
+
+
+def test_agent_unit_keeps_sys_read_only_but_the_clock_folders():
     svc = _service("streamfl-agent.service")
-    # ProtectKernelTunables would remount /sys read-only and leave the board unable to restore clocks.
-    assert svc.get("ProtectKernelTunables", "no") == "no"
+    assert svc["ProtectKernelTunables"] == "yes"
     assert "/sys" not in svc.get("InaccessiblePaths", "")
+    dirs = _rw_dirs()
+    assert "devices/system/cpu/cpufreq" in dirs
+    # Nothing wider than a cpufreq folder or a GPU's devfreq folder.
+    assert all(d == "devices/system/cpu/cpufreq" or d.endswith("/devfreq") for d in dirs), dirs
     # After SIGKILL or a crash, the unit itself puts the clocks back.
     assert svc["ExecStopPost"].split()[1:3] == ["dvfs", "restore"]
     rules = (ROOT / "systemd" / "streamfl-sysfs.conf").read_text()
-    assert "scaling_max_freq" in rules and "devfreq/*/max_freq" in rules
+    assert "scaling_max_freq" in rules and "devfreq/*.gpu/max_freq" in rules
+
+
+@pytest.mark.parametrize("name", PROFILE_NAMES)
+def test_every_profile_folder_is_writable_in_the_unit(name):
+    """Real device folders are listed; the class/devfreq links resolve (checked on the trees)."""
+    dirs = _rw_dirs()
+    for spec in load_profile(name).domains:
+        for path in spec.paths:
+            if not path.startswith("class/"):
+                assert _under(path, dirs), (name, spec.name, path)
+
+
+class _Recording(FakeKernel):
+    """The fake kernel, noting every file written."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.written = set()
+
+    def write(self, rel_path, value):
+        self.written.add(rel_path)
+        super().write(rel_path, value)
+
+
+@pytest.mark.parametrize("board,variant", FAKE_TREES, ids=TREE_IDS)
+def test_every_file_the_agent_writes_lies_under_a_read_write_path(tmp_path, board, variant):
+    """Set every level in both modes and restore, as the agent does; resolve links as the kernel
+    and systemd do, so a class/devfreq path counts by the device folder it leads to."""
+    build_tree(tmp_path, board, variant)
+    real_root = os.path.realpath(str(tmp_path))
+    rw = [os.path.relpath(os.path.realpath(str(tmp_path / d)), real_root)
+          for d in _rw_dirs() if (tmp_path / d).exists()]
+    profile = profile_for(board, variant, tmp_path)
+    io = _Recording(tmp_path, legacy_limits=legacy_limits(board, variant))
+    for mode in ("cap", "pin") if board != "generic-linux" else ("cap",):
+        backend = sysfs_backend(profile, io, tmp_path, mode)
+        saved = backend.snapshot()
+        for dom in backend.domains:
+            for i in range(len(dom.levels_khz)):
+                dom.set_level(i)
+            dom.set_level(0)
+        assert backend.restore(saved) == []
+    assert io.written
+    for rel in sorted(io.written):
+        real = os.path.relpath(os.path.realpath(str(tmp_path / rel)), real_root)
+        assert _under(real, rw), (rel, real, rw)
+
+
+def test_no_read_write_path_is_dead():
+    """Each listed folder exists on at least one board's tree (a typo would pass verify)."""
+    found = set()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (board, variant) in enumerate(FAKE_TREES):
+            root = Path(tmp) / str(i)
+            build_tree(root, board, variant)
+            found.update(d for d in _rw_dirs() if (root / d).is_dir())
+    assert found == set(_rw_dirs())
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
@@ -65,13 +156,20 @@ def test_udev_rule_covers_devices_that_appear_after_boot():
         subsystem = line.split('SUBSYSTEM=="', 1)[1].split('"', 1)[0]
         by_subsystem[subsystem] = line
     assert set(by_subsystem) == {"cpu", "devfreq", "iio"}
-    for name in ("scaling_max_freq", "scaling_min_freq", "scaling_governor"):
-        assert "cpufreq/" + name in by_subsystem["cpu"]
     for name in ("max_freq", "min_freq", "governor"):
         assert "/sys%%p/%s" % name in by_subsystem["devfreq"]
-    # The same files the boot-time tmpfiles rule covers.
-    tmpfiles = (ROOT / "systemd" / "streamfl-sysfs.conf").read_text()
-    assert "devfreq/*/max_freq" in tmpfiles and "policy*/scaling_min_freq" in tmpfiles
+    # The same files the boot-time tmpfiles rule covers, on the same devices.
+    tmpfiles = [ln.split()[1] for ln in (ROOT / "systemd" / "streamfl-sysfs.conf").read_text()
+                .splitlines() if ln.startswith("z ")]
+    prefix = "/sys/devices/system/cpu/cpufreq/policy*/"
+    cpu_files = [p[len(prefix):] for p in tmpfiles if p.startswith(prefix)]
+    assert "scaling_setspeed" in cpu_files
+    for name in cpu_files:
+        assert by_subsystem["cpu"].count("/sys%%p/cpufreq/%s" % name) == 2, name  # chgrp, chmod
+    # Only GPU devfreq devices: the same name patterns in both rules.
+    kernel = by_subsystem["devfreq"].split('KERNEL=="', 1)[1].split('"', 1)[0].split("|")
+    devfreq = [p.split("/")[4] for p in tmpfiles if p.startswith("/sys/class/devfreq/")]
+    assert set(devfreq) == set(kernel) and "*" not in kernel
 
 
 @pytest.mark.skipif(shutil.which("udevadm") is None, reason="udevadm not installed")
