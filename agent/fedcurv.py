@@ -1,7 +1,7 @@
 """The device side of FedCurv (Shoham et al. 2019; DESIGN.md s8): the peers' penalty and the own Fisher.
 
 The global model's ``ewc`` carries ``lambda2`` and the coordinator's sums ``U = sum_k F_k`` and
-``V = sum_k F_k * theta_k`` (``streamfl.coordinator.fedcurv``). Device k removes its own last
+``V = sum_k F_k * theta_k`` (the coordinator's ``CurvatureSums``). Device k removes its own last
 contribution and trains with the gradient ``lambda2 ((U - F_k) * theta - (V - F_k * theta_k))``.
 With ``A = U - F_k`` and ``B = V - F_k * theta_k`` that is the gradient of
 ``(lambda2/2) sum A (theta - B/A)^2``, which this module adds to the loss: the same gradient as the
