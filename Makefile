@@ -10,7 +10,7 @@ STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
 AGENT_SIDE := common protocol sensors models agent dvfs
 
-.PHONY: demo test venv lint bench clean
+.PHONY: demo test venv lint bench eval-adaclp clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,19 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_dvfs.py
 	$(BIN)/python bench/bench_fisher.py
 	$(BIN)/python bench/sim.py
+
+# AdaCLP's comparison (docs/results.md): every method of the paper, 3 seeds, smartwatch and synthetic
+# data, extreme and non-extreme settings, then the lambda sweep. Hours on 2 cores; runs/eval/ holds it.
+ADACLP_METHODS := fedasync,fedavg,fedcurv,afedcurv,criticalfl,fedcurv+clp,adaclp,adaclp-fixed-low,adaclp-no-dvfs
+eval-adaclp: $(STAMP)
+	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods $(ADACLP_METHODS) --out runs/eval/extreme-watch --report
+	$(BIN)/streamfl sim configs/scenarios/adaclp-nonextreme.yaml --seeds 3 --methods $(ADACLP_METHODS) --out runs/eval/nonextreme-watch --report
+	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods $(ADACLP_METHODS) --set data.dataset=synthetic --out runs/eval/extreme-synthetic --report
+	$(BIN)/streamfl sim configs/scenarios/adaclp-nonextreme.yaml --seeds 3 --methods $(ADACLP_METHODS) --set data.dataset=synthetic --out runs/eval/nonextreme-synthetic --report
+	for lam in 1 0.1 0.01 0.001; do \
+	  $(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp --set coordinator.clp.lam=$$lam --out runs/eval/lambda-$$lam --report; \
+	done
+	$(BIN)/python bench/bench_fisher.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info runs
