@@ -37,7 +37,20 @@ def write_limits(io: SysfsIO, min_path: str, max_path: str, new_min: int, new_ma
     """
     if new_min > new_max:
         raise DvfsError("refusing limits min %d > max %d for %s" % (new_min, new_max, max_path))
-    if new_min > read_int(io, max_path):
+    try:
+        current_max = read_int(io, max_path)
+    except DvfsError:
+        # Unreadable cap (a file half-written when a process was killed: never on a real sysfs,
+        # whose writes are atomic, but a restore must still get through): max, min, then max
+        # again is valid in either order; the first max may be refused below the current min.
+        try:
+            io.write(max_path, str(new_max))
+        except DvfsError:
+            pass
+        io.write(min_path, str(new_min))
+        io.write(max_path, str(new_max))
+        return
+    if new_min > current_max:
         io.write(max_path, str(new_max))
         io.write(min_path, str(new_min))
     else:

@@ -242,6 +242,22 @@ def test_an_unreadable_earlier_save_blocks_clock_changes(tmp_path):
     assert tree_files(b.root) == before
 
 
+@pytest.mark.parametrize("board_name", ["jetson-nano", "jetson-orin-nano"])
+def test_restore_gets_through_a_cap_file_left_empty_by_a_kill(tmp_path, board_name):
+    """A SIGKILL between truncate and write leaves an empty file on a fake tree; the restore
+    must still put every setting back, through the kernel's write rules."""
+    variant = dict(FAKE_TREES)[board_name]
+    b = Board(tmp_path / "sys", board_name, variant)
+    before = tree_files(b.root)
+    state = tmp_path / "state"
+    DvfsGuard(b, state).apply({d.name: 0 for d in b.domains})
+    gpu_max = [p for p in before if p.endswith("max_freq") and "devfreq" in p][0]
+    (b.root / gpu_max).write_bytes(b"")
+    io = FakeKernel(b.root, legacy_limits=legacy_limits(board_name, variant))
+    assert sorted(restore_saved(state, io)) == sorted(d.name for d in b.domains)
+    assert tree_files(b.root) == before
+
+
 def test_null_and_simulated_backends():
     assert NullBackend().domains == () and NullBackend().snapshot() == {}
     t = [0.0]
