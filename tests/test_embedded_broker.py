@@ -50,11 +50,14 @@ def round_trip(port, log_path=None):
         assert wait_for(lambda: ("streamfl/v1/lab/model", payload) in got)
         # A subscriber that comes later gets the retained model (with the publisher still
         # connected, as the coordinator is). Seen once in CI: no retained message within 10 s,
-        # cause not found; the broker's log now comes with the failure.
+        # cause not found; the broker's log now comes with the failure. QoS 1 is at-least-once:
+        # amqtt under CI load once delivered the 2 MiB retained copy twice (a redelivery before
+        # our PUBACK reached it), which the protocol allows and agents absorb by version, so a
+        # repeat is accepted here; a wrong or missing payload is not.
         late = transport(port, "late")
         late.on_message = lambda topic, payload: retained.append(payload)
         late.subscribe("streamfl/v1/lab/model")
-        assert wait_for(lambda: retained == [payload]), (
+        assert wait_for(lambda: bool(retained) and all(p == payload for p in retained)), (
             [len(p) for p in retained],
             log_path.read_text(errors="replace")[-3000:] if log_path else "(in-process broker)")
     finally:
