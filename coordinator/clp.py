@@ -19,6 +19,14 @@ Choices the paper leaves open (documented here once, tested in tests/test_clp_pr
   aggregation without one (device without Fisher support, FedAvg round with no traces) or with an
   invalid one (NaN, infinite, negative: treated as missing, logged) leaves F_G, F_G(T-1) and the
   CLP flag exactly as they were; only the version advances.
+* Eq. 3's lag (``growth_lag``): the paper compares F_G(T) with F_G(T-1). With a window of m
+  traces, F_G(T) - F_G(T-1) = (newest trace - trace leaving the window) * decay / m, so its sign
+  is one noisy trace against another and the flag flickers inside every hump of F_G (seen in
+  docs/results.md: 2-3x spread of per-update traces at the same model). ``growth_lag = k``
+  compares F_G(T) with F_G(T-k), k traced aggregations back; k = m compares two disjoint windows,
+  a trend test. Default 1, the paper literally; sigma is then growth over k aggregations. While
+  fewer than k earlier estimates exist, the oldest one is used. Eq. 6's dropout keeps the
+  one-step difference F_G(T) - F_G(T-1) (``fisher_global_prev``).
 * Eq. 3 guards: no previous estimate -> keep the flag (training starts in the CLP: "F increases
   rapidly during initial training", sec. 3.1.1, Fig. 6 CLP [0, 2662]); F_G(T-1) == 0 -> in CLP iff
   F_G(T) > 0 (growth from zero is unbounded, 0 -> 0 is none).
@@ -63,6 +71,8 @@ class ClpConfig:
     sigma: eq. 3 growth threshold per traced aggregation. The paper gives no value; 0.01 = 1 %
       growth per aggregation. F_G moves ~1/m of a trace change per step, so scale sigma down with
       a larger window.
+    growth_lag: eq. 3 compares F_G(T) with F_G(T - growth_lag) (traced aggregations); 1 is the
+      paper, window_m a trend test robust to per-update trace noise (module docstring).
     r_end: last regulated version (paper 30000 = 75 class periods of 400 rounds, sec. 5.1/5.4.3).
       Scale with the run: about 75 class-switch periods, or the first ~third of the versions the
       run will make; 0 disables regulation.
@@ -77,6 +87,7 @@ class ClpConfig:
     window_m: int = 10
     lam: float = DEFAULT_LAMBDA
     sigma: float = 0.01
+    growth_lag: int = 1
     r_end: int = DEFAULT_R_END
     segment_rounds: int = 0
     segment_on_reentry: bool = True
@@ -91,6 +102,9 @@ class ClpConfig:
         if not _is_int(self.window_m) or self.window_m < 1:
             raise ValueError("clp.window_m (eq. 2 window) must be an integer >= 1, got %r"
                              % (self.window_m,))
+        if not _is_int(self.growth_lag) or self.growth_lag < 1:
+            raise ValueError("clp.growth_lag (eq. 3 lag, in traced aggregations) must be an integer "
+                             ">= 1, got %r" % (self.growth_lag,))
         if not _finite(self.lam) or self.lam < 0:
             raise ValueError("clp.lam (eq. 2 staleness decay lambda) must be a finite number >= 0,"
                              " got %r" % (self.lam,))
@@ -138,6 +152,8 @@ class ClpProbe:
         self._window: Deque[Tuple[int, int, float]] = deque(maxlen=config.window_m)
         self._fg: Optional[float] = None
         self._fg_prev: Optional[float] = None
+        #: F_G after each of the last ``growth_lag`` traced aggregations before this one (eq. 3).
+        self._fg_history: Deque[float] = deque(maxlen=config.growth_lag)
         self._in_clp = True
         self._segment = 0
         self._segment_start = 0
@@ -168,9 +184,11 @@ class ClpProbe:
         if trace is not None:
             self.traced_rounds += 1
             self._window.append((version_T, max(0, version_T - base_version_I), trace))
+            if self._fg is not None:
+                self._fg_history.append(self._fg)
             self._fg_prev, self._fg = self._fg, self._compute()
-            if self._fg_prev is not None:
-                self._in_clp = self._criterion(self._fg, self._fg_prev)
+            if self._fg_history:
+                self._in_clp = self._criterion(self._fg, self._fg_history[0])
         if not regulating:
             if was_regulating:
                 log.info("v%d: CLP regulation ends (R_end=%d)", version_T, self.config.r_end)
@@ -215,8 +233,8 @@ class ClpProbe:
         """JSON-able state; ``load_state`` continues exactly where this left off."""
         return {"window": [[v, st, f] for v, st, f in self._window],
                 "fisher_global": self._fg, "fisher_global_prev": self._fg_prev,
-                "in_clp": self._in_clp, "segment": self._segment,
-                "segment_start_version": self._segment_start,
+                "fisher_history": list(self._fg_history), "in_clp": self._in_clp,
+                "segment": self._segment, "segment_start_version": self._segment_start,
                 "fisher_segment_start": self._fg_segment_start, "version": self._version,
                 "last_version": self._last_version, "rounds": self.rounds,
                 "traced_rounds": self.traced_rounds}
@@ -232,6 +250,11 @@ class ClpProbe:
             self._window = deque(window, maxlen=self.config.window_m)
             self._fg = self._compute() if self._window else None
             self._fg_prev = _opt_float(state.get("fisher_global_prev"))
+            history = [_opt_float(f) for f in state.get("fisher_history") or []]
+            if not history and self._fg_prev is not None:
+                history = [self._fg_prev]   # a state saved before growth_lag existed
+            self._fg_history = deque([f for f in history if f is not None],
+                                     maxlen=self.config.growth_lag)
             self._in_clp = bool(state.get("in_clp", True))
             self._segment = int(state.get("segment", 0))
             self._segment_start = int(state.get("segment_start_version", 0))

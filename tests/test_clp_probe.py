@@ -58,6 +58,41 @@ def test_clp_flag_rising_then_flat():
     assert states[4].fisher_global == pytest.approx(4.5)
 
 
+def _noisy_hump():
+    """Traces that rise for 40 aggregations and fall for 40, each alternately 1.6x and 0.4x the
+    trend: the spread of per-update traces at one model seen in docs/results.md."""
+    trend = [1.0 + 0.05 * k for k in range(40)] + [3.0 - 0.05 * k for k in range(40)]
+    return [(v, v - 1, t * (1.6 if v % 2 else 0.4)) for v, t in enumerate(trend, start=1)]
+
+
+def test_growth_lag_one_is_the_paper_and_flickers_on_noise():
+    probe = ClpProbe(ClpConfig(enabled=True, window_m=5, lam=0.0, sigma=0.0))
+    flags = [s.in_clp for s in feed(probe, _noisy_hump())]
+    # F_G(T) - F_G(T-1) is one noisy trace against the one leaving the window: the flag flips
+    # on almost every aggregation, rising trend or not.
+    flips = sum(a != b for a, b in zip(flags, flags[1:]))
+    assert flips > 30
+
+
+def test_growth_lag_of_a_window_follows_the_trend():
+    probe = ClpProbe(ClpConfig(enabled=True, window_m=10, lam=0.0, sigma=0.0, growth_lag=10))
+    states = feed(probe, _noisy_hump())
+    flags = [s.in_clp for s in states]
+    assert all(flags[12:38])                  # rising half: in the CLP throughout
+    assert not any(flags[52:])                # falling half (once the window has turned): out
+    assert sum(a != b for a, b in zip(flags, flags[1:])) <= 3
+    # eq. 6 still sees the one-step difference
+    assert states[20].fisher_global_prev == pytest.approx(states[19].fisher_global)
+
+
+def test_growth_lag_compares_with_the_estimate_k_back():
+    probe = ClpProbe(ClpConfig(enabled=True, window_m=1, lam=0.0, sigma=0.5, growth_lag=3))
+    states = feed(probe, [(1, 0, 4.0), (2, 1, 1.0), (3, 2, 1.0), (4, 3, 1.0), (5, 4, 1.6)])
+    assert states[1].in_clp is False          # warm-up: against the oldest estimate there is (4.0)
+    assert states[3].in_clp is False          # 1.0 against F_G(1) = 4.0
+    assert states[4].in_clp is True           # 1.6 against F_G(2) = 1.0: +60%, though F_G(4) = 1.0 too
+
+
 def test_sigma_threshold_is_inclusive():
     probe = ClpProbe(ClpConfig(enabled=True, window_m=1, lam=0.0, sigma=0.5))
     probe.on_aggregation(1, 0, 2.0)
@@ -165,6 +200,16 @@ def test_state_round_trip_continues_identically():
     assert restored.state() == original.state()
 
 
+def test_state_round_trip_with_growth_lag():
+    cfg = ClpConfig(enabled=True, window_m=4, lam=0.0, sigma=0.01, growth_lag=4)
+    items = _noisy_hump()
+    original = ClpProbe(cfg)
+    feed(original, items[:30])
+    restored = ClpProbe(cfg)
+    restored.load_state(json.loads(json.dumps(original.state())))
+    assert feed(restored, items[30:]) == feed(original, items[30:])
+
+
 def test_load_state_with_smaller_window_keeps_newest():
     big = ClpProbe(ClpConfig(enabled=True, window_m=4, lam=0.0))
     feed(big, [(v, v - 1, float(v)) for v in range(1, 5)])
@@ -184,6 +229,7 @@ def test_load_state_rejects_garbage():
     ({"lam": float("nan")}, "lam"), ({"sigma": -1.0}, "sigma"), ({"r_end": -1}, "r_end"),
     ({"r_end": True}, "r_end"), ({"segment_rounds": -2}, "segment_rounds"),
     ({"enabled": "yes"}, "enabled"), ({"segment_on_reentry": 1}, "segment_on_reentry"),
+    ({"growth_lag": 0}, "growth_lag"), ({"growth_lag": 1.5}, "growth_lag"),
 ])
 def test_config_validation(kwargs, field):
     with pytest.raises(ValueError, match=field):
