@@ -50,6 +50,7 @@ class AgentConfig:
     dropout: float = 0.0
     momentum: float = 0.0
     #: Windows of the buffer the per-round Fisher trace (AdaCLP eq. 1) is estimated on; 0 = off.
+    #: Computed only while the coordinator's global model carries a CLP state (its probe is on).
     #: 20, not the batch of 50: one backward over 50 windows costs ~17% of an lstm round of 5
     #: steps (bench/bench_fisher.py), 20 about 7%, under the 10% goal; the estimate is noisy
     #: either way and the coordinator's eq. 2 averages it over a window of versions.

@@ -109,6 +109,10 @@ class AgentCore:
         self._train_requested = False
         self.rejected_models = 0
         self.last_update: Optional[Update] = None
+        #: Windows the last round's statistics ran on, besides training: ``fisher`` (AdaCLP eq. 1,
+        #: one batched backward) and ``curvature`` (FedCurv, one backward per window). The simulator
+        #: charges them to the round's time and energy.
+        self.statistics_windows: Dict[str, int] = {}
         #: Decides the clock levels of each round (AdaCLP s4.2 and the simpler policies).
         self.dvfs_policy = make_policy(config.dvfs.policy, **config.dvfs.policy_options)
         #: Levels per DVFS domain, announced in Hello (set by the runtime that owns the clocks).
@@ -291,6 +295,7 @@ class AgentCore:
             raise RoundInterrupted("round %d stopped after %d of %d steps" % (
                 plan.round_index, result.steps, plan.local_steps))
         self.rounds = plan.round_index + 1
+        self.statistics_windows = {}
         tensors = model_to_arrays(self.model)
         if not (np.isfinite(result.mean_loss) and all(np.isfinite(t).all() for t in tensors.values())):
             self.base_version = -1  # never send or continue from a diverged model
@@ -312,12 +317,15 @@ class AgentCore:
         return update
 
     def _fisher(self, plan: RoundPlan, lock: ContextManager) -> Optional[float]:
-        """AdaCLP eq. 1 at the trained local model on ``fisher_samples`` buffer windows (None: off)."""
+        """AdaCLP eq. 1 at the trained local model on ``fisher_samples`` buffer windows; None when
+        off here or when the coordinator runs no CLP probe (its global model carries no CLP state),
+        so a plain FedAsync fleet does not pay for a backward pass nobody reads."""
         n = min(int(self.config.fisher_samples), len(self.buffer))
-        if n < 1:
+        if n < 1 or self.global_model is None or not self.global_model.clp:
             return None
         with lock:
             X, _ = self.buffer.sample(n, self._rng)
+        self.statistics_windows["fisher"] = n
         gen = torch.Generator().manual_seed((self.seed * 7919 + plan.round_index) & 0x7FFFFFFFFFFFFFFF)
         value = fisher_trace(self.model, X, generator=gen)
         return float(value) if np.isfinite(value) else None
@@ -332,6 +340,7 @@ class AgentCore:
         n = min(n, len(self.buffer))
         with lock:
             X, y = self.buffer.sample(max(1, n), self._rng)
+        self.statistics_windows["curvature"] = max(1, n)
         gen = torch.Generator().manual_seed((self.seed * 104729 + plan.round_index) & 0x7FFFFFFFFFFFFFFF)
         return self.fedcurv.statistics(ewc, self.model, X, y, tensors, generator=gen)
 

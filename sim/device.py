@@ -69,6 +69,10 @@ class DeviceSpec:
     #: ms/sample and mu = 2 samples/ms give 1.0; default 0.05, the few-percent round-to-round
     #: jitter of a board with pinned clocks [U] (clp_aware.py's threshold assumes the same).
     noise_scale: float = 0.05
+    #: What one per-window backward pass (FedCurv's Fisher diagonal) costs in samples of batched
+    #: training. bench/bench_fisher.py: 50 per-window passes took 49.8% of a 250-sample lstm round,
+    #: i.e. 2.5 samples each; AdaCLP's trace (one backward over n windows) costs n samples.
+    per_window_backward_samples: float = 2.5
     #: "fixed" (``up_mbps``/``down_mbps``) or "shannon" (the radio fields below).
     channel: str = "fixed"
     #: Fixed rates [U: a shared Wi-Fi link; near the Shannon default's 12.6 Mbps below].
@@ -106,6 +110,7 @@ class DeviceSpec:
         if self.seconds_per_sample_s is not None:
             _finite("seconds_per_sample_s", self.seconds_per_sample_s, 0.0, strict=True)
         _finite("noise_scale", self.noise_scale, 0.0)
+        _finite("per_window_backward_samples", self.per_window_backward_samples, 0.0)
         if self.channel not in CHANNELS:
             raise DeviceSpecError("key 'channel': %r is not one of %s"
                                   % (self.channel, ", ".join(CHANNELS)))
@@ -211,6 +216,14 @@ class DeviceModel:
         ratio = max((self.levels_khz[n][-1] / self.levels_khz[n][full[n]]
                      for n in self.scaled_domains), default=1.0)
         return base_s * self.spec.speed * ratio
+
+    def work_samples(self, trained: int, statistics_windows: Mapping[str, int]) -> int:
+        """Samples' worth of compute in a round: the ``trained`` ones plus the statistics the agent
+        computed after training (``AgentCore.statistics_windows``): AdaCLP's Fisher trace, one
+        batched backward over its windows, and FedCurv's diagonal, one backward per window."""
+        extra = (statistics_windows.get("fisher", 0)
+                 + self.spec.per_window_backward_samples * statistics_windows.get("curvature", 0))
+        return int(trained) + int(round(extra))
 
     def min_seconds_per_sample(self, levels: Mapping[str, int]) -> float:
         """The shift ``a_n`` of FedTeddi eq. 4: no round is faster than this per sample."""

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from streamfl.agent.config import AgentConfig
-from streamfl.agent.core import AgentCore
+from streamfl.agent.core import AgentCore, DivergedError
 from streamfl.config import build, merge
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
@@ -63,6 +63,7 @@ class DeviceState:
     train_j: float = 0.0
     rounds: int = 0
     lost_rounds: int = 0
+    diverged_rounds: int = 0
     latency_s: float = 0.0
 
 
@@ -194,9 +195,15 @@ class SimRun:
         for name, level in d.agent.frequency_plan(views).items():
             d.backend.domain(name).set_level(level)
         levels = {dom.name: dom.current_level() for dom in d.backend.domains}
-        update = d.agent.train_round()
-        compute_s = d.model.compute_s(update.num_samples, levels)
-        spp = compute_s / max(1, update.num_samples)
+        try:
+            update = d.agent.train_round()
+        except DivergedError as exc:
+            self._diverged(i, d, t, levels, interval, exc)
+            return
+        # The Fisher trace and FedCurv's diagonal take time too (a real agent spends it the same way).
+        work = d.model.work_samples(update.num_samples, d.agent.statistics_windows)
+        compute_s = d.model.compute_s(work, levels)
+        spp = compute_s / max(1, work)
         train_j = d.model.train_w(levels) * compute_s
         update = dataclasses.replace(update, seconds_per_sample=spp, energy_j=round(train_j, 6),
                                      clock_levels=levels, created_s=t + compute_s)
@@ -218,6 +225,20 @@ class SimRun:
         d.rounds += 1
         d.latency_s += compute_s + upload_s
         self.queue.push(t + compute_s + upload_s, "update", (i, frame, compute_s, upload_s, train_j))
+        self.queue.push(max(t + interval, t + compute_s), "round", i)
+
+    def _diverged(self, i: int, d: DeviceState, t: float, levels: Dict[str, int], interval: float,
+                  exc: DivergedError) -> None:
+        """A round whose training diverged: its work is spent, no update is sent, and the device
+        goes on from the global model next round, as the daemon does (agent/daemon.py)."""
+        hp = d.agent.hparams
+        compute_s = d.model.compute_s(int(hp["local_steps"]) * int(hp["batch_size"]), levels)
+        d.busy_s += compute_s
+        d.train_j += d.model.train_w(levels) * compute_s
+        d.diverged_rounds += 1
+        log.info("%s: %s", d.agent.device_id, exc)
+        self.emit({"event": "diverged", "method": self.method.name, "seed": self.seed,
+                   "t_s": round(t, 6), "device_id": d.agent.device_id, "lr": hp["lr"]})
         self.queue.push(max(t + interval, t + compute_s), "round", i)
 
     def _arrive(self, t: float, i: int, frame: bytes, compute_s: float, upload_s: float,
@@ -307,6 +328,7 @@ class SimRun:
             idle_s = max(0.0, online_s - d.busy_s)
             out[d.agent.device_id] = {
                 "board": d.model.profile.name, "rounds": d.rounds, "lost_rounds": d.lost_rounds,
+                "diverged_rounds": d.diverged_rounds,
                 "train_s": round(d.busy_s, 3),
                 "idle_s": round(idle_s, 3),
                 "energy_j": round(d.train_j + d.model.idle_w * idle_s, 3),

@@ -60,6 +60,15 @@ def test_off_by_default_and_no_trace_when_disabled_on_the_device():
     agent = _agent(fisher_samples=0)
     agent.on_global_model(coord.global_model())
     assert agent.train_round().fisher_trace is None
+    # A coordinator without the probe asks for no trace: the device spends no backward pass on it.
+    agent = _agent()
+    agent.on_global_model(coord.global_model())
+    assert agent.config.fisher_samples > 0
+    assert agent.train_round().fisher_trace is None and agent.statistics_windows == {}
+    agent.global_model = _coordinator().global_model()     # the same v0, from a probing coordinator
+    update = agent.train_round()
+    assert update.fisher_trace is not None
+    assert agent.statistics_windows == {"fisher": min(agent.config.fisher_samples, len(agent.buffer))}
 
 
 def test_devices_refine_lr_batch_and_dropout_from_the_clp_state():

@@ -67,6 +67,11 @@ def test_methods_see_the_same_devices_and_another_seed_differs(tmp_path):
     assert all(u["energy_j"] > 0 and u["clock_levels"] for u in ups)
     evals = [e for e in lines if e["event"] == "eval" and e["method"] == "fedasync" and e["seed"] == 0]
     assert evals[-1]["accuracy"] > 1.0 / 6 + 0.1          # learns: above chance
+    # The run's mean accuracy (AdaCLP's "average accuracy over a period") averages every evaluation.
+    assert runs[("fedasync", 0)]["mean_accuracy"] == pytest.approx(
+        np.mean([e["accuracy"] for e in evals]), abs=1e-6)
+    assert fa["mean_accuracy"] == pytest.approx(
+        np.mean([r["mean_accuracy"] for r in fa["runs"]])) and fa["mean_accuracy_std"] is not None
     assert [e["energy_j"] for e in evals] == sorted(e["energy_j"] for e in evals)
 
 
@@ -200,3 +205,34 @@ def test_adaclp_and_its_ablations_run_side_by_side(tmp_path):
     assert 0 not in levels("adaclp-no-dvfs")                      # untouched: boards boot at the top
     energy = {m: s["energy_j"] for m, s in summary["methods"].items()}
     assert energy["adaclp-fixed-low"] != energy["adaclp-no-dvfs"]
+
+
+def test_fisher_and_fedcurv_statistics_are_charged_to_the_round(tmp_path):
+    # Same streams, devices and hparams: the methods that compute statistics after training pay
+    # for them in round time, which a plain FedAsync device does not.
+    summary, lines = _run(tmp_path, "a", methods=["fedasync", "adaclp-no-dvfs", "afedcurv"],
+                          duration_s=30.0,
+                          agent=dict(TINY["agent"], clp={"eta0": 0.05, "lr_max": 0.05, "b0": 16,
+                                                         "batch_max": 16, "batch_min": 16}))
+    per_sample = {}
+    for method in ("fedasync", "adaclp-no-dvfs", "afedcurv"):
+        ups = [e for e in lines if e["event"] == "update" and e["method"] == method]
+        assert ups, method
+        per_sample[method] = sum(e["train_s"] for e in ups) / sum(e["num_samples"] for e in ups)
+    assert all(e["fisher_trace"] is None for e in lines
+               if e["event"] == "update" and e["method"] == "fedasync")
+    assert per_sample["adaclp-no-dvfs"] > 1.05 * per_sample["fedasync"]
+    assert per_sample["afedcurv"] > 1.2 * per_sample["fedasync"]
+
+
+def test_a_round_that_diverges_is_counted_and_the_run_goes_on(tmp_path):
+    # FedCurv's penalty at an absurd strength makes local training blow up once peers' sums exist;
+    # as on a board (agent/daemon.py), that round sends nothing and the device goes on.
+    summary, lines = _run(tmp_path, "a", methods=["afedcurv"], duration_s=40.0,
+                          coordinator=dict(TINY["coordinator"], fedcurv={"lambda2": 1e9}))
+    run = summary["methods"]["afedcurv"]["runs"][0]
+    diverged = [e for e in lines if e["event"] == "diverged"]
+    assert run["diverged_rounds"] == len(diverged) > 0
+    assert sum(d["diverged_rounds"] for d in run["devices"].values()) == len(diverged)
+    assert max(e["t_s"] for e in lines if e["event"] == "eval") == pytest.approx(40.0)
+    assert all(np.isfinite(e["accuracy"]) for e in lines if e["event"] == "eval")
