@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--log-level", default="WARNING")
     report = sub.add_parser("report", help="PNG plots and an HTML page from a sim run folder")
     report.add_argument("run_dir", help="folder written by 'streamfl sim'")
+    report.add_argument("--markdown", action="store_true",
+                        help="print the methods as a Markdown table instead of rendering the report")
+    report.add_argument("--reference", default="fedasync",
+                        help="method the table compares energy and mean accuracy with (default fedasync)")
     report.add_argument("--log-level", default="WARNING")
     return parser
 
@@ -64,8 +68,9 @@ def _sim(args) -> int:
     methods = [m for m in args.methods.split(",") if m.strip()] if args.methods else None
     summary = run_sim(scenario, out, methods=methods, seeds=args.seeds)
     for name, m in summary["methods"].items():
-        print("%-16s accuracy %s +- %s   energy %s +- %s J" % (
+        print("%-16s accuracy %s +- %s   mean over the run %s +- %s   energy %s +- %s J" % (
             name, _fmt(m.get("final_accuracy")), _fmt(m.get("final_accuracy_std")),
+            _fmt(m.get("mean_accuracy")), _fmt(m.get("mean_accuracy_std")),
             _fmt(m.get("energy_j"), "%.0f"), _fmt(m.get("energy_j_std"), "%.0f")))
     print("run folder: %s" % out)
     if args.report:
@@ -95,6 +100,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "report":
             from pathlib import Path
 
+            if args.markdown:
+                from streamfl.sim.results_table import markdown_for_run
+                print(markdown_for_run(Path(args.run_dir), args.reference))
+                return 0
             from streamfl.sim.sim_report import render_report
             print("report: %s" % render_report(Path(args.run_dir)))
     except ConfigError as exc:

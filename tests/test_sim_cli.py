@@ -46,6 +46,21 @@ def test_sim_then_report_on_a_user_dataset(tmp_path, capsys):
     assert {"accuracy_vs_time.png", "accuracy_vs_energy.png", "clock_levels.png"} <= set(pngs)
     html = (out / "report.html").read_text()
     assert "fedasync" in html and "fedavg" in html and all(p in html for p in pngs)
+    # The Markdown table docs/results.md prints its tables with, from the same summary.
+    capsys.readouterr()
+    assert main(["report", str(out), "--markdown"]) == 0
+    table = capsys.readouterr().out.strip().splitlines()
+    assert table[0].startswith("| method | final accuracy | mean accuracy over the run |")
+    assert len(table) == 4 and table[1].startswith("|---|")
+    fa, fv = summary["methods"]["fedasync"], summary["methods"]["fedavg"]
+    row = {line.split(" | ")[0].strip("| `"): line for line in table[2:]}
+    assert row["fedasync"].endswith("| +0.0 | 1.00 |")
+    assert "%.3f ± %.3f" % (fv["mean_accuracy"], fv["mean_accuracy_std"]) in row["fedavg"]
+    assert row["fedavg"].endswith("| %+.1f | %.2f |" % (100 * (fv["mean_accuracy"] - fa["mean_accuracy"]),
+                                                         fv["energy_j"] / fa["energy_j"]))
+    # Without the reference method the comparison columns are left out.
+    assert main(["report", str(out), "--markdown", "--reference", "adaclp"]) == 0
+    assert "vs" not in capsys.readouterr().out
 
 
 def test_a_bad_set_is_a_configuration_error(tmp_path, capsys):
