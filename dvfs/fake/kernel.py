@@ -13,9 +13,11 @@ import re
 import shutil
 import threading
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
-from streamfl.dvfs.base import DvfsError, SysfsIO
+from streamfl.dvfs.base import SysfsIO
+from streamfl.dvfs.fake.values import (UINT, clamp, cpu_ranges, parse_token, parse_uint,
+                                      pick_cpufreq, pick_opp, sysfs_error)
 
 log = logging.getLogger(__name__)
 
@@ -23,69 +25,8 @@ _CPU = "devices/system/cpu/"
 _POLICY = re.compile(r"^devices/system/cpu/cpufreq/policy\d+(?=/)")
 _CPU_ONLINE = re.compile(r"^devices/system/cpu/cpu(\d+)/online$")
 _DEVFREQ = re.compile(r"^.+/devfreq/[^/]+(?=/)")
-_UINT = re.compile(r"^[0-9]+$")
 #: Larger than any frequency: a 4.9 devfreq limit of 0 means "none".
 _NO_LIMIT = 1 << 64
-
-
-def _err(code: int, rel: str, why: str = "") -> DvfsError:
-    return DvfsError("%s: %s%s" % (rel, os.strerror(code), " (%s)" % why if why else ""), code)
-
-
-def _uint(value: str, rel: str) -> int:
-    """sscanf("%u") as the stores use it; anything but digits is EINVAL."""
-    text = value.strip()
-    if not _UINT.match(text):
-        raise _err(errno.EINVAL, rel, "not an unsigned integer: %r" % value)
-    return int(text)
-
-
-def _token(value: str, rel: str) -> str:
-    """sscanf("%15s"): the first word, EINVAL when there is none."""
-    words = value.split()
-    if not words:
-        raise _err(errno.EINVAL, rel, "empty write")
-    return words[0]
-
-
-def _clamp(value: int, low: int, high: int) -> int:
-    return max(low, min(high, value))
-
-
-def _pick(table: Optional[Sequence[int]], target: int, low: int, high: int, high_rel: bool) -> int:
-    """cpufreq's table lookup: RELATION_H (highest <= target) or RELATION_L (lowest >= target)
-    among the entries within [low, high], after clamping the target there (S7, 4.9 freq_table)."""
-    target = _clamp(target, low, high)
-    if not table:
-        return target  # setpolicy drivers have no table: the hardware runs anywhere in range
-    within = [f for f in table if low <= f <= high] or list(table)
-    if high_rel:
-        below = [f for f in within if f <= target]
-        return max(below) if below else min(within)
-    above = [f for f in within if f >= target]
-    return min(above) if above else max(within)
-
-
-def _opp(table: Sequence[int], freq: int, floor: bool) -> int:
-    """devfreq_recommended_opp(): the floor OPP under LEAST_UPPER_BOUND, else the ceiling,
-    falling back to the other side when none exists (4.9 and 5.x devfreq.c)."""
-    below = [f for f in table if f <= freq]
-    above = [f for f in table if f >= freq]
-    if floor:
-        return max(below) if below else min(table)
-    return min(above) if above else max(table)
-
-
-def _ranges(cpus: Iterable[int]) -> str:
-    """``0-3,5``: the format of ``devices/system/cpu/online``."""
-    out: List[str] = []
-    run: List[int] = []
-    for cpu in sorted(cpus) + [-2]:
-        if run and cpu != run[-1] + 1:
-            out.append(str(run[0]) if len(run) == 1 else "%d-%d" % (run[0], run[-1]))
-            run = []
-        run.append(cpu)
-    return ",".join(out)
 
 
 class FakeKernel(SysfsIO):
@@ -115,7 +56,7 @@ class FakeKernel(SysfsIO):
         with self._lock:
             rel = self._open(rel_path, 0o444, 0o044)
             if rel in {self._locate(p)[0] for p in self.eagain_paths}:
-                raise _err(errno.EAGAIN, rel_path, "sensor not ready")
+                raise sysfs_error(errno.EAGAIN, rel_path, "sensor not ready")
             pol = _POLICY.match(rel)
             if pol:
                 self._check_active(pol.group(0), rel_path)
@@ -162,7 +103,7 @@ class FakeKernel(SysfsIO):
         real = os.path.realpath(os.path.join(root, rel_path))
         rel = os.path.relpath(real, root).replace(os.sep, "/")
         if rel == ".." or rel.startswith("../"):
-            raise _err(errno.ENOENT, rel_path, "outside the sysfs root")
+            raise sysfs_error(errno.ENOENT, rel_path, "outside the sysfs root")
         return rel, Path(real)
 
     def _open(self, rel_path: str, any_bits: int, user_bits: int) -> str:
@@ -172,11 +113,11 @@ class FakeKernel(SysfsIO):
         try:
             mode = os.stat(str(path)).st_mode
         except OSError:
-            raise _err(errno.ENOENT, rel_path) from None
+            raise sysfs_error(errno.ENOENT, rel_path) from None
         if path.is_dir():
-            raise _err(errno.EISDIR, rel_path)
+            raise sysfs_error(errno.EISDIR, rel_path)
         if not mode & any_bits or (not self.as_root and not mode & user_bits):
-            raise _err(errno.EACCES, rel_path, "mode %o" % (mode & 0o777))
+            raise sysfs_error(errno.EACCES, rel_path, "mode %o" % (mode & 0o777))
         return rel
 
     def _get(self, rel: str) -> str:
@@ -220,7 +161,7 @@ class FakeKernel(SysfsIO):
         """Every show()/store() of a policy whose CPUs are all offline is EBUSY (S2)."""
         related = self._related(pol)
         if related and not any(self._online(c) for c in related):
-            raise _err(errno.EBUSY, rel_path, "policy inactive: all its CPUs are offline")
+            raise sysfs_error(errno.EBUSY, rel_path, "policy inactive: all its CPUs are offline")
 
     def _table(self, pol: str) -> Optional[List[int]]:
         rel = pol + "/scaling_available_frequencies"
@@ -235,19 +176,20 @@ class FakeKernel(SysfsIO):
         if governor == "userspace":
             want = self._requests.get((pol, "setspeed"), (cur, 0))[0]
             if high < want:  # cpufreq_userspace_policy_limits (S7)
-                return _pick(table, high, low, high, True)
-            return _pick(table, max(want, low), low, high, False)
+                return pick_cpufreq(table, high, low, high, True)
+            return pick_cpufreq(table, max(want, low), low, high, False)
         if table is None:  # setpolicy (intel_pstate): the names are policies, the CPU picks
-            return high if governor == "performance" else _clamp(cur, low, high)
+            return high if governor == "performance" else clamp(cur, low, high)
         if governor == "performance":
-            return _pick(table, high, low, high, True)
+            return pick_cpufreq(table, high, low, high, True)
         if governor == "powersave":
-            return _pick(table, low, low, high, False)
+            return pick_cpufreq(table, low, low, high, False)
         if low <= cur <= high:
             return cur
         if cur < low and any(low <= f <= high for f in table):
-            return _pick(table, low, low, high, False)
-        return _pick(table, high, low, high, True)  # stable even when no entry fits the limits
+            return pick_cpufreq(table, low, low, high, False)
+        # stable even when no entry fits the limits
+        return pick_cpufreq(table, high, low, high, True)
 
     def _cpufreq_show(self, pol: str, attr: str) -> Optional[str]:
         if attr in ("scaling_cur_freq", "cpuinfo_cur_freq"):
@@ -263,9 +205,9 @@ class FakeKernel(SysfsIO):
     def _cpufreq_store(self, pol: str, attr: str, value: str, rel_path: str) -> None:
         governor = self._get(pol + "/scaling_governor").strip()
         if attr == "scaling_governor":
-            name = _token(value, rel_path)
+            name = parse_token(value, rel_path)
             if name not in self._get(pol + "/scaling_available_governors").split():
-                raise _err(errno.EINVAL, rel_path, "governor %r not offered" % name)
+                raise sysfs_error(errno.EINVAL, rel_path, "governor %r not offered" % name)
             if name != governor:
                 cur = self._cpu_cur(pol)
                 self._requests.pop((pol, "setspeed"), None)
@@ -274,10 +216,12 @@ class FakeKernel(SysfsIO):
                 self._put(pol + "/scaling_governor", name)
         elif attr == "scaling_setspeed":
             if governor != "userspace":  # no ->store_setspeed outside userspace (S2)
-                raise _err(errno.EINVAL, rel_path, "governor is %s, not userspace" % governor)
-            self._requests[(pol, "setspeed")] = (_uint(value, rel_path), 0)
+                raise sysfs_error(errno.EINVAL, rel_path,
+                                  "governor is %s, not userspace" % governor)
+            self._requests[(pol, "setspeed")] = (parse_uint(value, rel_path), 0)
         elif attr in ("scaling_min_freq", "scaling_max_freq"):
-            self._cpufreq_limit(pol, attr == "scaling_min_freq", _uint(value, rel_path), rel_path)
+            self._cpufreq_limit(pol, attr == "scaling_min_freq", parse_uint(value, rel_path),
+                                rel_path)
         elif attr == "stats/reset":
             lines = self._get(pol + "/stats/time_in_state").splitlines()
             self._put(pol + "/stats/time_in_state",
@@ -297,14 +241,14 @@ class FakeKernel(SysfsIO):
             # 4.9 cpufreq_set_policy(): the store copies the policy, changes one field and refuses
             # min > max before verify() clamps into the cpuinfo range (S5 old code).
             if (is_min and value > high) or (not is_min and value < low):
-                raise _err(errno.EINVAL, rel_path, "min %d > max %d" % (
+                raise sysfs_error(errno.EINVAL, rel_path, "min %d > max %d" % (
                     value if is_min else low, high if is_min else value))
-            self._put(attr, str(_clamp(value, hw_low, hw_high)))
+            self._put(attr, str(clamp(value, hw_low, hw_high)))
             return
         # freq-QoS: both requests stay; verify() clamps into cpuinfo and then min to max (S3).
         want_min = value if is_min else self._request(pol, "min", pol + "/scaling_min_freq", low)
-        new_high = _clamp(high if is_min else value, hw_low, hw_high)
-        new_low = min(_clamp(want_min, hw_low, hw_high), new_high)
+        new_high = clamp(high if is_min else value, hw_low, hw_high)
+        new_low = min(clamp(want_min, hw_low, hw_high), new_high)
         self._put(pol + "/scaling_max_freq", str(new_high))
         self._put(pol + "/scaling_min_freq", str(new_low))
         self._requests[(pol, "min")] = (want_min, new_low)
@@ -324,11 +268,11 @@ class FakeKernel(SysfsIO):
         """CPU hotplug: ``affected_cpus`` and ``devices/system/cpu/online`` follow."""
         text = value.strip()
         if text not in ("0", "1"):
-            raise _err(errno.EINVAL, rel_path, "expected 0 or 1")
+            raise sysfs_error(errno.EINVAL, rel_path, "expected 0 or 1")
         self._put(_CPU + "cpu%d/online" % cpu, text)
         cpus = sorted(int(m.group(1)) for m in (re.match(r"^cpu(\d+)$", n)
                                                 for n in self.listdir(_CPU)) if m)
-        self._put(_CPU + "online", _ranges(c for c in cpus if self._online(c)))
+        self._put(_CPU + "online", cpu_ranges(c for c in cpus if self._online(c)))
         for name in self.listdir(_CPU + "cpufreq"):
             pol = _CPU + "cpufreq/" + name
             if name.startswith("policy") and cpu in self._related(pol):
@@ -348,26 +292,26 @@ class FakeKernel(SysfsIO):
             want, floor = high, True
         elif governor == "powersave":
             want = low
-        elif governor == "userspace" and _UINT.match(self._get(dev + "/userspace/set_freq")):
+        elif governor == "userspace" and UINT.match(self._get(dev + "/userspace/set_freq")):
             want = self._int(dev + "/userspace/set_freq")
         elif low <= want <= high:
             return want  # a dynamic governor (nvhost_podgov...) stays where it is within limits
         elif not any(low <= f <= high for f in table):
-            return _opp(table, high, True)  # no OPP fits: settle on one, do not oscillate
+            return pick_opp(table, high, True)  # no OPP fits: settle on one, do not oscillate
         if want < low:
             want, floor = low, False
         if want > high:
             want, floor = high, True
-        return _opp(table, want, floor)
+        return pick_opp(table, want, floor)
 
     def _devfreq_store(self, dev: str, attr: str, value: str, rel_path: str) -> None:
         if attr == "governor":
-            name = _token(value, rel_path)
+            name = parse_token(value, rel_path)
             if name not in self._get(dev + "/available_governors").split():
                 # 4.9 governor_store(): find_devfreq_governor() is -ENODEV; 5.x
                 # try_then_request_governor() turns the failed request_module() into -EINVAL.
                 code = errno.ENODEV if self.legacy_limits else errno.EINVAL
-                raise _err(code, rel_path, "governor %r not available" % name)
+                raise sysfs_error(code, rel_path, "governor %r not available" % name)
             if name != self._get(dev + "/governor").strip():
                 cur = self._devfreq_cur(dev)
                 self._put(dev + "/cur_freq", str(cur))
@@ -379,9 +323,10 @@ class FakeKernel(SysfsIO):
                     os.chmod(str(userspace / "set_freq"), 0o644)
                 self._put(dev + "/governor", name)
         elif attr in ("min_freq", "max_freq"):
-            self._devfreq_limit(dev, attr == "min_freq", _uint(value, rel_path), rel_path)
+            self._devfreq_limit(dev, attr == "min_freq", parse_uint(value, rel_path), rel_path)
         elif attr in ("userspace/set_freq", "polling_interval"):
-            self._put(dev + "/" + attr, str(_uint(value, rel_path)))  # set_freq shows the request
+            # set_freq shows the request
+            self._put(dev + "/" + attr, str(parse_uint(value, rel_path)))
         else:
             self._put(dev + "/" + attr, value.rstrip("\n"))
             return
@@ -398,7 +343,7 @@ class FakeKernel(SysfsIO):
             # one crosses the other; the value is stored as written, 0 meaning none (S9).
             other = high if is_min else low
             if value and other and (value > other if is_min else value < other):
-                raise _err(errno.EINVAL, rel_path, "crosses the other limit %d" % other)
+                raise sysfs_error(errno.EINVAL, rel_path, "crosses the other limit %d" % other)
             self._put(dev + ("/min_freq" if is_min else "/max_freq"), str(value))
             return
         # QoS: min rounds down and max up to kHz, 0 is no limit; reads show get_freq_range(),
