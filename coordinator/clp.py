@@ -151,8 +151,8 @@ class ClpProbe:
         #: (version T, staleness T - I(T), F_recv(T)) for the last ``window_m`` traced aggregations.
         self._window: Deque[Tuple[int, int, float]] = deque(maxlen=config.window_m)
         self._fg: Optional[float] = None
-        self._fg_prev: Optional[float] = None
-        #: F_G after each of the last ``growth_lag`` traced aggregations before this one (eq. 3).
+        #: F_G after each of the last ``growth_lag`` traced aggregations before this one (eq. 3);
+        #: its newest entry is F_G(T-1), eq. 6's previous value (``_fg_prev``).
         self._fg_history: Deque[float] = deque(maxlen=config.growth_lag)
         self._in_clp = True
         self._segment = 0
@@ -186,7 +186,7 @@ class ClpProbe:
             self._window.append((version_T, max(0, version_T - base_version_I), trace))
             if self._fg is not None:
                 self._fg_history.append(self._fg)
-            self._fg_prev, self._fg = self._fg, self._compute()
+            self._fg = self._compute()
             if self._fg_history:
                 self._in_clp = self._criterion(self._fg, self._fg_history[0])
         if not regulating:
@@ -249,10 +249,9 @@ class ClpProbe:
                 window.append((int(v), int(st), float(f)))
             self._window = deque(window, maxlen=self.config.window_m)
             self._fg = self._compute() if self._window else None
-            self._fg_prev = _opt_float(state.get("fisher_global_prev"))
             history = [_opt_float(f) for f in state.get("fisher_history") or []]
-            if not history and self._fg_prev is not None:
-                history = [self._fg_prev]   # a state saved before growth_lag existed
+            if not history:   # a state saved before growth_lag existed
+                history = [_opt_float(state.get("fisher_global_prev"))]
             self._fg_history = deque([f for f in history if f is not None],
                                      maxlen=self.config.growth_lag)
             self._in_clp = bool(state.get("in_clp", True))
@@ -282,6 +281,11 @@ class ClpProbe:
         if prev <= 0.0:
             return fg > 0.0
         return (fg - prev) / prev >= self.config.sigma
+
+    @property
+    def _fg_prev(self) -> Optional[float]:
+        """F_G(T-1): the newest of the earlier estimates (None before the second trace)."""
+        return self._fg_history[-1] if self._fg_history else None
 
     @staticmethod
     def _valid_trace(trace: Any, version: int) -> Optional[float]:
