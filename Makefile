@@ -10,7 +10,7 @@ STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
 AGENT_SIDE := common protocol sensors models agent dvfs
 
-.PHONY: demo test venv lint bench eval-adaclp clean
+.PHONY: demo test venv lint bench eval-adaclp golden clean
 
 venv: $(STAMP)
 
@@ -67,6 +67,11 @@ eval-adaclp: $(STAMP)
 	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp --set agent.clp.lr_min=0.05 --out runs/eval/extreme-watch-lr-held
 	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp --set agent.clp.lr_min=0.05 $(ADACLP_BUSY) --out runs/eval/extreme-watch-busy-lr-held
 	$(BIN)/python bench/bench_fisher.py
+
+# Re-record the simulator figures tests/test_golden_sim.py holds every method to (seed 0, two short
+# scenarios); only after a deliberate behaviour change, said in the commit.
+golden: $(STAMP)
+	$(BIN)/python tests/golden/record.py --write
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info runs

@@ -1,0 +1,91 @@
+"""Record or check the simulator's figures for every registered method: the refactor guard.
+
+``python tests/golden/record.py --write`` runs ``streamfl sim`` (through ``run_sim``, as the CLI does)
+for every method in ``streamfl.sim.methods.METHODS`` on two short scenarios with seed 0 and stores
+each ``summary.json`` here, less the wall-clock fields. Without ``--write`` it runs the same and
+prints the first difference; ``tests/test_golden_sim.py`` does that in the suite and ``make golden``
+rewrites the files after a deliberate behaviour change.
+"""
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+#: (golden file stem, scenario file, virtual seconds, --set overrides). Short runs that still reach
+#: CLP segments, FedAvg deadline rounds and FedCurv's sums, on synthetic and on real (watch) data.
+RUNS: List[Tuple[str, str, float, Dict[str, Any]]] = [
+    ("smoke", "configs/scenarios/smoke.yaml", 60.0, {}),
+    ("adaclp-extreme", "configs/scenarios/adaclp-extreme.yaml", 90.0,
+     {"coordinator.clp.r_end": 200}),
+]
+
+#: Fields that measure this machine, not the run.
+VOLATILE = ("wall_s",)
+
+
+def strip(value: Any) -> Any:
+    """The summary without wall-clock fields."""
+    if isinstance(value, dict):
+        return {k: strip(v) for k, v in value.items() if k not in VOLATILE}
+    if isinstance(value, list):
+        return [strip(v) for v in value]
+    return value
+
+
+def run_one(stem: str, scenario_path: str, duration_s: float, sets: Dict[str, Any],
+            methods: List[str]) -> Dict[str, Any]:
+    """Run ``methods`` on one scenario for seed 0; the stripped summary."""
+    from streamfl.sim.driver import run_sim
+    from streamfl.sim.scenario import load_scenario
+    scenario = load_scenario(ROOT / scenario_path, overrides={"duration_s": duration_s},
+                             sets=sorted(sets.items()))
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = run_sim(scenario, Path(tmp), methods=methods, seeds=1)
+    return strip(summary)
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str:
+    """Where two JSON values first differ ('' if equal)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if key not in a or key not in b:
+                return "%s/%s: only in %s" % (path, key, "golden" if key in a else "new run")
+            diff = first_difference(a[key], b[key], "%s/%s" % (path, key))
+            if diff:
+                return diff
+        return ""
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for k, (x, y) in enumerate(zip(a, b)):
+            diff = first_difference(x, y, "%s[%d]" % (path, k))
+            if diff:
+                return diff
+        return ""
+    return "" if a == b else "%s: golden %r, now %r" % (path, a, b)
+
+
+def main(argv: List[str]) -> int:
+    from streamfl.sim.methods import METHODS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="(re)write the golden files")
+    args = parser.parse_args(argv)
+    status = 0
+    for stem, path, duration_s, sets in RUNS:
+        got = run_one(stem, path, duration_s, sets, sorted(METHODS))
+        target = HERE / ("%s.json" % stem)
+        if args.write:
+            target.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+            print("wrote %s" % target)
+            continue
+        diff = first_difference(json.loads(target.read_text()), json.loads(json.dumps(got)))
+        print("%s: %s" % (stem, diff or "identical"))
+        status |= bool(diff)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

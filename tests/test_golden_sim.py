@@ -1,0 +1,29 @@
+"""The refactor guard: every registered method gives the figures recorded before the refactor.
+
+``tests/golden/*.json`` hold ``summary.json`` of ``streamfl sim`` (seed 0, two short scenarios)
+recorded by ``tests/golden/record.py --write``; a change that moves any figure fails here. After a
+deliberate behaviour change, ``make golden`` rewrites them (say why in the commit).
+"""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "golden"))
+import record  # noqa: E402
+
+
+@pytest.mark.parametrize("stem, scenario, duration_s, sets", record.RUNS, ids=[r[0] for r in record.RUNS])
+def test_every_method_matches_its_recorded_figures(stem, scenario, duration_s, sets):
+    from streamfl.sim.methods import METHODS
+    golden = json.loads((record.HERE / ("%s.json" % stem)).read_text())
+    recorded = sorted(golden["methods"])
+    missing = sorted(set(METHODS) - set(recorded))
+    methods = [m for m in recorded if m in METHODS]
+    assert methods == recorded, "recorded methods no longer registered: %s" % sorted(set(recorded) - set(METHODS))
+    got = json.loads(json.dumps(record.run_one(stem, scenario, duration_s, sets, methods)))
+    diff = record.first_difference(golden, got)
+    assert not diff, "%s: %s" % (stem, diff)
+    # A method registered after the recording has no figures to match yet: record it (make golden).
+    assert not missing, "methods without golden figures: %s (run make golden)" % missing
