@@ -2,14 +2,17 @@
 
 Generic names such as ``agent`` and ``models`` would clash in site-packages, so every code folder is
 mapped to ``streamfl.<folder>`` with ``package_dir`` (DESIGN.md section 1). The root package
-``streamfl`` itself (errors, configuration, the ``streamfl`` command) lives in ``common/``: a folder
-named ``streamfl/`` at the repository root would shadow the installed package whenever the root is
-on ``sys.path`` and hide ``streamfl.agent`` and the others.
+``streamfl`` itself (errors, configuration, the ``streamfl`` command) lives in ``streamfl/``, the
+folder named for its import name. With the editable install (``pip install -e .``, what ``make``
+does) every name resolves from the checkout, wherever Python runs. With a regular install, run
+Python from outside the checkout: with the repository root on ``sys.path`` (``python -m`` or
+``python -c`` started there) its ``streamfl/`` folder shadows the installed package and hides
+``streamfl.agent`` and the others, which live beside it rather than inside it.
 """
 from setuptools import setup
 
 FOLDERS = {
-    "streamfl": "common",
+    "streamfl": "streamfl",
     "streamfl.protocol": "protocol",
     "streamfl.protocol.transport": "protocol/transport",
     "streamfl.sensors": "sensors",

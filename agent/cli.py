@@ -18,24 +18,12 @@ from typing import Any, Dict, List, Mapping, Optional
 import yaml
 
 import streamfl
+from streamfl.agent.cli_common import PROG, SYSTEM_STATE_DIR, default_state_dir, fail
 from streamfl.config import to_dict
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.logs import setup_logging
 
 log = logging.getLogger("streamfl.agent.cli")
-
-PROG = "streamfl-agent"
-SYSTEM_STATE_DIR = Path("/var/lib/streamfl-agent")
-
-
-def default_state_dir(system_dir: Path = SYSTEM_STATE_DIR, home: Optional[Path] = None) -> Path:
-    """``system_dir`` if it is (or can be made) writable by this user, else the per-user state dir."""
-    if system_dir.is_dir():
-        if os.access(str(system_dir), os.W_OK | os.X_OK):
-            return system_dir
-    elif os.access(str(system_dir.parent), os.W_OK | os.X_OK):
-        return system_dir
-    return (home or Path.home()) / ".local" / "state" / "streamfl-agent"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,11 +72,6 @@ def overrides_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     }
 
 
-def _fail(message: str, code: int) -> int:
-    sys.stderr.write("%s: error: %s\n" % (PROG, " ".join(str(message).split())))
-    return code
-
-
 def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
     """Parse flags, load the config, and run the agent until SIGTERM/SIGINT; the exit code."""
     from streamfl.agent.config import load_agent_config
@@ -103,7 +86,7 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
         cfg = load_agent_config(args.config, overrides_from_args(args))
         settings = cfg.mqtt_settings(environ)
     except ConfigError as exc:
-        return _fail(exc, ConfigError.exit_code)
+        return fail(exc, ConfigError.exit_code)
     if args.check_config:
         sys.stdout.write(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
@@ -112,9 +95,9 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
     try:
         return _run(cfg, settings, state_dir, environ)
     except ConfigError as exc:
-        return _fail(exc, ConfigError.exit_code)
+        return fail(exc, ConfigError.exit_code)
     except StreamflError as exc:
-        return _fail(exc, 1)
+        return fail(exc, 1)
 
 
 def _dvfs(cfg, state_dir: Path):

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import List, Mapping, Optional
 
+from streamfl.agent.cli_common import default_state_dir, fail
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.logs import setup_logging
 
@@ -40,7 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
     """Run one action; exit 0 on success, 1 on a hardware error, 2 on a configuration error."""
-    from streamfl.agent.cli import _fail, default_state_dir
     from streamfl.agent.config import load_agent_config
 
     args = build_parser().parse_args(argv)
@@ -51,14 +51,14 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
             "dvfs": {"sysfs_root": args.sysfs_root, "board": args.board}})
     except ConfigError as exc:
         if args.action != "restore":
-            return _fail(exc, ConfigError.exit_code)
+            return fail(exc, ConfigError.exit_code)
         # A config edited into something broken must not keep a killed agent's board throttled:
         # restore needs only the state folder and the sysfs root, which the flags can give.
         log.warning("%s; restoring from --state-dir/--sysfs-root (or their defaults) instead", exc)
         try:
             return _restore(args.sysfs_root or "/sys", args.state_dir or default_state_dir())
         except StreamflError as exc2:
-            return _fail(exc2, 1)
+            return fail(exc2, 1)
     state_dir = cfg.state_dir or default_state_dir()
     try:
         if args.action == "restore":
@@ -68,9 +68,9 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
             return run_probe(cfg, state_dir, args.out, args.steps, args.domain)
         return _status(cfg, state_dir)
     except ConfigError as exc:
-        return _fail(exc, ConfigError.exit_code)
+        return fail(exc, ConfigError.exit_code)
     except StreamflError as exc:
-        return _fail(exc, 1)
+        return fail(exc, 1)
 
 
 def _restore(sysfs_root: str, state_dir: Path) -> int:

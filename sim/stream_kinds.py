@@ -1,54 +1,15 @@
 """Per-kind timeline builders for ``sim.streams`` (one ``_kind_*`` per scenario kind, with sources).
 
-Split out of ``streams`` (DESIGN.md s10): ``make_streams`` picks a builder from ``_BUILDERS``.
+Split out of ``streams`` (DESIGN.md s10): ``make_streams`` picks a builder from ``BUILDERS``.
 """
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 
 from streamfl.errors import ConfigError
-from streamfl.sensors.datasets import Dataset
 from streamfl.sim.stream_timeline import (
-    _T_BOUNDS, _T_BURST, _T_CHAIN, _T_FIX, _T_ORDER, _T_RARE, _T_ROW, _T_STATES, _Bursts, _Frames,
-    _LabelChain, _LatentStates, _RandomBounds, _Timeline, _dirichlet_row, _onehot, _rng, _uniform_row)
-
-
-class _Ctx:
-    """What every kind builder needs: dataset facts, seed, run length and the ``missing`` remap."""
-
-    def __init__(self, ds: Dataset, parts: List[np.ndarray], seed: int, duration_s: float,
-                 missing: str, global_by_class: List[np.ndarray]):
-        self.ds, self.parts, self.seed = ds, parts, seed
-        self.duration_s, self.missing = duration_s, missing
-        self.k = ds.num_classes
-        self.n = len(parts)
-        self.present = np.asarray([c for c in range(self.k) if len(global_by_class[c])], dtype=np.int64)
-        self.kp = len(self.present)
-        self.has = [np.bincount(ds.y[p], minlength=self.k) > 0 for p in parts]
-
-    def fix(self, d: int) -> Optional[Callable]:
-        """``missing="local"``: move mass of classes device d lacks to a random class it has."""
-        has = self.has[d]
-        if self.missing != "local" or not has.any():
-            return None
-        own = np.flatnonzero(has)
-        seed = self.seed
-
-        def remap(row: np.ndarray, key: Tuple[int, ...]) -> np.ndarray:
-            lacking = np.flatnonzero((row > 0) & ~has)
-            if not len(lacking):
-                return row
-            row = row.copy()
-            rng = _rng(seed, _T_FIX, d, *key)
-            for c in lacking:
-                row[own[rng.integers(len(own))]] += row[c]
-                row[c] = 0.0
-            return row
-        return remap
-
-    def pool_row(self, d: int) -> np.ndarray:
-        counts = np.bincount(self.ds.y[self.parts[d]], minlength=self.k).astype(np.float64)
-        return counts / counts.sum() if counts.sum() else _uniform_row(self.present, self.k)
+    T_BOUNDS, T_BURST, T_CHAIN, T_ORDER, T_RARE, T_ROW, T_STATES, Bursts, Frames, KindContext,
+    LabelChain, LatentStates, RandomBounds, Timeline, dirichlet_row, keyed_rng, onehot, uniform_row)
 
 
 def _take(kind: str, params: Dict, defaults: Dict) -> Dict:
@@ -68,7 +29,7 @@ def _positive(kind: str, p: Dict, *keys: str) -> None:
             raise ConfigError("stream kind %r: %s must be > 0, got %r" % (kind, key, p[key]))
 
 
-def _period_defaults(ctx: _Ctx, p: Dict, kind: str) -> Dict:
+def _period_defaults(ctx: KindContext, p: Dict, kind: str) -> Dict:
     """AdaCLP sec. 5.1: T_i ~ N(mu=400, sigma=50) rounds; scaled so each class comes ~twice a run."""
     if p["mu_s"] is None:
         p["mu_s"] = ctx.duration_s / (2.0 * ctx.kp)
@@ -81,42 +42,42 @@ def _period_defaults(ctx: _Ctx, p: Dict, kind: str) -> Dict:
 
 
 _PERIODS = {"mu_s": None, "sigma_s": None, "min_s": None}
-Built = Tuple[List[_Timeline], Dict]
+Built = Tuple[List[Timeline], Dict]
 
 
-def _static_row(ctx: _Ctx, d: int, mix: str, kind: str) -> np.ndarray:
+def _static_row(ctx: KindContext, d: int, mix: str, kind: str) -> np.ndarray:
     if mix == "uniform":
-        return _uniform_row(ctx.present, ctx.k)
+        return uniform_row(ctx.present, ctx.k)
     if mix == "pool":
         return ctx.pool_row(d)
     raise ConfigError("stream kind %r: mix must be 'uniform' or 'pool', got %r" % (kind, mix))
 
 
-def _kind_iid(ctx: _Ctx, params: Dict) -> Built:
+def _kind_iid(ctx: KindContext, params: Dict) -> Built:
     """All classes uniformly, all the time (``mix="pool"``: the pool's own class shares instead)."""
     p = _take("iid", params, {"mix": "uniform"})
-    return [_Timeline(ctx.k, lambda i: 0.0, lambda i, r=_static_row(ctx, d, p["mix"], "iid"): r,
+    return [Timeline(ctx.k, lambda i: 0.0, lambda i, r=_static_row(ctx, d, p["mix"], "iid"): r,
                       last=0, fix=ctx.fix(d)) for d in range(ctx.n)], p
 
 
-def _kind_extreme(ctx: _Ctx, params: Dict) -> Built:
+def _kind_extreme(ctx: KindContext, params: Dict) -> Built:
     """AdaCLP sec. 5.1 extreme: one class per period, period lengths ~ N(mu_s, sigma_s) >= min_s.
 
     Switch times are shared (the server switches every client at once); each device cycles through
     its own random class order (``shared_order=True``: one order for all, the paper's exact setting).
     """
     p = _period_defaults(ctx, _take("extreme", params, dict(_PERIODS, shared_order=False)), "extreme")
-    bounds = _RandomBounds(_rng(ctx.seed, _T_BOUNDS), p["mu_s"], p["sigma_s"], p["min_s"])
-    shared = _rng(ctx.seed, _T_ORDER).permutation(ctx.present)
+    bounds = RandomBounds(keyed_rng(ctx.seed, T_BOUNDS), p["mu_s"], p["sigma_s"], p["min_s"])
+    shared = keyed_rng(ctx.seed, T_ORDER).permutation(ctx.present)
     out = []
     for d in range(ctx.n):
-        order = shared if p["shared_order"] else _rng(ctx.seed, _T_ORDER, d).permutation(ctx.present)
-        out.append(_Timeline(ctx.k, bounds.start, lambda i, o=order: _onehot(o[i % len(o)], ctx.k),
+        order = shared if p["shared_order"] else keyed_rng(ctx.seed, T_ORDER, d).permutation(ctx.present)
+        out.append(Timeline(ctx.k, bounds.start, lambda i, o=order: onehot(o[i % len(o)], ctx.k),
                              fix=ctx.fix(d)))
     return out, p
 
 
-def _kind_non_extreme(ctx: _Ctx, params: Dict) -> Built:
+def _kind_non_extreme(ctx: KindContext, params: Dict) -> Built:
     """AdaCLP sec. 5.1 non-extreme: each period a Dirichlet(beta) class mix per device.
 
     beta = 0.2 (sec. 5.2.2; the paper sweeps 0.1..0.5); periods as "extreme". ``shared=True`` gives
@@ -125,18 +86,18 @@ def _kind_non_extreme(ctx: _Ctx, params: Dict) -> Built:
     p = _period_defaults(ctx, _take("non_extreme", params, dict(_PERIODS, beta=0.2, shared=False)),
                          "non_extreme")
     _positive("non_extreme", p, "beta")
-    bounds = _RandomBounds(_rng(ctx.seed, _T_BOUNDS), p["mu_s"], p["sigma_s"], p["min_s"])
+    bounds = RandomBounds(keyed_rng(ctx.seed, T_BOUNDS), p["mu_s"], p["sigma_s"], p["min_s"])
     out = []
     for d in range(ctx.n):
         who = ctx.n if p["shared"] else d
 
         def row(i: int, who: int = who) -> np.ndarray:
-            return _dirichlet_row(_rng(ctx.seed, _T_ROW, who, i), p["beta"], ctx.present, ctx.k)
-        out.append(_Timeline(ctx.k, bounds.start, row, fix=ctx.fix(d)))
+            return dirichlet_row(keyed_rng(ctx.seed, T_ROW, who, i), p["beta"], ctx.present, ctx.k)
+        out.append(Timeline(ctx.k, bounds.start, row, fix=ctx.fix(d)))
     return out, p
 
 
-def _kind_periodic(ctx: _Ctx, params: Dict) -> Built:
+def _kind_periodic(ctx: KindContext, params: Dict) -> Built:
     """AdaCLP sec. 5.3.1 periodic streams: ``phases`` mixes per cycle, repeating every ``period_s``.
 
     Each phase a Dirichlet(beta = 0.2, sec. 5.3.1) mix per device, or one class per phase when beta
@@ -148,18 +109,18 @@ def _kind_periodic(ctx: _Ctx, params: Dict) -> Built:
     phases, phase_s = int(p["phases"]), float(p["period_s"]) / int(p["phases"])
     out = []
     for d in range(ctx.n):
-        order = _rng(ctx.seed, _T_ORDER, d).permutation(ctx.present)
+        order = keyed_rng(ctx.seed, T_ORDER, d).permutation(ctx.present)
         if p["beta"] is None:
-            table = [_onehot(order[j % len(order)], ctx.k) for j in range(phases)]
+            table = [onehot(order[j % len(order)], ctx.k) for j in range(phases)]
         else:
-            table = [_dirichlet_row(_rng(ctx.seed, _T_ROW, d, j), p["beta"], ctx.present, ctx.k)
+            table = [dirichlet_row(keyed_rng(ctx.seed, T_ROW, d, j), p["beta"], ctx.present, ctx.k)
                      for j in range(phases)]
-        out.append(_Timeline(ctx.k, lambda i: i * phase_s, lambda i, t=table: t[i % len(t)],
+        out.append(Timeline(ctx.k, lambda i: i * phase_s, lambda i, t=table: t[i % len(t)],
                              fix=ctx.fix(d)))
     return out, p
 
 
-def _kind_aperiodic_rare(ctx: _Ctx, params: Dict) -> Built:
+def _kind_aperiodic_rare(ctx: KindContext, params: Dict) -> Built:
     """AdaCLP Table 2 aperiodic: extreme periods of i.i.d. random common classes, plus rare classes.
 
     ``n_rare`` (Table 2: 1, 2 or 4) classes, the same for every device, each appear with probability
@@ -174,23 +135,23 @@ def _kind_aperiodic_rare(ctx: _Ctx, params: Dict) -> Built:
     _positive("aperiodic_rare", p, "burst_s", "rare_prob")
     if not 0 <= int(p["n_rare"]) < ctx.kp or not p["rare_prob"] < 1:
         raise ConfigError("aperiodic_rare needs 0 <= n_rare < %d classes and rare_prob < 1" % ctx.kp)
-    rare = np.sort(_rng(ctx.seed, _T_RARE).choice(ctx.present, int(p["n_rare"]), replace=False))
+    rare = np.sort(keyed_rng(ctx.seed, T_RARE).choice(ctx.present, int(p["n_rare"]), replace=False))
     common = np.setdiff1d(ctx.present, rare)
     out = []
     for d in range(ctx.n):
-        bounds = _RandomBounds(_rng(ctx.seed, _T_BOUNDS, d), p["mu_s"], p["sigma_s"], p["min_s"])
-        bursts = _Bursts(ctx.k, rare, [_rng(ctx.seed, _T_BURST, d, int(c)) for c in rare],
+        bounds = RandomBounds(keyed_rng(ctx.seed, T_BOUNDS, d), p["mu_s"], p["sigma_s"], p["min_s"])
+        bursts = Bursts(ctx.k, rare, [keyed_rng(ctx.seed, T_BURST, d, int(c)) for c in rare],
                          p["burst_s"], p["rare_prob"], ctx.fix(d)) if len(rare) else None
 
         def row(i: int, d: int = d) -> np.ndarray:
-            return _onehot(common[_rng(ctx.seed, _T_ROW, d, i).integers(len(common))], ctx.k)
-        out.append(_Timeline(ctx.k, bounds.start, row, fix=ctx.fix(d), bursts=bursts))
+            return onehot(common[keyed_rng(ctx.seed, T_ROW, d, i).integers(len(common))], ctx.k)
+        out.append(Timeline(ctx.k, bounds.start, row, fix=ctx.fix(d), bursts=bursts))
     p["rare_classes"] = [int(c) for c in rare]
     return out, p
 
 
 
-def _kind_new_class_frames(ctx: _Ctx, params: Dict) -> Built:
+def _kind_new_class_frames(ctx: KindContext, params: Dict) -> Built:
     """FedTeddi sec. 5 (CIFAR settings): frames of ``frame_s``; a device's mix is uniform over its set.
 
     Frame 0: ``initial_frac`` (0.6: classes 0-5 of 10) of the classes, each device one of them, a
@@ -202,16 +163,16 @@ def _kind_new_class_frames(ctx: _Ctx, params: Dict) -> Built:
                                            "new_frac": 0.4, "two_class_frac": 1.0 / 3.0,
                                            "new_frames": 2})
     _positive("new_class_frames", p, "frame_s", "initial_frac", "new_frames")
-    frames = _Frames(ctx, p)
-    out = [_Timeline(ctx.k, lambda i: i * p["frame_s"],
-                     lambda i, d=d: _uniform_row(frames.classes(i, d), ctx.k), fix=ctx.fix(d))
+    frames = Frames(ctx, p)
+    out = [Timeline(ctx.k, lambda i: i * p["frame_s"],
+                     lambda i, d=d: uniform_row(frames.classes(i, d), ctx.k), fix=ctx.fix(d))
            for d in range(ctx.n)]
     p["initial_classes"] = [int(c) for c in frames.initial]
     return out, p
 
 
 
-def _kind_sessions(ctx: _Ctx, params: Dict) -> Built:
+def _kind_sessions(ctx: KindContext, params: Dict) -> Built:
     """Session paper sec. VI: sessions of ``session_s``; a label set per session, Dirichlet mixes.
 
     Consecutive label sets share round(``label_overlap`` * L) of their L = ``labels_per_session``
@@ -226,20 +187,20 @@ def _kind_sessions(ctx: _Ctx, params: Dict) -> Built:
     size = min(int(p["labels_per_session"]), ctx.kp)
     if not 0.0 <= p["label_overlap"] <= 1.0:
         raise ConfigError("sessions: label_overlap must be in [0, 1], got %r" % (p["label_overlap"],))
-    shared = _LabelChain(_rng(ctx.seed, _T_CHAIN), ctx.present, size, p["label_overlap"])
+    shared = LabelChain(keyed_rng(ctx.seed, T_CHAIN), ctx.present, size, p["label_overlap"])
     out = []
     for d in range(ctx.n):
-        chain = _LabelChain(_rng(ctx.seed, _T_CHAIN, d), ctx.present, size, p["label_overlap"]) \
+        chain = LabelChain(keyed_rng(ctx.seed, T_CHAIN, d), ctx.present, size, p["label_overlap"]) \
             if p["per_device"] else shared
 
-        def row(s: int, d: int = d, chain: _LabelChain = chain) -> np.ndarray:
-            return _dirichlet_row(_rng(ctx.seed, _T_ROW, d, s), p["dirichlet_alpha"],
+        def row(s: int, d: int = d, chain: LabelChain = chain) -> np.ndarray:
+            return dirichlet_row(keyed_rng(ctx.seed, T_ROW, d, s), p["dirichlet_alpha"],
                                   chain.labels(s), ctx.k)
-        out.append(_Timeline(ctx.k, lambda s: s * p["session_s"], row, fix=ctx.fix(d)))
+        out.append(Timeline(ctx.k, lambda s: s * p["session_s"], row, fix=ctx.fix(d)))
     return out, p
 
 
-def _kind_domain_incremental(ctx: _Ctx, params: Dict) -> Built:
+def _kind_domain_incremental(ctx: KindContext, params: Dict) -> Built:
     """ST-EWC sec. 5 PermutedMNIST: ``num_periods`` (T = 5) periods of ``period_s`` (duration_s / 5).
 
     Every class in every period (``mix``: "uniform", or "pool" for the device's own shares, which
@@ -251,13 +212,13 @@ def _kind_domain_incremental(ctx: _Ctx, params: Dict) -> Built:
         p["period_s"] = ctx.duration_s / float(p["num_periods"])
     _positive("domain_incremental", p, "num_periods", "period_s")
     last = int(p["num_periods"]) - 1
-    return [_Timeline(ctx.k, lambda i: i * p["period_s"],
+    return [Timeline(ctx.k, lambda i: i * p["period_s"],
                       lambda i, r=_static_row(ctx, d, p["mix"], "domain_incremental"): r,
                       last=last, fix=ctx.fix(d)) for d in range(ctx.n)], p
 
 
 
-def _kind_latent_states(ctx: _Ctx, params: Dict) -> Built:
+def _kind_latent_states(ctx: KindContext, params: Dict) -> Built:
     """SFedPO sec. 5 / App. H.1: devices move between latent states with their own class mixes.
 
     ``n_states`` = 12 (the paper's 60 = 6 clusters x 10, scaled to 6 x 2) with ``concentrations``
@@ -278,10 +239,10 @@ def _kind_latent_states(ctx: _Ctx, params: Dict) -> Built:
     _positive("latent_states", p, "n_states", "state_s", "states_per_device")
     if p["access"] not in ("full", "partial") or not p["concentrations"]:
         raise ConfigError("latent_states: access must be 'full' or 'partial', got %r" % (p["access"],))
-    space = _LatentStates(ctx, p)
+    space = LatentStates(ctx, p)
     out, metas = [], []
     for d in range(ctx.n):
-        rng = _rng(ctx.seed, _T_STATES, d)
+        rng = keyed_rng(ctx.seed, T_STATES, d)
         high = d in space.high_devices and len(space.high)
         if p["access"] == "full":
             access = np.arange(m)
@@ -302,7 +263,7 @@ def _kind_latent_states(ctx: _Ctx, params: Dict) -> Built:
                 stay = rng.random() < p["stay_prob"]
                 states.append(states[-1] if stay else int(rng.choice(len(pi), p=pi)))
             return space.class_probs[states[i]]
-        out.append(_Timeline(ctx.k, lambda i: i * p["state_s"], row, fix=ctx.fix(d)))
+        out.append(Timeline(ctx.k, lambda i: i * p["state_s"], row, fix=ctx.fix(d)))
         metas.append({"states": states, "state_probs": pi, "accessible_states": frozenset(
             int(s) for s in access), "state_class_probs": space.class_probs,
             "state_concentrations": space.conc})
@@ -310,7 +271,7 @@ def _kind_latent_states(ctx: _Ctx, params: Dict) -> Built:
     return out, p
 
 
-_BUILDERS = {
+BUILDERS = {
     "iid": _kind_iid, "extreme": _kind_extreme, "non_extreme": _kind_non_extreme,
     "periodic": _kind_periodic, "aperiodic_rare": _kind_aperiodic_rare,
     "new_class_frames": _kind_new_class_frames, "sessions": _kind_sessions,

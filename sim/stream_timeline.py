@@ -1,17 +1,26 @@
 """Schedule primitives for ``sim.streams``: call-order-free randomness, class rows, lazy timelines.
 
 Split out of ``streams`` (DESIGN.md s10) so the kind builders and ``DeviceStream`` share one source.
+Public within the simulator, for ``stream_kinds`` (the per-kind builders) and ``streams``
+(``DeviceStream``, ``make_streams``):
+
+- ``T_*``: the tags that key each kind of draw, so two draws never share a random stream;
+- ``keyed_rng``, ``stream_key``, ``hash_uniform``: randomness fixed by its key, not by call order;
+- ``onehot``, ``uniform_row``, ``dirichlet_row``: class-distribution rows of length K;
+- ``Timeline``, ``RandomBounds``, ``Bursts``: lazily grown segments, period starts and rare bursts;
+- ``KindContext``: what every kind builder gets (dataset facts, seed, run length, ``missing``);
+- ``Frames``, ``LabelChain``, ``LatentStates``: the schedule state of one kind each.
 """
 import math
-from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Optional, Sequence
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover - annotations only; stream_kinds imports this module
-    from streamfl.sim.stream_kinds import _Ctx
+from streamfl.sensors.datasets import Dataset
 
-(_T_PHASE, _T_CLASS, _T_SAMPLE, _T_ORDER, _T_ROW, _T_BOUNDS, _T_PERM, _T_FIX, _T_RARE, _T_BURST,
- _T_FRAMES, _T_CHAIN, _T_STATES) = range(1, 14)
+#: Tags: the key part after the seed in every ``keyed_rng`` / ``stream_key``, one per kind of draw.
+(T_PHASE, T_CLASS, T_SAMPLE, T_ORDER, T_ROW, T_BOUNDS, T_PERM, T_FIX, T_RARE, T_BURST,
+ T_FRAMES, T_CHAIN, T_STATES) = range(1, 14)
 _MASK64 = 0xFFFFFFFFFFFFFFFF
 _GOLDEN, _M1, _M2 = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9),
                      np.uint64(0x94D049BB133111EB))
@@ -19,17 +28,17 @@ _GOLDEN, _M1, _M2 = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9
 
 # ---------------------------------------------------------------- randomness that ignores call order
 
-def _rng(*parts: int) -> np.random.Generator:
+def keyed_rng(*parts: int) -> np.random.Generator:
     """A generator fixed by its key parts (seed, tag, device, ...)."""
     return np.random.default_rng([int(p) & _MASK64 for p in parts])
 
 
-def _key(*parts: int) -> np.uint64:
-    """A 64-bit stream key for ``_hash_uniform``."""
+def stream_key(*parts: int) -> np.uint64:
+    """A 64-bit stream key for ``hash_uniform``."""
     return np.random.SeedSequence([int(p) & _MASK64 for p in parts]).generate_state(1, np.uint64)[0]
 
 
-def _hash_uniform(key: np.uint64, idx: np.ndarray) -> np.ndarray:
+def hash_uniform(key: np.uint64, idx: np.ndarray) -> np.ndarray:
     """Uniforms in [0, 1) from splitmix64 of ``key + idx * golden``: element i depends on i only."""
     with np.errstate(over="ignore"):
         z = idx.astype(np.uint64) * _GOLDEN + key
@@ -41,19 +50,21 @@ def _hash_uniform(key: np.uint64, idx: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------- class-distribution rows
 
-def _onehot(c: int, k: int) -> np.ndarray:
+def onehot(c: int, k: int) -> np.ndarray:
+    """All of the mass on class ``c``."""
     row = np.zeros(k)
     row[int(c)] = 1.0
     return row
 
 
-def _uniform_row(classes, k: int) -> np.ndarray:
+def uniform_row(classes, k: int) -> np.ndarray:
+    """Equal mass on each of ``classes``."""
     row = np.zeros(k)
     row[np.asarray(list(classes), dtype=np.int64)] = 1.0
     return row / row.sum()
 
 
-def _dirichlet_row(rng: np.random.Generator, alpha: float, support: np.ndarray, k: int) -> np.ndarray:
+def dirichlet_row(rng: np.random.Generator, alpha: float, support: np.ndarray, k: int) -> np.ndarray:
     """Dirichlet(alpha) over ``support``; an all-underflow draw (alpha << 1) becomes one-hot."""
     g = rng.gamma(float(alpha), 1.0, len(support))
     row = np.zeros(k)
@@ -67,7 +78,7 @@ def _dirichlet_row(rng: np.random.Generator, alpha: float, support: np.ndarray, 
 
 # ---------------------------------------------------------------- lazily grown timelines
 
-class _Timeline:
+class Timeline:
     """Segments [start_i, start_{i+1}) with a class row each, appended in order as time advances.
 
     ``start_fn(i)`` and ``row_fn(i)`` are called once per segment, for i = 0, 1, 2, ... in order (so
@@ -118,7 +129,7 @@ class _Timeline:
         return out
 
 
-class _RandomBounds:
+class RandomBounds:
     """Period starts with lengths ~ N(mu_s, sigma_s) clipped below at min_s (AdaCLP sec. 5.1)."""
 
     def __init__(self, rng: np.random.Generator, mu_s: float, sigma_s: float, min_s: float):
@@ -132,7 +143,7 @@ class _RandomBounds:
         return self._starts[i]
 
 
-class _Bursts:
+class Bursts:
     """Rare classes in bursts of ``burst_s``: gaps Exp so each class holds ``share`` of the time."""
 
     def __init__(self, k: int, classes: Sequence[int], rngs: List[np.random.Generator],
@@ -140,7 +151,7 @@ class _Bursts:
         self.classes, self._rngs, self.burst_s = [int(c) for c in classes], rngs, burst_s
         self._mean_gap_s = burst_s * (1.0 / share - 1.0)
         self._starts = [[self._rngs[j].exponential(self._mean_gap_s)] for j in range(len(rngs))]
-        rows = [_onehot(c, k) for c in self.classes]
+        rows = [onehot(c, k) for c in self.classes]
         self._rows = [fix(r, (1, j)) if fix else r for j, r in enumerate(rows)]
 
     def _cover(self, j: int, t_s: float) -> np.ndarray:
@@ -171,13 +182,53 @@ class _Bursts:
 
 
 
+# ---------------------------------------------------------------- what every kind builder gets
+
+class KindContext:
+    """What every kind builder needs: dataset facts, seed, run length and the ``missing`` remap."""
+
+    def __init__(self, ds: Dataset, parts: List[np.ndarray], seed: int, duration_s: float,
+                 missing: str, global_by_class: List[np.ndarray]):
+        self.ds, self.parts, self.seed = ds, parts, seed
+        self.duration_s, self.missing = duration_s, missing
+        self.k = ds.num_classes
+        self.n = len(parts)
+        self.present = np.asarray([c for c in range(self.k) if len(global_by_class[c])], dtype=np.int64)
+        self.kp = len(self.present)
+        self.has = [np.bincount(ds.y[p], minlength=self.k) > 0 for p in parts]
+
+    def fix(self, d: int) -> Optional[Callable]:
+        """``missing="local"``: move mass of classes device d lacks to a random class it has."""
+        has = self.has[d]
+        if self.missing != "local" or not has.any():
+            return None
+        own = np.flatnonzero(has)
+        seed = self.seed
+
+        def remap(row: np.ndarray, key: Tuple[int, ...]) -> np.ndarray:
+            lacking = np.flatnonzero((row > 0) & ~has)
+            if not len(lacking):
+                return row
+            row = row.copy()
+            rng = keyed_rng(seed, T_FIX, d, *key)
+            for c in lacking:
+                row[own[rng.integers(len(own))]] += row[c]
+                row[c] = 0.0
+            return row
+        return remap
+
+    def pool_row(self, d: int) -> np.ndarray:
+        counts = np.bincount(self.ds.y[self.parts[d]], minlength=self.k).astype(np.float64)
+        return counts / counts.sum() if counts.sum() else uniform_row(self.present, self.k)
+
+
 # ---------------------------------------------------------------- per-kind schedule state
 
-class _Frames:
+class Frames:
     """FedTeddi's frames: each device's class set per frame, grown frame by frame (shared by all)."""
 
-    def __init__(self, ctx: "_Ctx", p: Dict):
-        self._rng = _rng(ctx.seed, _T_FRAMES)
+    def __init__(self, ctx: KindContext, p: Dict):
+        self._rng = keyed_rng(ctx.seed, T_FRAMES)
         self.n, self.k, self.p = ctx.n, ctx.k, p
         order = self._rng.permutation(ctx.present)
         n_init = min(ctx.kp, max(1, int(math.ceil(p["initial_frac"] * ctx.kp))))
@@ -214,7 +265,7 @@ class _Frames:
 
 
 
-class _LabelChain:
+class LabelChain:
     """Label sets per session; session s keeps round(overlap * L) labels of session s - 1."""
 
     def __init__(self, rng: np.random.Generator, present: np.ndarray, size: int, overlap: float):
@@ -233,14 +284,14 @@ class _LabelChain:
 
 
 
-class _LatentStates:
+class LatentStates:
     """SFedPO App. H.1 state space: M states in clusters, each with a Dirichlet(concentration) mix."""
 
-    def __init__(self, ctx: "_Ctx", p: Dict):
+    def __init__(self, ctx: KindContext, p: Dict):
         m, concs = int(p["n_states"]), [float(c) for c in p["concentrations"]]
-        rng = _rng(ctx.seed, _T_STATES)
+        rng = keyed_rng(ctx.seed, T_STATES)
         self.conc = np.asarray([concs[j * len(concs) // m] for j in range(m)])
-        self.class_probs = np.stack([_dirichlet_row(rng, a, ctx.present, ctx.k) for a in self.conc])
+        self.class_probs = np.stack([dirichlet_row(rng, a, ctx.present, ctx.k) for a in self.conc])
         self.high = np.flatnonzero(self.conc <= 0.1)  # SFedPO's high-heterogeneity clusters
         n_high = int(round(p["high_het_frac"] * ctx.n))
         self.high_devices = set(rng.permutation(ctx.n)[:n_high].tolist())

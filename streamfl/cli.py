@@ -74,7 +74,7 @@ def _sim(args) -> int:
             _fmt(m.get("energy_j"), "%.0f"), _fmt(m.get("energy_j_std"), "%.0f")))
     print("run folder: %s" % out)
     if args.report:
-        from streamfl.sim.sim_report import render_report
+        from streamfl.sim.report_html import render_report
         print("report: %s" % render_report(out))
     return 0
 
@@ -101,10 +101,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             from pathlib import Path
 
             if args.markdown:
-                from streamfl.sim.results_table import markdown_for_run
+                from streamfl.sim.tables import markdown_for_run
                 print(markdown_for_run(Path(args.run_dir), args.reference))
                 return 0
-            from streamfl.sim.sim_report import render_report
+            from streamfl.sim.report_html import render_report
             print("report: %s" % render_report(Path(args.run_dir)))
     except ConfigError as exc:
         print("streamfl: configuration error: %s" % exc, file=sys.stderr)
