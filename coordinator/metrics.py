@@ -1,12 +1,21 @@
-"""Append-only JSON lines (metrics.jsonl) for ``streamfl report``; a full disk never stops training.
+"""metrics.jsonl, written and read: append-only JSON lines; a full disk never stops training.
 
 One line per event (``eval``, ``update``, ...), flushed as written so a crash loses at most the line
 being written. Write errors are logged (first one and then every 100th) and counted.
+
+The coordinator writes it with ``MetricsWriter``; the simulator writes the same kind of lines, one
+file for all its runs, each event tagged with ``method`` and ``seed``. Every line carries ``time_s``:
+seconds since the coordinator process started, or virtual seconds in the simulator; a coordinator's
+lines also carry ``wall_s`` (Unix time). ``read_metrics`` is the one reader of both, for the demo's
+summary and plots and for ``streamfl report``.
 """
 import json
 import logging
+import math
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Collection, Dict, List, Optional
+
+from streamfl.errors import StreamflError
 
 log = logging.getLogger(__name__)
 
@@ -70,3 +79,74 @@ def _plain(value: Any) -> Optional[Any]:
     if hasattr(value, "item"):
         return value.item()
     raise TypeError("not JSON serializable: %r" % type(value).__name__)
+
+
+# ---- reading ------------------------------------------------------------------------------------
+
+#: Types of the fields readers rely on; a number may also be null or NaN unless it is required.
+FIELD_TYPES: Dict[str, tuple] = {"method": (str,), "seed": (int,), "time_s": (int, float),
+                                 "clock_levels": (dict,)}
+FIELD_TYPES.update((k, (int, float)) for k in ("accuracy", "accuracy_seen", "energy_j", "fisher_global"))
+
+
+def read_metrics(path: Path, strict: bool = False, events: Optional[Collection[str]] = None,
+                 required: Collection[str] = ()) -> List[Dict[str, Any]]:
+    """The records of a metrics.jsonl, in file order.
+
+    Lenient (the default, for a file a coordinator may still be writing): a missing file is empty
+    and a line that is not JSON (a half-written last line) is skipped. ``strict`` (a finished run,
+    which has no partial lines to forgive): a missing file, a line that is not a JSON object, or a
+    kept event whose fields of ``FIELD_TYPES`` have the wrong type (or whose ``required`` fields are
+    missing, or a NaN ``time_s``) raise ``StreamflError`` naming the file and the line. ``events``
+    keeps only those event kinds.
+    """
+    path = Path(path)
+    if not path.is_file():
+        if strict:
+            raise StreamflError("%s: not found (is this a run directory?)" % path)
+        return []
+    records = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                if strict:
+                    raise StreamflError("%s line %d: not valid JSON (%s)" % (path, lineno, exc)) from None
+                log.debug("skipping partial metrics line in %s", path)
+                continue
+            if not isinstance(rec, dict):
+                if strict:
+                    raise StreamflError("%s line %d: expected a JSON object" % (path, lineno))
+                continue
+            if events is not None and rec.get("event") not in events:
+                continue
+            if strict:
+                problem = _check_fields(rec, required)
+                if problem:
+                    raise StreamflError("%s line %d: %s" % (path, lineno, problem))
+            records.append(rec)
+    return records
+
+
+def _check_fields(rec: Dict[str, Any], required: Collection[str]) -> Optional[str]:
+    """What is wrong with a record's known fields, or None."""
+    for key, types in FIELD_TYPES.items():
+        value, needed = rec.get(key), key in required
+        if (value is not None or needed) and (not isinstance(value, types) or isinstance(value, bool)
+                                              or (key == "time_s" and math.isnan(value))):
+            return "%s event with %s %r" % (rec.get("event"), "a missing or bad" if needed else "a bad", key)
+    return None
+
+
+def elapsed_s(records: List[Dict[str, Any]]) -> List[float]:
+    """Seconds since the first record; wall time spans coordinator restarts, ``time_s`` does not.
+
+    ``time_s`` is monotonic since the server started, so it falls back to 0 after a restart; every
+    record written since the fix also carries ``wall_s`` (Unix time), used when all records have it.
+    """
+    key = "wall_s" if records and all("wall_s" in m for m in records) else "time_s"
+    t0 = records[0][key] if records else 0.0
+    return [m[key] - t0 for m in records]

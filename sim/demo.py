@@ -20,7 +20,8 @@ from typing import Dict, List, Optional, Tuple
 import yaml
 
 from streamfl.sim.brokers import BrokerProcess
-from streamfl.sim.report import energy_by_device, plot_accuracy, plot_clock_levels, read_metrics, summarize
+from streamfl.coordinator.metrics import read_metrics
+from streamfl.sim.plots import plot_accuracy, plot_clock_levels
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,35 @@ class Fleet:
                 proc.wait()
         for logf in self._logs:
             logf.close()
+
+
+def summarize(metrics: List[Dict], num_classes: int) -> Dict:
+    """Versions, updates, staleness and accuracy at start and end of a coordinator's run."""
+    evals = [m for m in metrics if m.get("event") == "eval"]
+    updates = [m for m in metrics if m.get("event") == "update"]
+    staleness = [m["staleness"] for m in updates if m.get("staleness") is not None]
+    return {
+        "final_version": max([m.get("version", 0) for m in metrics] or [0]),
+        "updates": len(updates),
+        "aggregated": sum(1 for m in updates if m.get("aggregated")),
+        "devices": sorted({m["device"] for m in updates if "device" in m}),
+        "mean_staleness": sum(staleness) / len(staleness) if staleness else None,
+        "max_staleness": max(staleness) if staleness else None,
+        "initial_accuracy": evals[0]["accuracy"] if evals else None,
+        "final_accuracy": evals[-1]["accuracy"] if evals else None,
+        "best_accuracy": max(m["accuracy"] for m in evals) if evals else None,
+        "chance": 1.0 / num_classes,
+        "evaluations": len(evals),
+    }
+
+
+def energy_by_device(metrics: List[Dict]) -> Dict[str, float]:
+    """Joules each device reported over the run (updates without ``energy_j`` add nothing)."""
+    out: Dict[str, float] = {}
+    for m in metrics:
+        if m.get("event") == "update" and m.get("energy_j") is not None:
+            out[m["device"]] = round(out.get(m["device"], 0.0) + float(m["energy_j"]), 3)
+    return out
 
 
 def _progress(run_dir: Path, started: float) -> str:

@@ -18,7 +18,7 @@ from streamfl.errors import StorageError
 from streamfl.sim.methods import Method, resolve
 from streamfl.sim.runtime import SimRun
 from streamfl.sim.scenario import Scenario
-from streamfl.sim.simdata import SimData
+from streamfl.sim.scenario_data import SimData
 from streamfl.sim.summary import method_summary, run_figures
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] 
             seeds: Optional[int] = None, dataset: Any = None,
             progress: Optional[Progress] = None) -> Dict[str, Any]:
     """Run ``methods`` (default the scenario's) on ``seeds`` seeds; returns the summary."""
-    from streamfl.sim.data import load_dataset
+    from streamfl.sim.datasets import load_dataset
     chosen: List[Method] = resolve(methods or scenario.methods)
     n_seeds = int(seeds or scenario.seeds)
     out_dir = Path(out_dir)

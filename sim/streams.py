@@ -20,9 +20,9 @@ import numpy as np
 
 from streamfl.errors import ConfigError
 from streamfl.sensors.datasets import Dataset
-from streamfl.sim.stream_kinds import _BUILDERS, _Ctx
+from streamfl.sim.stream_kinds import BUILDERS
 from streamfl.sim.stream_timeline import (
-    _T_CLASS, _T_PERM, _T_PHASE, _T_SAMPLE, _Timeline, _hash_uniform, _key, _rng)
+    T_CLASS, T_PERM, T_PHASE, T_SAMPLE, KindContext, Timeline, hash_uniform, keyed_rng, stream_key)
 
 KINDS = ("iid", "extreme", "non_extreme", "periodic", "aperiodic_rare", "new_class_frames",
          "sessions", "domain_incremental", "latent_states")
@@ -33,7 +33,7 @@ class DeviceStream:
     """One device's windows over virtual time; built by ``make_streams`` (see the module docstring)."""
 
     def __init__(self, ds: Dataset, pool: np.ndarray, device: int, kind: str, seed: int,
-                 windows_per_s: float, duration_s: float, timeline: _Timeline,
+                 windows_per_s: float, duration_s: float, timeline: Timeline,
                  global_by_class: List[np.ndarray], num_periods: Optional[int] = None,
                  permute: bool = False, params: Optional[Dict] = None, meta: Optional[Dict] = None,
                  states: Optional[List[int]] = None):
@@ -43,8 +43,8 @@ class DeviceStream:
         self.timeline, self.params, self.meta = timeline, dict(params or {}), dict(meta or {})
         self.num_classes = ds.num_classes
         self._num_periods, self._permute, self._states = num_periods, permute, states
-        self.phase = float(_hash_uniform(_key(seed, _T_PHASE, device), np.zeros(1))[0])
-        self._k_class, self._k_sample = _key(seed, _T_CLASS, device), _key(seed, _T_SAMPLE, device)
+        self.phase = float(hash_uniform(stream_key(seed, T_PHASE, device), np.zeros(1))[0])
+        self._k_class, self._k_sample = stream_key(seed, T_CLASS, device), stream_key(seed, T_SAMPLE, device)
         pool_y = ds.y[self.pool]
         self._by_class = [self.pool[pool_y == c] for c in range(self.num_classes)]
         self._global = global_by_class
@@ -75,9 +75,9 @@ class DeviceStream:
         probs = self.timeline.probs(ts, seg)
         cdf = np.cumsum(probs, axis=1)
         cdf /= cdf[:, -1:]
-        u = _hash_uniform(self._k_class, idx)
+        u = hash_uniform(self._k_class, idx)
         y = np.minimum((cdf <= u[:, None]).sum(axis=1), self.num_classes - 1).astype(np.int64)
-        v = _hash_uniform(self._k_sample, idx)
+        v = hash_uniform(self._k_sample, idx)
         rows = np.empty(len(idx), dtype=np.int64)
         for c in np.unique(y):
             at = np.flatnonzero(y == c)
@@ -141,7 +141,7 @@ class DeviceStream:
         flat = X.reshape(X.shape[0], -1)
         p = int(period)
         if p not in self._perms:
-            self._perms[p] = _rng(self.seed, _T_PERM, p).permutation(flat.shape[1])
+            self._perms[p] = keyed_rng(self.seed, T_PERM, p).permutation(flat.shape[1])
         return flat[:, self._perms[p]].reshape(X.shape)
 
     def __repr__(self) -> str:
@@ -173,7 +173,7 @@ def make_streams(ds: Dataset, parts: List[np.ndarray], kind: str, seed: int, win
     initial_classes; latent: state_probs, accessible_states, state_class_probs). Unknown kinds or
     parameters raise ``ConfigError``.
     """
-    if kind not in _BUILDERS:
+    if kind not in BUILDERS:
         raise ConfigError("unknown stream kind %r (choose one of %s)" % (kind, ", ".join(KINDS)))
     if not windows_per_s > 0 or not duration_s > 0:
         raise ConfigError("streams need windows_per_s > 0 and duration_s > 0, got %r and %r" % (
@@ -185,11 +185,11 @@ def make_streams(ds: Dataset, parts: List[np.ndarray], kind: str, seed: int, win
     if missing not in MISSING:
         raise ConfigError("missing must be one of %s, got %r" % (", ".join(MISSING), missing))
     global_by_class = [np.flatnonzero(ds.y == c) for c in range(ds.num_classes)]
-    ctx = _Ctx(ds, [np.asarray(p, dtype=np.int64) for p in parts], int(seed), float(duration_s),
+    ctx = KindContext(ds, [np.asarray(p, dtype=np.int64) for p in parts], int(seed), float(duration_s),
                missing, global_by_class)
     if ctx.kp == 0:
         raise ConfigError("the training set holds no windows")
-    timelines, resolved = _BUILDERS[kind](ctx, params)
+    timelines, resolved = BUILDERS[kind](ctx, params)
     metas = resolved.pop("_metas", None)
     resolved["missing"] = missing
     meta_common = {k: resolved[k] for k in ("rare_classes", "initial_classes") if k in resolved}

@@ -1,4 +1,5 @@
-"""``summary.json`` of a simulator run: per method, each seed's figures and their mean and spread.
+"""``summary.json`` of a simulator run: per method, each seed's figures and their mean and spread;
+computed here from a run's events, and read back here (``read_summary``) for the report and tables.
 
 Definitions the papers leave open, chosen here:
 - mean accuracy: the mean over every evaluation of the run (one each ``eval_every_s``), AdaCLP's
@@ -18,11 +19,15 @@ Definitions the papers leave open, chosen here:
   periods' test transforms at the end) and average accuracy (mean over periods of the accuracy on
   that period at its own end).
 """
+import json
 import math
 from collections import Counter
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
+
+from streamfl.errors import StreamflError
 
 
 def _mean_std(values: Sequence[Optional[float]]) -> Dict[str, Any]:
@@ -35,8 +40,8 @@ def _mean_std(values: Sequence[Optional[float]]) -> Dict[str, Any]:
 def time_to(evals: List[Dict[str, Any]], threshold: float, start_s: float = 0.0) -> Optional[float]:
     """Seconds from ``start_s`` to the first evaluation at or above ``threshold``."""
     for e in evals:
-        if e["t_s"] >= start_s and e["accuracy"] >= threshold:
-            return round(e["t_s"] - start_s, 3)
+        if e["time_s"] >= start_s and e["accuracy"] >= threshold:
+            return round(e["time_s"] - start_s, 3)
     return None
 
 
@@ -50,8 +55,8 @@ def period_figures(evals: List[Dict[str, Any]], threshold: float, eval_every_s: 
     for p in sorted(periods):
         es = periods[p]
         base = es[0]["accuracy"]
-        out.append({"period": p, "start_s": es[0]["t_s"],
-                    "time_to_accuracy_s": time_to(es, threshold, es[0]["t_s"]),
+        out.append({"period": p, "start_s": es[0]["time_s"],
+                    "time_to_accuracy_s": time_to(es, threshold, es[0]["time_s"]),
                     "accumulated_gain": round(sum(e["accuracy"] - base for e in es) * eval_every_s, 4)})
     return out
 
@@ -134,3 +139,20 @@ def method_summary(runs: List[Dict[str, Any]], thresholds: Sequence[float]) -> D
         out["time_to_accuracy_s"][str(t)] = _mean_std(values)["mean"]
         out["reached"][str(t)] = sum(v is not None for v in values)
     return out
+
+
+def read_summary(path: Path) -> Dict[str, Any]:
+    """``summary.json`` with its ``methods`` mapping checked; StreamflError names what is wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise StreamflError("%s: not found (is this a simulator run directory?)" % path)
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise StreamflError("%s line %d: not valid JSON (%s)" % (path, exc.lineno, exc.msg)) from None
+    if not isinstance(summary, dict) or not isinstance(summary.get("methods", {}), dict):
+        raise StreamflError("%s: expected an object with a 'methods' object" % path)
+    for name, entry in summary.get("methods", {}).items():
+        if not isinstance(entry, dict):
+            raise StreamflError("%s: methods[%r] is not an object" % (path, name))
+    return summary

@@ -23,7 +23,7 @@ from streamfl.protocol.codec import Decoder
 from streamfl.protocol.messages import GlobalModel
 from streamfl.protocol.topics import Topics
 from streamfl.sim.demo import FLEET, DemoOptions, agent_config, coordinator_config, write_eval_set
-from streamfl.sim.report import read_metrics
+from streamfl.coordinator.metrics import read_metrics
 
 #: Reconnect quickly: the tests take brokers and links away for seconds, not minutes.
 FAST_MQTT = {"reconnect_min_s": 0.2, "reconnect_max_s": 1.0}

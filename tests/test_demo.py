@@ -13,7 +13,7 @@ import pytest
 def test_short_demo_run_leaves_metrics_summary_and_plot(tmp_path):
     import matplotlib.image
 
-    from streamfl.sim.report import read_metrics
+    from streamfl.coordinator.metrics import read_metrics
 
     run_dir = tmp_path / "demo"
     proc = subprocess.run(

@@ -1,7 +1,11 @@
-"""Run reports: summaries and elapsed time that stay right across a coordinator restart."""
+"""A coordinator's run folder read back: the metrics reader, elapsed time that stays right across a
+coordinator restart, the demo's summary and its plots."""
 import pytest
 
-from streamfl.sim.report import elapsed_s, plot_accuracy, read_metrics, summarize
+from streamfl.coordinator.metrics import elapsed_s, read_metrics
+from streamfl.errors import StreamflError
+from streamfl.sim.demo import energy_by_device, summarize
+from streamfl.sim.plots import plot_accuracy, plot_clock_levels
 
 
 def test_elapsed_uses_wall_time_across_a_restart():
@@ -38,6 +42,22 @@ def test_read_metrics_skips_a_half_written_last_line(tmp_path):
     assert read_metrics(tmp_path / "missing.jsonl") == []
 
 
+def test_strict_read_names_file_and_line_and_keeps_chosen_events(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"event": "eval", "method": "m", "seed": 0, "time_s": 1.0}\n'
+                    '{"event": "aggregate", "time_s": 1.0}\n')
+    got = read_metrics(path, strict=True, events=("eval",), required=("method", "seed", "time_s"))
+    assert got == [{"event": "eval", "method": "m", "seed": 0, "time_s": 1.0}]
+    path.write_text('{"event": "eval", "method": "m", "seed": 0}\n')
+    with pytest.raises(StreamflError, match=r"line 1: eval event with a missing or bad 'time_s'"):
+        read_metrics(path, strict=True, required=("time_s",))
+    path.write_text('{"event": "eval"}\n{"event": "upd')
+    with pytest.raises(StreamflError, match=r"metrics\.jsonl line 2: not valid JSON"):
+        read_metrics(path, strict=True)
+    with pytest.raises(StreamflError, match="not found"):
+        read_metrics(tmp_path / "missing.jsonl", strict=True)
+
+
 def test_plot_written_for_evals_and_skipped_without(tmp_path):
     pytest.importorskip("matplotlib")
     evals = [{"event": "eval", "time_s": t, "wall_s": 100.0 + t, "version": v, "accuracy": a}
@@ -50,7 +70,6 @@ def test_plot_written_for_evals_and_skipped_without(tmp_path):
 
 def test_energy_adds_up_per_device_and_clock_levels_are_plotted(tmp_path):
     pytest.importorskip("matplotlib")
-    from streamfl.sim.report import energy_by_device, plot_clock_levels
     updates = [{"event": "update", "device": d, "time_s": t, "wall_s": 50.0 + t, "energy_j": j,
                 "clock_levels": lv}
                for d, t, j, lv in [("a", 0.0, 1.5, {"gpu": 0, "cpu0": 3}), ("b", 1.0, None, {"cpu0": 0}),

@@ -6,7 +6,7 @@ import pytest
 
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.sensors.datasets import Dataset, save_npz
-from streamfl.sim.data import dataset_shape, holdout, load_dataset
+from streamfl.sim.datasets import dataset_shape, holdout, load_dataset
 from streamfl.sim.partition import partition
 
 

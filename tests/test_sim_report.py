@@ -4,7 +4,9 @@ import json
 import pytest
 
 from streamfl.errors import StreamflError
-from streamfl.sim.sim_report import band_over_seeds, fmt_value, render_report
+from streamfl.sim.plots import band_over_seeds
+from streamfl.sim.report_html import render_report
+from streamfl.sim.tables import fmt_value
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("accuracy_vs_time.png", "accuracy_vs_energy.png", "clock_levels.png")
@@ -16,17 +18,17 @@ def _events(method, seed, speed, clp=False):
     for step in range(11):
         t = 10.0 * step
         acc = min(0.95, 0.1 + speed * step + 0.01 * seed)
-        out.append({"event": "eval", "method": method, "seed": seed, "t_s": t, "version": step,
+        out.append({"event": "eval", "method": method, "seed": seed, "time_s": t, "version": step,
                     "accuracy": acc, "accuracy_seen": min(1.0, acc + 0.05), "loss": 1.0 - acc,
                     "energy_j": 50.0 * step * (1 + seed * 0.1), "period": None})
         for dev in range(3):
             clocks = {"cpu0": step % 3} if dev == 2 else {"cpu0": 1, "gpu": (step + dev) % 4}
-            out.append({"event": "update", "method": method, "seed": seed, "t_s": t + 1 + dev,
+            out.append({"event": "update", "method": method, "seed": seed, "time_s": t + 1 + dev,
                         "device": "dev%d" % dev, "base_version": step, "version": step + 1,
                         "staleness": dev, "aggregated": True, "num_samples": 32, "energy_j": 4.0,
                         "clock_levels": clocks, "train_s": 0.5, "upload_s": 0.1})
         if clp:
-            out.append({"event": "clp", "method": method, "seed": seed, "t_s": t, "version": step,
+            out.append({"event": "clp", "method": method, "seed": seed, "time_s": t, "version": step,
                         "fisher_global": 10.0 / (1 + step), "in_clp": 2 <= step <= 5})
     return out
 
@@ -48,7 +50,7 @@ def _write_run(run_dir, methods, clp=False, seeds=(1, 2)):
     for i, name in enumerate(methods):
         for seed in seeds:
             events += _events(name, seed, 0.05 + 0.03 * i, clp=clp)
-    events.sort(key=lambda e: e["t_s"])
+    events.sort(key=lambda e: e["time_s"])
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     summary = {"scenario": "har-extreme", "duration_s": 100.0, "seeds": list(seeds),
                "thresholds": [0.5, 0.9], "methods": methods}
@@ -130,7 +132,7 @@ def test_updates_without_clock_levels_give_no_clock_plot(tmp_path):
 
 def test_many_devices_are_capped_and_said_so(tmp_path, caplog):
     run = _write_run(tmp_path / "run", {"m": _method(0.5, 0.0, 1.0, 0.0, {})}, seeds=(1,))
-    extra = [{"event": "update", "method": "m", "seed": 1, "t_s": float(d), "device": "d%d" % d,
+    extra = [{"event": "update", "method": "m", "seed": 1, "time_s": float(d), "device": "d%d" % d,
               "clock_levels": {"gpu": d % 3}} for d in range(20)]
     with open(run / "metrics.jsonl", "a") as fh:
         fh.write("".join(json.dumps(e) + "\n" for e in extra))
@@ -146,9 +148,9 @@ def test_malformed_metrics_line_names_file_and_line(tmp_path):
     (run / "metrics.jsonl").write_text("\n".join(text) + "\n")
     with pytest.raises(StreamflError, match=r"metrics\.jsonl line 3"):
         render_report(run)
-    text[2] = json.dumps({"event": "eval", "method": "m", "seed": 1, "t_s": "soon"})
+    text[2] = json.dumps({"event": "eval", "method": "m", "seed": 1, "time_s": "soon"})
     (run / "metrics.jsonl").write_text("\n".join(text) + "\n")
-    with pytest.raises(StreamflError, match=r"metrics\.jsonl line 3.*t_s"):
+    with pytest.raises(StreamflError, match=r"metrics\.jsonl line 3.*time_s"):
         render_report(run)
 
 

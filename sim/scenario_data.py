@@ -1,14 +1,14 @@
-"""The data side of a simulator run: the held-out set and each seed's partitions and streams.
+"""A scenario's data for its runs: the held-out set and each seed's partitions and streams.
 
 Built once per seed and shared by every method of that seed, so methods are compared on identical
-windows; the streams themselves are rebuilt per run (they carry their own random state).
+windows; the streams themselves are rebuilt per run (they carry their own random state). The
+dataset itself comes from ``streamfl.sim.datasets``; the held-out windows are evaluated by
+``streamfl.models.evaluation.Evaluator``, as the coordinator's are.
 """
-from typing import Any, Callable, Collection, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
-import torch
 
-from streamfl.models import ModelSpec, arrays_to_model, build_model
 from streamfl.sim.scenario import Scenario
 
 
@@ -16,7 +16,7 @@ class SimData:
     """Held-out windows and per-device streams of one scenario's dataset."""
 
     def __init__(self, scenario: Scenario, dataset: Any):
-        from streamfl.sim.data import dataset_shape
+        from streamfl.sim.datasets import dataset_shape
         self.scenario = scenario
         self.dataset = dataset
         #: (window_len T, in_channels C, num_classes K)
@@ -27,7 +27,7 @@ class SimData:
 
     def _for_seed(self, seed: int):
         if self._split_seed != seed:
-            from streamfl.sim.data import holdout
+            from streamfl.sim.datasets import holdout
             from streamfl.sim.partition import partition
             sc = self.scenario
             train, test = holdout(self.dataset, sc.data.holdout, seed, by_subject=sc.data.holdout_by_subject)
@@ -61,38 +61,3 @@ class SimData:
             return None
         p = self._streams[0].period(t_s)
         return None if p is None else int(p)
-
-
-class EvalSet:
-    """Accuracy and loss of global tensors on held-out windows, overall and on some classes."""
-
-    def __init__(self, spec: ModelSpec, X: np.ndarray, y: np.ndarray, batch_size: int = 512):
-        self.model = build_model(spec)
-        self.model.eval()
-        self.X = np.ascontiguousarray(X, dtype=np.float32)
-        self.y = np.asarray(y, dtype=np.int64)
-        self.batch_size = int(batch_size)
-
-    def evaluate(self, tensors: Dict[str, np.ndarray], classes: Collection[int] = (),
-                 transform: Optional[Callable[[np.ndarray, int], np.ndarray]] = None,
-                 period: int = 0) -> Tuple[float, float, Optional[float]]:
-        """``(accuracy, loss, accuracy on classes)``; the last is None without such windows."""
-        arrays_to_model(self.model, tensors)
-        X = self.X if transform is None else np.ascontiguousarray(transform(self.X, period), dtype=np.float32)
-        preds = np.empty(len(self.y), dtype=np.int64)
-        loss_sum = 0.0
-        with torch.no_grad():
-            for start in range(0, len(self.y), self.batch_size):
-                xb = torch.from_numpy(X[start:start + self.batch_size])
-                yb = torch.from_numpy(self.y[start:start + self.batch_size])
-                logits = self.model(xb)
-                loss_sum += float(torch.nn.functional.cross_entropy(logits, yb, reduction="sum"))
-                preds[start:start + len(yb)] = logits.argmax(dim=1).numpy()
-        n = max(1, len(self.y))
-        correct = preds == self.y
-        seen = None
-        if classes:
-            mask = np.isin(self.y, np.fromiter(classes, dtype=np.int64))
-            if mask.any():
-                seen = float(correct[mask].mean())
-        return float(correct.mean()), loss_sum / n, seen

@@ -1,0 +1,112 @@
+"""``streamfl report DIR``: one HTML page comparing a simulator run's methods over seeds.
+
+Input is the run directory of DESIGN.md s7 (``metrics.jsonl`` events tagged with method, seed and
+virtual ``time_s``; ``summary.json`` means, spreads and per-seed runs), read with
+``streamfl.coordinator.metrics.read_metrics`` and ``streamfl.sim.summary.read_summary``. The page
+holds the methods table (``streamfl.sim.tables``) and the PNG plots (``streamfl.sim.plots``) written
+next to it.
+"""
+import html
+import logging
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from streamfl import __version__
+from streamfl.coordinator.metrics import read_metrics
+from streamfl.sim.plots import (have_matplotlib, plot_accuracy_curves, plot_clock_levels_by_method,
+                                plot_clp)
+from streamfl.sim.summary import read_summary
+from streamfl.sim.tables import fmt_value, is_number, methods_table, natural_key
+
+log = logging.getLogger(__name__)
+
+#: The events the report draws, and the fields each must have.
+REPORT_EVENTS = ("eval", "update", "clp")
+REQUIRED_FIELDS = ("method", "seed", "time_s")
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:14px}
+th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}th{background:#f3f3f3}
+td:first-child,th:first-child{text-align:left}.meta{color:#555}.how{background:#f8f8e8;padding:.6em}
+figure{margin:1.5em 0}img{max-width:100%}figcaption{color:#555;font-size:13px}"""
+
+CAPTIONS = {
+    "accuracy_vs_time.png": "Accuracy of the global model against virtual time.",
+    "accuracy_vs_energy.png": "Accuracy against cumulative fleet energy (training and idle).",
+    "clock_levels.png": "Clock level of each device's scaled domain over time (first seed).",
+    "clp.png": "Global Fisher information over time; shaded spans are detected critical learning periods.",
+}
+
+
+def read_run_metrics(path: Path) -> List[Dict]:
+    """The events of a finished simulator run's ``metrics.jsonl`` the report draws, strictly."""
+    return read_metrics(path, strict=True, events=REPORT_EVENTS, required=REQUIRED_FIELDS)
+
+
+def _by_method_seed(records: List[Dict], event: str) -> Dict[str, Dict[int, List[Dict]]]:
+    """Events of one kind grouped by method then seed, each list sorted by virtual time."""
+    out: Dict[str, Dict[int, List[Dict]]] = {}
+    for rec in records:
+        if rec["event"] == event:
+            out.setdefault(rec["method"], {}).setdefault(rec["seed"], []).append(rec)
+    for seeds in out.values():
+        for recs in seeds.values():
+            recs.sort(key=lambda r: r["time_s"])
+    return out
+
+
+def render_html(summary: Dict, images: List[str], title: str) -> str:
+    """The self-contained page; images are referenced by file name next to it."""
+    e = html.escape
+    seeds = summary.get("seeds") or []
+    meta = "duration %s s of virtual time · seeds %s · thresholds %s" % (
+        fmt_value(summary["duration_s"]) if is_number(summary.get("duration_s")) else "?",
+        ", ".join(str(s) for s in seeds) or "?",
+        ", ".join(str(t) for t in summary.get("thresholds") or []) or "none")
+    how = ("How to read: table cells are mean ± standard deviation over the %d seed(s) (population std); "
+           "time to accuracy is the virtual time until the global model first reaches the threshold, "
+           "with the seeds that reached it counted when not all did. Plot lines are the mean over seeds "
+           "on a common grid and shaded bands span the minimum to the maximum seed." % len(seeds))
+    figures = "".join('<figure><img src="%s" alt="%s"><figcaption>%s</figcaption></figure>'
+                      % (e(name, quote=True), e(name, quote=True), e(CAPTIONS.get(name, name)))
+                      for name in images)
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>%s</title>"
+            "<style>%s</style></head><body><h1>%s</h1><p class=\"meta\">%s</p><p class=\"how\">%s</p>"
+            "%s%s<p class=\"meta\">streamfl %s</p></body></html>\n"
+            % (e(title), CSS, e(title), e(meta), e(how), methods_table(summary),
+               figures, e(__version__)))
+
+
+def render_report(run_dir: Path, out_dir: Optional[Path] = None) -> Path:
+    """Read a simulator run directory, write its PNG plots and ``report.html``; return the HTML path."""
+    run_dir = Path(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir
+    records = read_run_metrics(run_dir / "metrics.jsonl")
+    summary = read_summary(run_dir / "summary.json")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    methods = list(summary.get("methods", {}))
+    methods += sorted({r["method"] for r in records} - set(methods), key=natural_key)
+    seeds = [s for s in summary.get("seeds") or [] if isinstance(s, int)]
+    thresholds = [t for t in summary.get("thresholds") or [] if is_number(t)]
+    images: List[str] = []
+    if have_matplotlib("plots in the report"):
+        evals = _by_method_seed(records, "eval")
+        plots = [("accuracy_vs_time.png",
+                  lambda p: plot_accuracy_curves(evals, methods, "time_s", p, thresholds)),
+                 ("accuracy_vs_energy.png",
+                  lambda p: plot_accuracy_curves(evals, methods, "energy_j", p)),
+                 ("clock_levels.png", lambda p: plot_clock_levels_by_method(
+                     _by_method_seed(records, "update"), methods, p, seeds)),
+                 ("clp.png", lambda p: plot_clp(_by_method_seed(records, "clp"), methods, p, seeds))]
+        for name, draw in plots:
+            if draw(out_dir / name) is not None:
+                images.append(name)
+            else:
+                log.info("%s: nothing to plot", name)
+                if (out_dir / name).exists():  # a stale plot from an earlier render of this directory
+                    (out_dir / name).unlink()
+    title = "streamfl simulation: %s" % summary.get("scenario", run_dir.name)
+    out = out_dir / "report.html"
+    out.write_text(render_html(summary, images, title), encoding="utf-8")
+    log.info("report written to %s (%d plots)", out, len(images))
+    return out
