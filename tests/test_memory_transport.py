@@ -1,9 +1,9 @@
-"""The in-memory broker keeps the MQTT semantics the cores rely on, synchronously and in FIFO order."""
+"""The in-memory broker: what only it promises (synchronous FIFO delivery, re-entrant publishes, its
+test controls and counters). The MQTT semantics it shares with paho are in test_transport_contract.py."""
 import threading
 
 import pytest
 
-from streamfl.errors import TransportError
 from streamfl.protocol.transport.memory import MemoryBroker, MemoryTransport, topic_matches
 
 
@@ -33,74 +33,31 @@ def test_topic_matching(flt, topic, match):
     assert topic_matches(flt, topic) is match
 
 
-def test_publish_subscribe_and_wildcards(broker):
-    sub, pub = Client(broker, "sub"), Client(broker, "pub")
-    sub.t.connect()
-    pub.t.connect()
-    sub.t.subscribe("f/device/+/update")
-    sub.t.subscribe("f/model/#")
-    assert pub.t.publish("f/device/d1/update", b"1")
-    assert pub.t.publish("f/device/d1/status", b"no")
-    assert pub.t.publish("f/model", b"2")
-    assert pub.t.publish("f/model/x/y", b"3")
-    assert sub.got == [("f/device/d1/update", b"1"), ("f/model", b"2"), ("f/model/x/y", b"3")]
-
-
-def test_invalid_topics_are_refused(broker):
-    c = Client(broker, "c")
-    c.t.connect()
-    for bad in ("a/+", "#", ""):
-        with pytest.raises(TransportError):
-            c.t.publish(bad, b"x")
-    for bad in ("a/b+", "a/#/b", "a#", ""):
-        with pytest.raises(TransportError):
-            c.t.subscribe(bad)
-
-
 def test_publish_offline_returns_false(broker):
+    """Even at QoS 1: the memory transport keeps no offline queue of its own (paho does)."""
     c = Client(broker, "c")
-    assert c.t.publish("a", b"x") is False
+    assert c.t.publish("a", b"x", qos=1) is False
     c.t.connect()
     assert c.t.publish("a", b"x") is True
 
 
-def test_retained_messages_and_clearing(broker):
-    pub = Client(broker, "pub")
-    pub.t.connect()
-    pub.t.publish("f/model", b"v1", retain=True)
-    pub.t.publish("f/model", b"v2", retain=True)
-    pub.t.publish("f/other", b"not retained")
-    late = Client(broker, "late")
-    late.t.connect()
-    late.t.subscribe("f/#")
-    assert late.got == [("f/model", b"v2")]
-    pub.t.publish("f/model", b"", retain=True)  # clears, and is delivered like any message
-    assert late.got[-1] == ("f/model", b"")
-    later = Client(broker, "later")
-    later.t.connect()
-    later.t.subscribe("f/#")
-    assert later.got == []
-
-
-def test_last_will_on_drop_but_not_on_close(broker):
+def test_drop_sends_the_will_and_reports_the_loss(broker):
     watcher = Client(broker, "watcher")
     watcher.t.connect()
     watcher.t.subscribe("f/device/+/status")
     dev = Client(broker, "dev")
     dev.t.set_will("f/device/dev/status", b"offline", qos=1, retain=True)
-    dev.t.connect()
-    dev.t.close()
-    assert watcher.got == []
-    assert dev.events == [("connect", False), ("disconnect", "closed")]
+    assert broker.drop("dev") is False                  # not connected: nothing to drop
     dev.t.connect()
     assert broker.drop("dev") is True
-    assert watcher.got == [("f/device/dev/status", b"offline")]
-    assert dev.events[-1] == ("disconnect", "connection lost") and not dev.t.connected
+    assert watcher.got == [("f/device/dev/status", b"offline")]   # synchronously
+    assert dev.events == [("connect", False), ("disconnect", "connection lost")]
+    assert not dev.t.connected and broker.clients() == ["watcher"]
     assert broker.retained["f/device/dev/status"] == b"offline"
     assert broker.drop("dev") is False
 
 
-def test_persistent_session_queues_qos1_while_offline(broker):
+def test_offline_queue_holds_qos1_only_and_is_counted(broker):
     sub = Client(broker, "sub", persistent=True)
     sub.t.subscribe("f/cmd")
     sub.t.connect()
@@ -111,39 +68,9 @@ def test_persistent_session_queues_qos1_while_offline(broker):
     pub.t.publish("f/cmd", b"qos0 is dropped", qos=0)
     pub.t.publish("f/cmd", b"two", qos=1)
     assert broker.pending("sub") == 2 and sub.got == []
-    again = Client(broker, "sub", persistent=True)  # a new process, same client id
-    again.t.connect()
-    assert again.got == [("f/cmd", b"one"), ("f/cmd", b"two")]
-    assert again.events == [("connect", True)]
-
-
-def test_clean_session_forgets_everything(broker):
-    sub = Client(broker, "sub", persistent=False)
-    sub.t.connect()
-    sub.t.subscribe("f/cmd")
-    sub.t.close()
-    pub = Client(broker, "pub")
-    pub.t.connect()
-    pub.t.publish("f/cmd", b"lost", qos=1)
-    assert broker.pending("sub") == 0
-    fresh = Client(broker, "sub", persistent=False)
-    fresh.t.connect()
-    pub.t.publish("f/cmd", b"not subscribed", qos=1)
-    assert fresh.got == [] and fresh.events == [("connect", False)]
-
-
-def test_subscriptions_are_reestablished_on_connect(broker):
-    sub = Client(broker, "sub", persistent=False)
-    sub.t.subscribe("f/x")  # registered before connecting
-    sub.t.connect()
-    pub = Client(broker, "pub")
-    pub.t.connect()
-    pub.t.publish("f/x", b"1")
-    broker.drop("sub")
-    pub.t.publish("f/x", b"missed")
-    sub.t.connect()  # clean session: only the transport's own re-subscribe brings f/x back
-    pub.t.publish("f/x", b"2")
-    assert sub.got == [("f/x", b"1"), ("f/x", b"2")]
+    sub.t.connect()                                     # the same object can connect again
+    assert sub.got == [("f/cmd", b"one"), ("f/cmd", b"two")] and broker.pending("sub") == 0
+    assert sub.events[-1] == ("connect", True)
 
 
 def test_reentrant_publish_is_queued_not_recursive(broker):

@@ -1,9 +1,7 @@
-"""PahoTransport against a real broker: round trip, retained, last will, persistent session, reconnect."""
+"""PahoTransport against a real broker: what only it does (automatic reconnect with back-off, the
+offline queue, PUBACK tracking, TLS and password settings, failure logging). The MQTT semantics it
+shares with the memory transport are in test_transport_contract.py."""
 import logging
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -75,28 +73,6 @@ def clients(mqtt_broker):
         c.t.close()
 
 
-def test_publish_subscribe_round_trip(clients):
-    sub = clients("sub", persistent=False)
-    sub.t.subscribe("f/device/+/update")
-    sub.start()
-    pub = clients("pub").start()
-    sub.ready("f/device/probe/update")
-    payload = os.urandom(300000)
-    assert pub.t.publish("f/device/d1/update", payload, qos=1)
-    assert pub.t.publish("f/device/d1/other", b"not for sub", qos=1)
-    assert sub.expect(1) == [("f/device/d1/update", payload)]
-    assert sub.events[0] == ("connect", False)
-
-
-def test_retained_message_reaches_a_late_subscriber(clients):
-    pub = clients("pub").start()
-    assert pub.t.publish("f/model", b"v7", qos=1, retain=True)
-    late = clients("late", persistent=False)
-    late.t.subscribe("f/model")
-    late.start()
-    assert late.expect(1) == [("f/model", b"v7")]
-
-
 class SlowConnect(PahoTransport):
     """Widens the window between paho's "connected" and the transport's on_connect re-subscribe."""
 
@@ -121,70 +97,6 @@ def test_subscribe_right_after_connect_gets_one_retained_copy(clients, mqtt_brok
         assert got == [b"v1"]
     finally:
         late.close()
-
-
-CHILD = r"""
-import sys, time
-from streamfl.protocol.transport.base import MqttSettings
-from streamfl.protocol.transport.paho import PahoTransport
-t = PahoTransport(MqttSettings(host=sys.argv[1], port=int(sys.argv[2]), client_id="victim", keepalive_s=60))
-t.set_will("f/device/victim/status", b"offline", qos=1, retain=True)
-t.connect()
-assert t.wait_connected(10)
-print("ready", flush=True)
-time.sleep(60)
-"""
-
-
-def test_last_will_is_delivered_when_a_client_is_killed(clients, mqtt_broker):
-    watcher = clients("watcher", persistent=False)
-    watcher.t.subscribe("f/device/+/status")
-    watcher.start()
-    watcher.ready("f/device/probe/status")
-    child = subprocess.Popen([sys.executable, "-c", CHILD, mqtt_broker.host, str(mqtt_broker.port)],
-                             stdout=subprocess.PIPE)
-    try:
-        assert child.stdout.readline().strip() == b"ready"
-        time.sleep(0.2)
-        assert watcher.got == []
-        child.send_signal(signal.SIGKILL)  # no DISCONNECT: the OS just closes the socket
-        child.wait(10)
-    finally:
-        child.kill()
-        child.wait()
-    assert watcher.expect(1, timeout_s=10) == [("f/device/victim/status", b"offline")]
-
-
-def test_no_will_on_clean_close(clients):
-    watcher = clients("watcher", persistent=False)
-    watcher.t.subscribe("f/status")
-    watcher.start()
-    watcher.ready("f/status")
-    dev = clients("dev")
-    dev.t.set_will("f/status", b"offline", qos=1, retain=False)
-    dev.start()
-    dev.t.close()
-    assert ("disconnect", "closed") in dev.events
-    time.sleep(0.5)
-    assert watcher.got == []
-
-
-def test_persistent_session_gets_messages_sent_while_away(clients, mqtt_broker):
-    if mqtt_broker.kind == "amqtt":
-        pytest.skip("amqtt treats sessions of anonymous clients as clean (no offline queue)")
-    sub = clients("agent-7", persistent=True)
-    sub.t.subscribe("f/device/agent-7/command", qos=1)
-    sub.start()
-    sub.ready("f/device/agent-7/command")
-    sub.t.close()
-    pub = clients("coordinator").start()
-    for i in range(3):
-        assert pub.t.publish("f/device/agent-7/command", b"cmd%d" % i, qos=1)
-    pub.t.close()  # DISCONNECT goes after the publishes: the broker has them all
-    again = clients("agent-7", persistent=True)  # e.g. the daemon restarted
-    again.start()
-    assert again.expect(3) == [("f/device/agent-7/command", b"cmd%d" % i) for i in range(3)]
-    assert again.events[0] == ("connect", True)
 
 
 def test_reconnect_and_resubscribe_after_broker_restart(clients, mqtt_broker):
@@ -230,24 +142,6 @@ def test_publish_refused_when_paho_queue_is_full(mqtt_broker, clients):
     c.t.connect()
     assert c.t.publish("a", b"1", qos=1) and c.t.publish("a", b"2", qos=1)
     assert c.t.publish("a", b"3", qos=1) is False
-
-
-def test_callback_exception_does_not_kill_the_network_thread(clients):
-    sub = clients("sub", persistent=False)
-    calls = []
-
-    def boom(topic, payload):
-        calls.append(payload)
-        raise RuntimeError("bug in a core")
-
-    sub.t.subscribe("t")
-    sub.start()
-    sub.t.on_message = boom
-    pub = clients("pub").start()
-    pub.t.publish("t", b"1")
-    assert wait_for(lambda: len(calls) == 1)
-    pub.t.publish("t", b"2")
-    assert wait_for(lambda: len(calls) == 2) and sub.t.connected
 
 
 def test_missing_tls_file_is_a_config_error(tmp_path):

@@ -74,14 +74,6 @@ def test_loop_and_seeded_shuffle(data_file):
     assert a[:12] != list(range(12)) and a[:12] != a[12:]  # shuffled, and reshuffled per pass
 
 
-def test_close_ends_an_endless_replay(data_file):
-    src = ReplaySource(data_file, loop=True)
-    it = src.windows()
-    next(it)
-    src.close()
-    assert list(it) == []
-
-
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(SensorError, match="dataset file not found: .*nope.npz"):
         ReplaySource(tmp_path / "nope.npz")
