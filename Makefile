@@ -8,7 +8,7 @@ TORCH_PIP_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
-AGENT_SIDE := common protocol sensors models agent dvfs
+AGENT_SIDE := streamfl protocol sensors models agent dvfs
 
 .PHONY: demo test venv lint bench eval-adaclp golden clean
 
@@ -54,7 +54,7 @@ eval-adaclp: $(STAMP)
 	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods $(ADACLP_METHODS) --set data.dataset=synthetic --out runs/eval/extreme-synthetic --report
 	$(BIN)/streamfl sim configs/scenarios/adaclp-nonextreme.yaml --seeds 3 --methods $(ADACLP_METHODS) --set data.dataset=synthetic --out runs/eval/nonextreme-synthetic --report
 	for lam in 1 0.1 0.01 0.001; do \
-	  $(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp --set coordinator.clp.lam=$$lam --out runs/eval/lambda-$$lam --report; \
+	  $(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp --set plugins.clp.lam=$$lam --out runs/eval/lambda-$$lam --report; \
 	done
 	for lr in 0.02 0.1; do \
 	  $(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods fedasync --set coordinator.hparams.lr=$$lr --out runs/eval/fedasync-lr-$$lr; \
@@ -62,10 +62,10 @@ eval-adaclp: $(STAMP)
 	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods fedasync,adaclp,adaclp-fixed-low,adaclp-no-dvfs $(ADACLP_BUSY) --out runs/eval/extreme-watch-busy --report
 	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods fedasync,adaclp $(ADACLP_LONG) --out runs/eval/extreme-watch-long --report
 	for knob in "clp.d0=0.0" "clp.batch_min=32" "clp.lr_min=0.05"; do \
-	  $(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp-no-dvfs --set agent.$$knob --out runs/eval/ablation-$$knob; \
+	  $(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp-no-dvfs --set agent.plugins.$$knob --out runs/eval/ablation-$$knob; \
 	done
-	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp --set agent.clp.lr_min=0.05 --out runs/eval/extreme-watch-lr-held
-	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp --set agent.clp.lr_min=0.05 $(ADACLP_BUSY) --out runs/eval/extreme-watch-busy-lr-held
+	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp --set agent.plugins.clp.lr_min=0.05 --out runs/eval/extreme-watch-lr-held
+	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp --set agent.plugins.clp.lr_min=0.05 $(ADACLP_BUSY) --out runs/eval/extreme-watch-busy-lr-held
 	$(BIN)/python bench/bench_fisher.py
 
 # Re-record the simulator figures tests/test_golden_sim.py holds every method to (seed 0, two short

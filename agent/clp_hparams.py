@@ -1,7 +1,7 @@
 """AdaCLP hyper-parameter refinement on the device (adaclp.txt sec. 3.2, eq. 4-6; DESIGN.md s8).
 
-``refine(gm.clp, gm.hparams, cfg)`` turns the coordinator's CLP state (``ClpState.as_dict()``)
-into the round's lr, batch size and dropout:
+``refine(state, gm.hparams, cfg)`` turns the coordinator's CLP state (the global model's typed
+``ClpState`` extra) into the round's lr, batch size and dropout:
 
 * eq. 4 ``eta = eta0 * F^(-ln 2)``, eq. 5 ``B = 1 + B0 / (1 + ln F)``,
   eq. 6 ``D = D0 (1 - sigmoid(beta (F(T) - F(T-1))))``, with ``F = F_G / reference``
@@ -15,7 +15,7 @@ into the round's lr, batch size and dropout:
 * Segment start (``version == segment_start_version``) and no F_G yet: (eta0, B0, D0), the
   paper's reset values. Eq. 6 applies throughout (rising F -> D < D0/2; after leaving the CLP F
   falls and D rises towards D0, the paper's "increase the dropout rate to re-enter the CLP").
-* Not regulating (CLP disabled, empty dict, or after R_end): the coordinator's ``base`` hparams
+* Not regulating (no CLP state, ``regulating`` off, or after R_end): the coordinator's ``base`` hparams
   unchanged: "after R_end we stop ... hyperparameter adjustments, resuming standard asynchronous
   federated learning" (sec. 3.2), i.e. the run's plain FedAsync settings, not eta0/B0/D0.
 
@@ -23,8 +23,9 @@ Pure functions, Python 3.8 (the agent runs on JetPack 5).
 """
 import math
 from dataclasses import dataclass
-from collections.abc import Mapping as _MappingABC
 from typing import Any, Dict, Mapping, Optional
+
+from streamfl.protocol.payloads import ClpState
 
 #: Paper defaults: eta0 = 0.01 (sec. 5.4.2), B0 = 50 (sec. 5.4.1).
 DEFAULT_ETA0 = 0.01
@@ -132,32 +133,30 @@ def dropout(delta_f: float, cfg: ClpHparamsConfig) -> float:
     return _clamp(cfg.d0 * (1.0 - sigmoid(cfg.beta * delta_f)), cfg.dropout_min, cfg.dropout_max)
 
 
-def _opt(clp: Mapping[str, Any], key: str) -> Optional[float]:
-    value = clp.get(key)
-    return float(value) if _num(value) else None
+def _positive(value: Optional[float]) -> Optional[float]:
+    return value if value is not None and _num(value) else None
 
 
-def refine(clp: Mapping[str, Any], base: Mapping[str, float],
+def refine(clp: Optional[ClpState], base: Mapping[str, float],
            cfg: ClpHparamsConfig = ClpHparamsConfig()) -> Dict[str, float]:
     """The round's hparams: ``base`` (GlobalModel.hparams) with lr, batch_size, dropout refined
-    from ``clp`` (GlobalModel.clp); local_steps and any other key pass through unchanged."""
+    from ``clp`` (the global model's CLP state); local_steps and any other key pass through."""
     out = dict(base)
-    if not isinstance(clp, _MappingABC) or clp.get("regulating") is not True:
+    if clp is None or clp.regulating is not True:
         return out
     reset = {"lr": cfg.eta0, "batch_size": cfg.b0, "dropout": cfg.d0}
-    fg = _opt(clp, "fisher_global")
-    version, start = clp.get("version"), clp.get("segment_start_version")
-    if fg is None or fg <= 0 or (version is not None and version == start):
+    fg = _positive(clp.fisher_global)
+    if fg is None or fg <= 0 or clp.version == clp.segment_start_version:
         out.update(reset)
         return out
     if cfg.fisher_reference == "segment_start":
-        ref = _opt(clp, "fisher_segment_start")
+        ref = _positive(clp.fisher_segment_start)
         if ref is None or ref <= 0:
             out.update(reset)
             return out
     else:
         ref = cfg.fisher_scale
-    prev = _opt(clp, "fisher_global_prev")
+    prev = _positive(clp.fisher_global_prev)
     f = fg / ref
     delta = 0.0 if prev is None else (fg - prev) / ref
     out.update({"lr": learning_rate(f, cfg), "batch_size": batch_size(f, cfg),

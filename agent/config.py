@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-from streamfl.agent.clp_hparams import ClpHparamsConfig
+from streamfl.agent.plugins import plugin_configs
 from streamfl.config import build, merge, read_yaml
 from streamfl.dvfs.config import DvfsConfig
 from streamfl.models import REGISTRY, ModelSpec
@@ -49,14 +49,10 @@ class AgentConfig:
     batch_size: int = 32
     dropout: float = 0.0
     momentum: float = 0.0
-    #: Windows of the buffer the per-round Fisher trace (AdaCLP eq. 1) is estimated on; 0 = off.
-    #: Computed only while the coordinator's global model carries a CLP state (its probe is on).
-    #: 20, not the batch of 50: one backward over 50 windows costs ~17% of an lstm round of 5
-    #: steps (bench/bench_fisher.py), 20 about 7%, under the 10% goal; the estimate is noisy
-    #: either way and the coordinator's eq. 2 averages it over a window of versions.
-    fisher_samples: int = 20
-    #: How the device turns the coordinator's CLP state into lr, batch size and dropout (eq. 4-6).
-    clp: ClpHparamsConfig = field(default_factory=ClpHparamsConfig)
+    #: Settings of the methods' plug-ins by name (``streamfl.agent.plugins``); every registered
+    #: plug-in runs, dormant until the coordinator's global model asks for it; a name not given
+    #: takes its defaults. Built into each plug-in's settings dataclass on load.
+    plugins: Dict[str, Any] = field(default_factory=dict)
     torch_threads: int = 1
     outbox_max_items: int = 200
     outbox_max_bytes: int = 256 * MIB
@@ -90,7 +86,6 @@ class AgentConfig:
             ("dropout", 0 <= self.dropout < 1, "must be in [0, 1)"),
             ("momentum", 0 <= self.momentum < 1, "must be in [0, 1)"),
             ("torch_threads", self.torch_threads >= 0, "must be >= 0 (0 = torch's default)"),
-            ("fisher_samples", self.fisher_samples >= 0, "must be >= 0 (0 = no Fisher trace)"),
             ("outbox_max_items", self.outbox_max_items >= 1, "must be at least 1"),
             ("outbox_max_bytes", self.outbox_max_bytes >= 1024, "must be at least 1024"),
             ("telemetry_interval_s", self.telemetry_interval_s >= 0, "must be >= 0 (0 = off)"),
@@ -101,6 +96,7 @@ class AgentConfig:
         for key, ok, why in checks:
             if not ok:
                 raise ValueError("%s %s, got %r" % (key, why, getattr(self, key)))
+        object.__setattr__(self, "plugins", plugin_configs(self.plugins))
         m, s = self.model, self.sensor
         if m.name not in REGISTRY:
             raise ValueError("model name %r is unknown (known: %s)" % (m.name, ", ".join(sorted(REGISTRY))))

@@ -1,10 +1,14 @@
 """The agent's decisions without I/O (DESIGN.md s2): windows and messages in, ``Update`` out.
 
 The daemon (threads, MQTT, disk) and the simulator (virtual clock) drive the same ``AgentCore``.
-A round is split in two so that a runtime holds its lock only while the core's state is read:
-``begin_round`` fixes the starting weights and hyper-parameters; ``finish_round`` trains, taking the
-runtime's lock only around each minibatch draw, so the sensor thread keeps filling the buffer.
+A round has three calls so that a runtime holds its lock only while the core's state is read and
+does nothing but I/O: ``begin_round`` fixes the starting weights and hyper-parameters (and
+``frequency_plan`` the clocks); ``finish_round`` trains, taking the runtime's lock only around each
+minibatch draw, so the sensor thread keeps filling the buffer, and adds the plug-ins' statistics;
+``complete_round`` takes what the runtime measured (clocks, time, energy) and returns the update
+to send. The methods' plug-ins (``streamfl.agent.plugins``) are called, never named.
 """
+import dataclasses
 import logging
 import time
 import uuid
@@ -17,16 +21,14 @@ import torch
 
 import streamfl
 from streamfl.agent.buffer import Buffer, ReplacementPolicy
-from streamfl.agent.clp_hparams import refine
 from streamfl.agent.config import AgentConfig
-from streamfl.agent.fedcurv import FedCurvClient
+from streamfl.agent.plugins import AgentPlugin, RoundContext, make_plugins
 from streamfl.agent.trainer import LocalTrainer
 from streamfl.dvfs.policies.base import DomainView, PolicyInput
 from streamfl.dvfs.policies.factory import make_policy
 from streamfl.errors import StreamflError
 from streamfl.models import ModelSpec, arrays_to_model, build_model, model_to_arrays
-from streamfl.models.fisher import fisher_trace
-from streamfl.protocol.messages import Command, GlobalModel, Hello, Update
+from streamfl.protocol.messages import COMMAND_KINDS, Command, GlobalModel, Hello, Update
 from streamfl.sensors.window import Window
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,17 @@ class RoundPlan:
     batch_size: int
 
 
+@dataclass(frozen=True)
+class RoundMeasurement:
+    """What the runtime measured of a round: the clock level per domain it ran at, seconds per
+    sample at those clocks, the energy it cost, and (virtual runtimes) when it finished."""
+
+    clock_levels: Dict[str, int]
+    seconds_per_sample: float
+    energy_j: Optional[float] = None
+    finished_s: Optional[float] = None
+
+
 class AgentCore:
     """One device's learner: buffer, model, trainer, and the newest global model it has received.
 
@@ -92,8 +105,8 @@ class AgentCore:
         self.buffer = Buffer(config.buffer_capacity, self.spec.window_len, self.spec.in_channels,
                              self.spec.num_classes, policy)
         self.trainer = LocalTrainer(self.model, self.spec.num_classes, momentum=config.momentum)
-        #: FedCurv's penalty and Fisher diagonal, when the coordinator's global model asks for them.
-        self.fedcurv = FedCurvClient()
+        #: The methods' device sides, each dormant until a global model asks for it.
+        self.plugins = make_plugins(config.plugins)
         self._rng = np.random.default_rng(self.seed)
         self.hparams: Dict[str, float] = {"lr": config.lr, "batch_size": config.batch_size,
                                           "local_steps": config.local_steps,
@@ -109,9 +122,9 @@ class AgentCore:
         self._train_requested = False
         self.rejected_models = 0
         self.last_update: Optional[Update] = None
-        #: Windows the last round's statistics ran on, besides training: ``fisher`` (AdaCLP eq. 1,
-        #: one batched backward) and ``curvature`` (FedCurv, one backward per window). The simulator
-        #: charges them to the round's time and energy.
+        #: Windows the last round's plug-in statistics ran on, besides training: ``batched`` (one
+        #: batched backward, e.g. AdaCLP's trace) and ``per_window`` (a backward per window, e.g.
+        #: FedCurv's diagonal). The simulator charges them to the round's time and energy.
         self.statistics_windows: Dict[str, int] = {}
         #: Decides the clock levels of each round (AdaCLP s4.2 and the simpler policies).
         self.dvfs_policy = make_policy(config.dvfs.policy, **config.dvfs.policy_options)
@@ -143,26 +156,33 @@ class AgentCore:
                 log.info("ignoring stale global model v%d (have v%d)", gm.version, current)
             return False
         self.global_model = gm
-        # While the coordinator regulates the CLP, eq. 4-6 refine its hparams; else they apply as is.
+        hparams = dict(gm.hparams)
+        for plugin in self.plugins:
+            plugin.on_global_model(gm)
+            hparams = plugin.refine_hparams(hparams)
         before = dict(self.hparams)
-        self.apply_hparams(refine(gm.clp, gm.hparams, self.config.clp), "global model v%d" % gm.version)
+        self.apply_hparams(hparams, "global model v%d" % gm.version)
         if self.hparams != before:
-            log.info("hyper-parameters from v%d: lr %.4g, batch %d, local steps %d, dropout %.3g%s",
+            log.info("hyper-parameters from v%d: lr %.4g, batch %d, local steps %d, dropout %.3g",
                      gm.version, self.hparams["lr"], self.hparams["batch_size"],
-                     self.hparams["local_steps"], self.hparams["dropout"],
-                     " (CLP regulation, in_clp=%s)" % gm.clp.get("in_clp") if gm.clp.get("regulating")
-                     else "")
+                     self.hparams["local_steps"], self.hparams["dropout"])
         log.debug("global model v%d received", gm.version)
         return True
 
-    def on_command(self, cmd: Command) -> None:
-        """Handle a coordinator command: skip n rounds, train now, or override hyper-parameters."""
+    def on_command(self, cmd: Command) -> bool:
+        """Handle a coordinator command: skip n rounds, train now, override hyper-parameters, or a
+        plug-in's own kind; False (logged) if nothing here handles it."""
+        if cmd.kind not in COMMAND_KINDS:
+            if any(plugin.on_command(cmd) for plugin in self.plugins):
+                return True
+            log.warning("ignoring unsupported command %r", cmd.kind)
+            return False
         if cmd.kind == "skip":
             try:
                 n = int(cmd.params.get("rounds", 1))
             except (TypeError, ValueError):
                 log.warning("ignoring skip command with bad rounds %r", cmd.params.get("rounds"))
-                return
+                return False
             self._skip_rounds = max(0, min(n, 100000))
             self._skip_until_s = None
             log.info("coordinator asks to skip %d round(s)", self._skip_rounds)
@@ -171,10 +191,9 @@ class AgentCore:
             self._skip_until_s = None
             self._train_requested = True
             log.info("coordinator asks to train now")
-        elif cmd.kind == "override":
-            self.apply_hparams(cmd.params, "override command")
         else:
-            log.warning("ignoring unsupported command %r", cmd.kind)
+            self.apply_hparams(cmd.params, "override command")
+        return True
 
     def apply_hparams(self, values: Mapping[str, Any], source: str = "") -> Dict[str, float]:
         """Set the known hyper-parameters from ``values``, clamped to ``HPARAM_RANGES``."""
@@ -208,7 +227,8 @@ class AgentCore:
                 return False
             self._skip_rounds = 0
             self._skip_until_s = None
-        return self.global_model is not None and len(self.buffer) >= self.config.min_buffer
+        return (self.global_model is not None and len(self.buffer) >= self.config.min_buffer
+                and all(plugin.should_train(now) for plugin in self.plugins))
 
     @property
     def skipping(self) -> bool:
@@ -220,19 +240,23 @@ class AgentCore:
         requested, self._train_requested = self._train_requested, False
         return requested
 
+    def plugin(self, name: str) -> Optional[AgentPlugin]:
+        """The plug-in called ``name`` (every registered one runs), None if there is none."""
+        return next((p for p in self.plugins if p.name == name), None)
+
     # ---- clocks -------------------------------------------------------------------------------
 
     @property
-    def in_clp(self) -> bool:
-        """The newest global model's CLP flag (``clp["in_clp"]``); False until a coordinator's CLP
-        probe sets it, so clock policies see "after the CLP" by default."""
-        return bool(self.global_model is not None and self.global_model.clp.get("in_clp", False))
+    def critical_period(self) -> bool:
+        """True while a plug-in says the learning is in a critical period (AdaCLP's CLP flag);
+        False by default, so clock policies see "after the critical period"."""
+        return any(plugin.critical_period() for plugin in self.plugins)
 
     def frequency_plan(self, domains: Sequence[DomainView]) -> Dict[str, int]:
         """The clock level per domain for the next round; empty means "touch nothing"."""
         if not domains:
             return {}
-        return self.dvfs_policy.plan(PolicyInput(self.in_clp, tuple(domains)))
+        return self.dvfs_policy.plan(PolicyInput(self.critical_period, tuple(domains)))
 
     def observe_clocks(self, levels: Mapping[str, int], seconds_per_sample: float) -> None:
         """Tell the policy what a round at these levels cost per sample (its climb rule needs it)."""
@@ -282,9 +306,8 @@ class AgentCore:
             arrays_to_model(self.model, plan.start_tensors)
         self.base_version = plan.base_version
         self.model.set_dropout(plan.dropout)
-        ewc = self.global_model.ewc if self.global_model is not None else {}
-        penalty = self.fedcurv.penalty(ewc, self.model)
-        self.trainer.penalties = [penalty] if penalty is not None else []
+        penalties = [plugin.penalty(self.model) for plugin in self.plugins]
+        self.trainer.penalties = [p for p in penalties if p is not None]
         t0 = self._timer()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed((self.seed * 1000003 + plan.round_index) & 0x7FFFFFFFFFFFFFFF)
@@ -308,41 +331,46 @@ class AgentCore:
                         class_counts=result.class_counts, loss=result.mean_loss,
                         seconds_per_sample=elapsed_s / max(1, result.num_samples),
                         round_index=plan.round_index, created_s=float(self._clock()),
-                        fisher_trace=self._fisher(plan, lock if lock is not None else nullcontext()),
-                        ewc=self._curvature(ewc, plan, tensors, lock if lock is not None else nullcontext()))
+                        extras=self._statistics(plan, tensors, lock if lock is not None else nullcontext()))
         self.last_update = update
         log.info("round %d from v%d: %d samples, loss %.4f, %.2f ms/sample", plan.round_index,
                  plan.base_version, result.num_samples, result.mean_loss,
                  update.seconds_per_sample * 1e3)
         return update
 
-    def _fisher(self, plan: RoundPlan, lock: ContextManager) -> Optional[float]:
-        """AdaCLP eq. 1 at the trained local model on ``fisher_samples`` buffer windows; None when
-        off here or when the coordinator runs no CLP probe (its global model carries no CLP state),
-        so a plain FedAsync fleet does not pay for a backward pass nobody reads."""
-        n = min(int(self.config.fisher_samples), len(self.buffer))
-        if n < 1 or self.global_model is None or not self.global_model.clp:
-            return None
-        with lock:
-            X, _ = self.buffer.sample(n, self._rng)
-        self.statistics_windows["fisher"] = n
-        gen = torch.Generator().manual_seed((self.seed * 7919 + plan.round_index) & 0x7FFFFFFFFFFFFFFF)
-        value = fisher_trace(self.model, X, generator=gen)
-        return float(value) if np.isfinite(value) else None
+    def _statistics(self, plan: RoundPlan, tensors: Dict[str, np.ndarray],
+                    lock: ContextManager) -> Dict[str, Any]:
+        """The plug-ins' round statistics at the trained model, as the update's extras; what they
+        cost goes to ``statistics_windows``."""
+        def sample(n: int) -> Tuple[np.ndarray, np.ndarray]:
+            with lock:
+                return self.buffer.sample(n, self._rng)
 
-    def _curvature(self, ewc: Mapping[str, Any], plan: RoundPlan, tensors: Dict[str, np.ndarray],
-                   lock: ContextManager) -> Dict[str, Any]:
-        """FedCurv's Fisher diagonal on as many labelled buffer windows as the coordinator asks for."""
-        if not FedCurvClient.active(ewc):
-            return {}
-        asked = ewc.get("fisher_samples")
-        n = asked if isinstance(asked, int) and not isinstance(asked, bool) and asked >= 1 else 20
-        n = min(n, len(self.buffer))
-        with lock:
-            X, y = self.buffer.sample(max(1, n), self._rng)
-        self.statistics_windows["curvature"] = max(1, n)
-        gen = torch.Generator().manual_seed((self.seed * 104729 + plan.round_index) & 0x7FFFFFFFFFFFFFFF)
-        return self.fedcurv.statistics(ewc, self.model, X, y, tensors, generator=gen)
+        ctx = RoundContext(model=self.model, tensors=tensors, round_index=plan.round_index,
+                           seed=self.seed, sample=sample, buffer_len=len(self.buffer))
+        extras: Dict[str, Any] = {}
+        for plugin in self.plugins:
+            for stat in plugin.statistics(ctx):
+                if stat.batched_windows:
+                    self.statistics_windows["batched"] = (self.statistics_windows.get("batched", 0)
+                                                          + stat.batched_windows)
+                if stat.per_window_windows:
+                    self.statistics_windows["per_window"] = (
+                        self.statistics_windows.get("per_window", 0) + stat.per_window_windows)
+                if stat.extra is not None:
+                    extras[stat.extra.KIND] = stat.extra
+        return extras
+
+    def complete_round(self, update: Update, measured: RoundMeasurement) -> Update:
+        """The round's update as sent: stamped with what the runtime measured, which the clock
+        policy also learns from (its climb rule compares time per sample across levels)."""
+        update = dataclasses.replace(
+            update, seconds_per_sample=measured.seconds_per_sample, energy_j=measured.energy_j,
+            clock_levels=dict(measured.clock_levels),
+            created_s=update.created_s if measured.finished_s is None else measured.finished_s)
+        self.last_update = update
+        self.observe_clocks(measured.clock_levels, measured.seconds_per_sample)
+        return update
 
     def train_round(self) -> Update:
         """``begin_round`` then ``finish_round``: one local round for single-threaded runtimes."""

@@ -5,7 +5,6 @@ All decisions are the ``AgentCore``'s; this module only moves windows, frames an
 to draw each minibatch, never while publishing, so a synchronous (in-memory) transport that calls
 ``on_message`` from inside ``publish`` cannot deadlock.
 """
-import dataclasses
 import logging
 import threading
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional
 
 from streamfl.agent.config import AgentConfig
-from streamfl.agent.core import AgentCore, RoundInterrupted
+from streamfl.agent.core import AgentCore, RoundInterrupted, RoundMeasurement
 from streamfl.agent.dvfs import AgentDvfs
 from streamfl.notify import SystemdNotifier
 from streamfl.agent.outbox import Outbox
@@ -239,17 +238,16 @@ class AgentDaemon:
             self.dvfs.training = True
             try:
                 update = self.core.finish_round(plan, lock=self._lock, should_stop=self._stop.is_set)
+                seconds_per_sample = update.seconds_per_sample
                 slowdown = self.dvfs.slowdown()       # > 1 only for emulated (demo) clocks
                 if slowdown > 1.0:
-                    self._stop.wait(update.seconds_per_sample * update.num_samples * (slowdown - 1))
-                    update = dataclasses.replace(
-                        update, seconds_per_sample=update.seconds_per_sample * slowdown)
+                    self._stop.wait(seconds_per_sample * update.num_samples * (slowdown - 1))
+                    seconds_per_sample *= slowdown
             finally:
                 self.dvfs.training = False
-            update = dataclasses.replace(update, energy_j=self.dvfs.joules(t0, self._clock()),
-                                         clock_levels=levels)
-            self.core.last_update = update
-            self.core.observe_clocks(levels, update.seconds_per_sample)
+            update = self.core.complete_round(update, RoundMeasurement(
+                clock_levels=levels, seconds_per_sample=seconds_per_sample,
+                energy_j=self.dvfs.joules(t0, self._clock())))
             frame = encode(update, float16=self.config.float16_updates)
         except RoundInterrupted as exc:
             log.info("%s (stopping)", exc)

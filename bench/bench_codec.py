@@ -17,6 +17,7 @@ import numpy as np
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import Update
+from streamfl.protocol.payloads import FisherTrace
 
 GOAL_RATIO = 0.3
 
@@ -40,7 +41,7 @@ def bench_model(spec: ModelSpec, repeat: int) -> Dict[str, object]:
     tensors = {k: rng.standard_normal(shape).astype(np.float32) for k, (shape, _) in tspec.items()}
     msg = Update(device_id="bench", update_id="bench-1", base_version=1, arch_id=spec.arch_id,
                  tensors=tensors, num_samples=640, class_counts={0: 320, 1: 320}, loss=0.5, seconds_per_sample=0.001,
-                 fisher_trace=3.5, clock_levels={"cpu": 2})
+                 extras={"fisher_trace": FisherTrace(3.5)}, clock_levels={"cpu": 2})
     decoder = Decoder({spec.arch_id: tspec})
     writable = Decoder({spec.arch_id: tspec}, writable=True)
     frame = encode(msg)

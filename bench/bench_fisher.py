@@ -5,7 +5,7 @@ subsample of the buffer. Compares the one-backward estimator (``models.fisher.fi
 the naive per-sample form (B forward/backward passes of one window), all timed in the same run,
 interleaved, median of the repeats; also the relative spread of each estimator over independent
 draws (one round's noise) and the share at smaller subsamples, among them the agent's default
-``fisher_samples`` (20), which is what a board runs each round. Prints JSON.
+``plugins.clp.fisher_samples`` (20), which is what a board runs each round. Prints JSON.
 
 Usage: python bench/bench_fisher.py [--model lstm] [--tau 5] [--batch 50] [--repeats 9]
 """
@@ -23,8 +23,8 @@ from streamfl.agent.trainer import LocalTrainer
 from streamfl.models import ModelSpec, build_model
 from streamfl.models.fisher import fisher_trace
 
-#: The agent's default subsample for the per-round trace (``AgentConfig.fisher_samples``).
-AGENT_FISHER_SAMPLES = AgentConfig(device_id="bench").fisher_samples
+#: The agent's default subsample for the per-round trace (the clp plug-in's ``fisher_samples``).
+AGENT_FISHER_SAMPLES = AgentConfig(device_id="bench").plugins["clp"].fisher_samples
 GOAL_SHARE = 0.10
 
 
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
         "speedup_vs_per_sample": round(naive["median_s"] / one["median_s"], 2),
         "goal_share": GOAL_SHARE,
         "goal_met_at_batch_size": one["share_of_round"] <= GOAL_SHARE,
-        # What an agent runs: AgentConfig.fisher_samples windows (when --sizes includes it).
+        # What an agent runs: the clp plug-in's fisher_samples windows (when --sizes includes it).
         "agent_fisher_samples": AGENT_FISHER_SAMPLES,
         "goal_met_as_the_agent_runs": (smaller[str(AGENT_FISHER_SAMPLES)]["share_of_round"] <= GOAL_SHARE
                                        if str(AGENT_FISHER_SAMPLES) in smaller else None),

@@ -1,8 +1,9 @@
 """AdaCLP's federated CLP probe (adaclp.txt sec. 3.1.3, eq. 2-3; DESIGN.md section 8).
 
-Sans-I/O: the coordinator calls ``ClpProbe.on_aggregation`` once per new global version and puts
-``ClpState.as_dict()`` in ``GlobalModel.clp``; devices turn it into hyper-parameters
-(``streamfl.agent.clp_hparams``, eq. 4-6) and DVFS decisions (sec. 4.2).
+Sans-I/O: the coordinator's ``clp`` plug-in (``coordinator/plugins/clp.py``) calls
+``ClpProbe.on_aggregation`` once per new global version and puts ``current()``, a typed
+``ClpState``, in every global model's extras; the devices' ``clp`` plug-in turns it into
+hyper-parameters (``streamfl.agent.clp_hparams``, eq. 4-6) and DVFS decisions (sec. 4.2).
 
 Versions follow the paper and the coordinator core: an aggregation produces version ``T`` (the
 core's version *after* ``_install``) from an update trained from ``I(T) <= T - 1``, so the staleness
@@ -45,6 +46,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
+from streamfl.protocol.payloads import ClpState
+
 log = logging.getLogger(__name__)
 
 #: Paper defaults: lambda = 0.01 (sec. 5.4.7, robust in [0.01, 0.1]); R_end = 30000 (sec. 5.4.3).
@@ -83,7 +86,6 @@ class ClpConfig:
       with the clp-aware policy) and devices keep the coordinator's hparams.
     """
 
-    enabled: bool = False
     window_m: int = 10
     lam: float = DEFAULT_LAMBDA
     sigma: float = 0.01
@@ -94,8 +96,6 @@ class ClpConfig:
     refine_hparams: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ValueError("clp.enabled must be true or false, got %r" % (self.enabled,))
         if not isinstance(self.segment_on_reentry, bool):
             raise ValueError("clp.segment_on_reentry must be true or false, got %r"
                              % (self.segment_on_reentry,))
@@ -117,30 +117,6 @@ class ClpConfig:
         if not _is_int(self.segment_rounds) or self.segment_rounds < 0:
             raise ValueError("clp.segment_rounds must be an integer >= 0 (0 = no fixed segments), "
                              "got %r" % (self.segment_rounds,))
-
-
-@dataclass(frozen=True)
-class ClpState:
-    """The probe's view after an aggregation; ``as_dict()`` is what goes in ``GlobalModel.clp``."""
-
-    version: int
-    fisher_global: Optional[float]
-    fisher_global_prev: Optional[float]
-    in_clp: bool
-    segment: int
-    segment_start_version: int
-    regulating: bool
-    #: F_G when the current segment started (first traced value if it started untraced); lets
-    #: devices refine relative to the segment start (ClpHparamsConfig.fisher_reference).
-    fisher_segment_start: Optional[float] = None
-
-    def as_dict(self) -> Dict[str, Any]:
-        """JSON-able dict (None for an estimate not yet available)."""
-        return {"in_clp": self.in_clp, "fisher_global": self.fisher_global,
-                "fisher_global_prev": self.fisher_global_prev, "segment": self.segment,
-                "segment_start_version": self.segment_start_version,
-                "regulating": self.regulating, "version": self.version,
-                "fisher_segment_start": self.fisher_segment_start}
 
 
 class ClpProbe:
@@ -268,7 +244,7 @@ class ClpProbe:
 
     # ---- internals ----------------------------------------------------------------------------
     def _regulating(self, version: int) -> bool:
-        return self.config.enabled and version <= self.config.r_end
+        return version <= self.config.r_end
 
     def _compute(self) -> float:
         """Eq. 2, divided by the number of traces in the window (= m once it is full)."""

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-from streamfl.coordinator.clp import ClpConfig
-from streamfl.coordinator.fedcurv import FedCurvConfig
 from streamfl.config import build, merge, read_yaml
+from streamfl.coordinator.plugins import plugin_configs
 from streamfl.coordinator.strategies import STALENESS_NAMES, STRATEGY_NAMES
 from streamfl.errors import ConfigError
 from streamfl.models import ModelSpec
@@ -44,27 +43,21 @@ class FedAvgConfig:
     """Synchronous FedAvg rounds: wait for all online devices, at most ``deadline_s`` seconds.
 
     clients_per_round: close a round once this many devices reported (null: every device online
-      at round start). criticalfl: CriticalFL's client count (Yan et al. 2023, the AdaCLP paper's
-      baseline): doubled after each aggregation inside the CLP up to ``clients_max`` (null: all
-      online), halved outside it down to ``clients_per_round`` (default 2 when unset); needs the
-      coordinator's ``clp`` probe. Which devices count is the first to report, since every
-      device trains on its own schedule here (a selecting scheduler comes with FedTeddi).
+      at round start); plug-ins such as CriticalFL or client sampling set it as they go.
     """
 
     deadline_s: float = 30.0
     min_updates: int = 1
     clients_per_round: Optional[int] = None
-    criticalfl: bool = False
-    clients_max: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not self.deadline_s > 0:
             raise ValueError("fedavg.deadline_s must be > 0, got %r" % self.deadline_s)
         if self.min_updates < 1:
             raise ValueError("fedavg.min_updates must be >= 1, got %r" % self.min_updates)
-        for key in ("clients_per_round", "clients_max"):
-            if getattr(self, key) is not None and getattr(self, key) < 1:
-                raise ValueError("fedavg.%s must be >= 1 or null, got %r" % (key, getattr(self, key)))
+        if self.clients_per_round is not None and self.clients_per_round < 1:
+            raise ValueError("fedavg.clients_per_round must be >= 1 or null, got %r"
+                             % (self.clients_per_round,))
 
 
 @dataclass(frozen=True)
@@ -84,10 +77,10 @@ class CoordinatorConfig:
     max_staleness: Optional[int] = None
     fedavg: FedAvgConfig = field(default_factory=FedAvgConfig)
     hparams: HParams = field(default_factory=HParams)
-    #: AdaCLP's federated CLP probe (eq. 2-3); off by default: plain FedAsync/FedAvg.
-    clp: ClpConfig = field(default_factory=ClpConfig)
-    #: FedCurv's spatial penalty (U/V sums broadcast with the model); off by default.
-    fedcurv: FedCurvConfig = field(default_factory=FedCurvConfig)
+    #: The methods' plug-ins to run, each with its settings: ``{name: {key: value}}`` (an empty
+    #: mapping takes the defaults); none by default, i.e. plain FedAsync/FedAvg. Built into each
+    #: plug-in's settings dataclass on load, in calling order (``streamfl.coordinator.plugins``).
+    plugins: Dict[str, Any] = field(default_factory=dict)
     history_size: int = 10
     #: How many recent update ids are remembered to drop resent duplicates.
     dedup_window: int = 4096
@@ -128,8 +121,7 @@ class CoordinatorConfig:
                 raise ValueError("%s must be >= 1, got %r" % (key, getattr(self, key)))
         if self.persist_interval_s < 0 or self.publish_min_interval_s < 0:
             raise ValueError("persist_interval_s and publish_min_interval_s must be >= 0")
-        if self.fedavg.criticalfl and not (self.strategy == "fedavg" and self.clp.enabled):
-            raise ValueError("fedavg.criticalfl needs strategy fedavg and clp.enabled (it follows the CLP flag)")
+        object.__setattr__(self, "plugins", plugin_configs(self.plugins, self.strategy))
 
 
 

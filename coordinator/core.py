@@ -2,20 +2,21 @@
 
 ``CoordinatorCore`` owns the device registry, the global model and its version counter T (+1 per
 aggregation), a bounded history, duplicate suppression (an agent's outbox may resend an update),
-and the aggregation strategy. The daemon (``server.py``) and the simulator drive the same object
-(DESIGN.md section 2), always from one thread.
+the aggregation strategy and the methods' plug-ins (``streamfl.coordinator.plugins``), which it
+calls but never names. Every input returns a ``Step`` saying what it did: the new version and what
+it merged, the commands to send, the records to log. The daemon (``server.py``) and the simulator
+drive the same object, always from one thread, and only do the I/O a ``Step`` asks for.
 """
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from streamfl.coordinator.clp import ClpProbe
 from streamfl.coordinator.config import CoordinatorConfig
-from streamfl.coordinator.fedcurv import CurvatureSums
 from streamfl.coordinator.history import ModelHistory
+from streamfl.coordinator.plugins import Addressed, Aggregation, CoordinatorPlugin, FleetView, make_plugins
 from streamfl.coordinator.registry import DeviceRegistry
-from streamfl.coordinator.strategies import AGGREGATED, STALE, Aggregator, make_strategy
+from streamfl.coordinator.strategies import AGGREGATED, STALE, Aggregator, make_strategy, staleness_of
 from streamfl.protocol.messages import GlobalModel, Hello, Message, Offline, Telemetry, Tensors, Update
 
 log = logging.getLogger(__name__)
@@ -52,18 +53,41 @@ class UpdateRecord:
     energy_j: Optional[float] = None
     clock_levels: Dict[str, int] = field(default_factory=dict)
     seconds_per_sample: Optional[float] = None
-    fisher_trace: Optional[float] = None
-    #: The CLP probe's state after this update (empty while the probe is off).
-    clp: Dict[str, Any] = field(default_factory=dict)
+    #: Fields the plug-ins add (e.g. the update's Fisher trace and the CLP state after it).
+    fields: Dict[str, Any] = field(default_factory=dict)
 
     def as_event(self) -> Dict[str, Any]:
-        return {"event": "update", "time_s": self.time_s, "device": self.device,
-                "base_version": self.base_version, "version": self.version,
-                "staleness": self.staleness, "loss": self.loss, "num_samples": self.num_samples,
-                "aggregated": self.aggregated, "outcome": self.outcome,
-                "energy_j": self.energy_j, "clock_levels": dict(self.clock_levels),
-                "seconds_per_sample": self.seconds_per_sample, "fisher_trace": self.fisher_trace,
-                "clp": dict(self.clp)}
+        event = {"event": "update", "time_s": self.time_s, "device": self.device,
+                 "base_version": self.base_version, "version": self.version,
+                 "staleness": self.staleness, "loss": self.loss, "num_samples": self.num_samples,
+                 "aggregated": self.aggregated, "outcome": self.outcome,
+                 "energy_j": self.energy_j, "clock_levels": dict(self.clock_levels),
+                 "seconds_per_sample": self.seconds_per_sample}
+        event.update(self.fields)
+        return event
+
+
+@dataclass
+class Step:
+    """What one input made the core do; the runtime publishes, sends and logs accordingly."""
+
+    #: The new global versions made, oldest first (at most one today), with what each merged.
+    aggregations: List[Aggregation] = field(default_factory=list)
+    #: Commands the plug-ins addressed to devices, to publish on their command topics.
+    commands: List[Addressed] = field(default_factory=list)
+    #: The update's record, for an update.
+    update: Optional[UpdateRecord] = None
+    #: The plug-ins' metrics events for the aggregations (each with an ``event`` key).
+    events: List[Dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def new_version(self) -> Optional[int]:
+        """The newest version this step made, None if none."""
+        return self.aggregations[-1].version if self.aggregations else None
+
+    def records(self) -> List[Dict[str, Any]]:
+        """Every metrics line of this step, the update's first."""
+        return ([self.update.as_event()] if self.update is not None else []) + list(self.events)
 
 
 def initial_model(config: CoordinatorConfig) -> Tensors:
@@ -73,7 +97,7 @@ def initial_model(config: CoordinatorConfig) -> Tensors:
 
 
 class CoordinatorCore:
-    """Registry + versioned global model + strategy; single-threaded, time passed in."""
+    """Registry + versioned global model + strategy + plug-ins; single-threaded, time passed in."""
 
     def __init__(self, config: CoordinatorConfig, strategy: Optional[Aggregator] = None, now: float = 0.0,
                  tensors: Optional[Tensors] = None):
@@ -81,8 +105,7 @@ class CoordinatorCore:
         self.arch_id = config.model.arch_id
         self.registry = DeviceRegistry()
         self.strategy = strategy if strategy is not None else make_strategy(config, self.registry.online)
-        self.clp = ClpProbe(config.clp)
-        self.curv = CurvatureSums(config.fedcurv)
+        self.plugins = make_plugins(config.plugins, FleetView(self.registry.online, self.strategy))
         self.version = 0
         self._model: Tensors = tensors if tensors is not None else initial_model(config)
         self.history = ModelHistory(config.history_size)
@@ -92,8 +115,8 @@ class CoordinatorCore:
         self._future_warned = set()
 
     # ---- inputs -------------------------------------------------------------------------------
-    def on_message(self, msg: Message, now: float) -> Optional[UpdateRecord]:
-        """Handle one decoded message; an ``UpdateRecord`` for updates, else None."""
+    def on_message(self, msg: Message, now: float) -> Step:
+        """Handle one decoded message."""
         if isinstance(msg, Update):
             return self.on_update(msg, now)
         if isinstance(msg, Hello):
@@ -111,79 +134,65 @@ class CoordinatorCore:
         else:
             self.counters["ignored"] += 1
             log.debug("ignoring %s message", type(msg).__name__)
-        return None
+        return self._step(Step())
 
-    def on_update(self, update: Update, now: float) -> UpdateRecord:
-        """Dedup, check, hand to the strategy; bump the version if it aggregated."""
+    def on_update(self, update: Update, now: float) -> Step:
+        """Dedup, check, show the plug-ins, hand to the strategy; a new version if it aggregated."""
         self.counters["updates_received"] += 1
         info = self.registry.seen(update.device_id, now)
-        staleness = self.version - update.base_version
+        staleness = staleness_of(self.version, update.base_version)
+        step = Step()
         if update.update_id in self._seen:
             self.counters["duplicates"] += 1
             log.debug("duplicate update %s from %s dropped", update.update_id, update.device_id)
-            return self._record(update, now, max(0, staleness), False, DUPLICATE)
+            step.update = self._record(update, now, staleness, False, DUPLICATE)
+            return self._step(step)
         self._remember(update.update_id)
         if update.arch_id != self.arch_id or set(update.tensors) != set(self._model):
             self.counters["rejected"] += 1
             log.warning("rejected update %s from %s: model %s does not match the fleet's %s",
                         update.update_id, update.device_id, update.arch_id, self.arch_id)
-            return self._record(update, now, max(0, staleness), False, REJECTED)
-        if staleness < 0:
+            step.update = self._record(update, now, staleness, False, REJECTED)
+            return self._step(step)
+        if update.base_version > self.version:
             self.counters["future_base"] += 1
             if update.device_id not in self._future_warned:
                 self._future_warned.add(update.device_id)
                 log.warning("update from %s trained from version %d, newer than ours (%d): the "
                             "coordinator lost its state? treating it as staleness 0",
                             update.device_id, update.base_version, self.version)
-            staleness = 0
         info.updates += 1
-        if self.config.fedcurv.enabled:
-            self.curv.on_update(update)
+        for plugin in self.plugins:
+            plugin.on_update(update, now)
         new = self.strategy.on_update(self._model, self.version, update, now)
         outcome = self.strategy.last_outcome
         if outcome == STALE:
             self.counters["stale_dropped"] += 1
         if new is not None:
-            self._install(new, now)
+            self._install(new, now, step)
             outcome = AGGREGATED
-        return self._record(update, now, staleness, new is not None, outcome)
+        step.update = self._record(update, now, staleness, new is not None, outcome)
+        return self._step(step)
 
-    def _probe_clp(self) -> None:
-        """Feed AdaCLP's probe (eq. 2-3) with what the aggregation that made ``version`` merged:
-        its base version and sample-weighted Fisher trace (one update under FedAsync, a round
-        under FedAvg)."""
-        merged = [u for u in self.strategy.last_aggregated if u.fisher_trace is not None]
-        base = min((u.base_version for u in self.strategy.last_aggregated), default=self.version - 1)
-        trace = None
-        if merged:
-            weights = [max(1, u.num_samples) for u in merged]
-            trace = sum(w * float(u.fisher_trace) for w, u in zip(weights, merged)) / sum(weights)
-        self.clp.on_aggregation(self.version, base, trace)
-        self.strategy.on_clp(bool(self.clp.current().in_clp))
-
-    def tick(self, now: float) -> bool:
-        """Drive time-based strategy decisions (FedAvg deadline); True if a new version was made."""
+    def tick(self, now: float) -> Step:
+        """Drive time-based decisions (FedAvg's deadline, plug-ins' timers)."""
+        step = Step()
         new = self.strategy.on_tick(self._model, self.version, now)
-        if new is None:
-            return False
-        self._install(new, now)
-        return True
+        if new is not None:
+            self._install(new, now, step)
+        for plugin in self.plugins:
+            plugin.on_tick(now)
+        return self._step(step)
 
     # ---- outputs ------------------------------------------------------------------------------
     def global_model(self) -> GlobalModel:
         """The current global model message (tensors are shared, never mutated afterwards)."""
+        extras = {}
+        for plugin in self.plugins:
+            for extra in plugin.extras():
+                extras[extra.KIND] = extra
         return GlobalModel(version=self.version, arch_id=self.arch_id, tensors=self._model,
-                           hparams=self.config.hparams.as_dict(), clp=self.clp_state(),
-                           ewc=self.curv.ewc_terms())
-
-    def clp_state(self) -> Dict[str, Any]:
-        """What every global model carries of the CLP probe; empty while it is off."""
-        if not self.config.clp.enabled:
-            return {}
-        state = self.clp.current().as_dict()
-        if not self.config.clp.refine_hparams:
-            state["regulating"] = False   # the flag is broadcast, devices keep the coordinator's hparams
-        return state
+                           hparams=self.config.hparams.as_dict(), extras=extras)
 
     @property
     def model(self) -> Tensors:
@@ -192,28 +201,39 @@ class CoordinatorCore:
     def online(self) -> List[str]:
         return self.registry.online()
 
+    def plugin(self, name: str) -> Optional[CoordinatorPlugin]:
+        """The running plug-in called ``name``, None if the config does not list it."""
+        return next((p for p in self.plugins if p.name == name), None)
+
     def devices(self):
         return self.registry.devices()
 
     # ---- persistence --------------------------------------------------------------------------
     def state(self) -> Dict[str, Any]:
         """JSON-able state for ``state.json`` (the tensors go to model.safetensors separately)."""
+        plugins = {}
+        for plugin in self.plugins:
+            saved = plugin.state()
+            if saved is not None:
+                plugins[plugin.name] = saved
         return {"version": self.version, "arch_id": self.arch_id,
                 "history_versions": self.history.versions(), "strategy": self.strategy.name,
-                "strategy_state": self.strategy.state(), "clp": self.clp.state(),
+                "strategy_state": self.strategy.state(), "plugins": plugins,
                 "recent_update_ids": list(self._seen)[-PERSISTED_IDS:],
                 "counters": dict(self.counters)}
 
     def restore(self, tensors: Tensors, state: Dict[str, Any], now: float) -> None:
-        """Continue from a saved state: same version, same model, same counters."""
+        """Continue from a saved state: same version, same model, same counters, same plug-ins."""
         self.version = int(state["version"])
         self._model = tensors
         self.history = ModelHistory(self.config.history_size)
         self.history.add(self.version, tensors, now)
         if state.get("strategy") == self.strategy.name:
             self.strategy.load_state(dict(state.get("strategy_state") or {}))
-        if state.get("clp"):
-            self.clp.load_state(state["clp"])
+        saved = state.get("plugins") or {}
+        for plugin in self.plugins:
+            if isinstance(saved.get(plugin.name), dict):
+                plugin.load_state(saved[plugin.name])
         for key, value in (state.get("counters") or {}).items():
             if key in self.counters:
                 self.counters[key] = int(value)
@@ -222,13 +242,23 @@ class CoordinatorCore:
             self._remember(str(update_id))
 
     # ---- internals ----------------------------------------------------------------------------
-    def _install(self, tensors: Tensors, now: float) -> None:
+    def _install(self, tensors: Tensors, now: float, step: Step) -> None:
         self.version += 1
         self._model = tensors
         self.history.add(self.version, tensors, now)
         self.counters["aggregated"] += 1
-        if self.config.clp.enabled:
-            self._probe_clp()
+        aggregation = Aggregation(self.version, tuple(self.strategy.last_aggregated), now)
+        for plugin in self.plugins:
+            plugin.on_aggregation(aggregation)
+        for plugin in self.plugins:
+            step.events.extend(plugin.events(aggregation))
+        step.aggregations.append(aggregation)
+
+    def _step(self, step: Step) -> Step:
+        """Collect the commands the plug-ins queued while handling this input."""
+        for plugin in self.plugins:
+            step.commands.extend(plugin.take_commands())
+        return step
 
     def _remember(self, update_id: str) -> None:
         self._seen[update_id] = None
@@ -237,10 +267,12 @@ class CoordinatorCore:
 
     def _record(self, update: Update, now: float, staleness: int, aggregated: bool,
                 outcome: str) -> UpdateRecord:
+        fields: Dict[str, Any] = {}
+        for plugin in self.plugins:
+            fields.update(plugin.record_fields(update))
         return UpdateRecord(time_s=now, device=update.device_id, update_id=update.update_id,
                             base_version=update.base_version, version=self.version,
                             staleness=staleness, loss=float(update.loss),
                             num_samples=int(update.num_samples), aggregated=aggregated, outcome=outcome,
                             energy_j=update.energy_j, clock_levels=dict(update.clock_levels),
-                            seconds_per_sample=float(update.seconds_per_sample),
-                            fisher_trace=update.fisher_trace, clp=self.clp_state())
+                            seconds_per_sample=float(update.seconds_per_sample), fields=fields)

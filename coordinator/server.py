@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
-from streamfl.coordinator.core import CoordinatorCore
+from streamfl.coordinator.core import CoordinatorCore, Step
 from streamfl.coordinator.evaluation import Evaluator, make_evaluator
 from streamfl.coordinator.metrics import MetricsWriter
 from streamfl.coordinator.persistence import Persister, StateStore
 from streamfl.models import tensor_spec
 from streamfl.protocol.codec import REASONS, Decoder, encode
-from streamfl.protocol.messages import CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry, Update
+from streamfl.protocol.messages import Command, CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry, Update
 from streamfl.protocol.topics import Topics
 from streamfl.protocol.transport.base import Transport
 
@@ -65,7 +65,8 @@ class CoordinatorServer:
             log.info("continuing from %s at version %d", self.store.state_dir, self.core.version)
         self._counts: Dict[str, int] = {k: 0 for k in (
             "frames", "bad_topic", "wrong_kind", "topic_mismatch", "publishes", "coalesced",
-            "publish_failures", "publish_offline", "evaluations", "worker_errors")}
+            "publish_failures", "publish_offline", "evaluations", "worker_errors", "commands_sent",
+            "command_failures")}
         self._count_lock = threading.Lock()
         self._queue: "queue.Queue" = queue.Queue(maxsize=QUEUE_MAX)
         self._cond = threading.Condition()
@@ -229,20 +230,34 @@ class CoordinatorServer:
                 log.exception("coordinator worker failed on %s", type(item).__name__)
 
     def _handle(self, msg, now: float) -> None:
-        before = self.core.version
-        record = self.core.on_message(msg, now)
-        if record is not None:
-            event = record.as_event()
+        self._apply(self.core.on_message(msg, now), now)
+
+    def _tick(self, now: float) -> None:
+        self._apply(self.core.tick(now), now)
+        self.persister.maybe_save(self.core, now)
+
+    def _apply(self, step: Step, now: float) -> None:
+        """Do the I/O a core step asks for: log its records, publish a new version, send commands."""
+        for event in step.records():
             event["time_s"] = round(now - self._t0, 6)
             event["wall_s"] = round(time.time(), 3)
             self.metrics.write(event)
-        if self.core.version != before:
+        if step.new_version is not None:
             self._after_aggregation(now)
+        for addressed in step.commands:
+            self._send_command(addressed.device_id, addressed.command)
 
-    def _tick(self, now: float) -> None:
-        if self.core.tick(now):
-            self._after_aggregation(now)
-        self.persister.maybe_save(self.core, now)
+    def _send_command(self, device_id: str, command: Command) -> None:
+        """Publish a plug-in's command on the device's command topic: QoS 1 (the broker keeps it
+        for a device with a persistent session that is away), never retained (a command is for
+        now, not for whoever subscribes next)."""
+        topic = self.topics.device(device_id, "command")
+        if self.transport.connected and self.transport.publish(topic, encode(command), qos=1):
+            self._count("commands_sent")
+            log.debug("sent %s command to %s", command.kind, device_id)
+        else:
+            self._count("command_failures")
+            log.warning("could not send the %s command to %s (broker unreachable)", command.kind, device_id)
 
     def _after_aggregation(self, now: float) -> None:
         with self._cond:

@@ -6,10 +6,11 @@ with spaces to 8 bytes) + a tensor block in the safetensors format. The header i
 
 The tensor block's layout lives in ``streamfl.protocol.tensorblock``; nothing is ever unpickled.
 
-``ewc`` values of a ``GlobalModel`` or an ``Update`` that are ``{name: ndarray}`` groups (FedCurv's and
-ST-EWC's U, V, P, Q sums; a device's Fisher diagonal F) travel in the tensor block as
-``ewc/<key>/<name>``, always float32 (Fisher values underflow in float16), and are checked against
-the architecture like the model tensors.
+The ``extras`` of a ``GlobalModel`` or an ``Update`` (plug-ins' typed payloads,
+``streamfl.protocol.extras``) put their fields in the header under ``extras.<kind>`` and their
+tensor groups (FedCurv's U and V, a device's Fisher diagonal F) in the tensor block as
+``extra/<kind>/<group>/<name>``, always float32 (Fisher values underflow in float16), checked
+against the architecture like the model tensors; ``Extra.parse`` then checks the fields.
 """
 import json
 import logging
@@ -24,6 +25,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from streamfl.errors import ProtocolError
+from streamfl.protocol import payloads  # noqa: F401  (registers the plug-ins' extras)
+from streamfl.protocol.extras import EXTRA_PREFIX, Extra, parse_extras
 from streamfl.protocol.messages import (
     MESSAGE_TYPES, PROTOCOL_VERSION, TYPE_NAMES, GlobalModel, Message, Update,
 )
@@ -43,7 +46,6 @@ TensorSpec = Mapping[str, Tuple[Sequence[int], str]]
 #: The ``ProtocolError.reason`` values ``Decoder`` raises and counts.
 REASONS = ("malformed", "oversize", "unknown_type", "bad_version", "schema", "non_finite",
            "arch_mismatch")
-EWC_PREFIX = "ewc/"
 
 _PREFIX = struct.Struct(">3sBI")
 #: header "dtype" -> numpy dtype of the model tensors on the wire
@@ -81,6 +83,19 @@ def _wire_array(name: str, arr: Any, dtype: np.dtype) -> np.ndarray:
     return out
 
 
+def _extra_fields(kind: str, extra: Any, tensors: List[Tuple[str, np.ndarray]]) -> Dict[str, Any]:
+    """The header fields of one extra; its tensor groups are appended to ``tensors`` (float32)."""
+    if not isinstance(extra, Extra) or extra.KIND != kind:
+        raise ProtocolError("schema", "extras[%r] must be an Extra of that kind, got %s"
+                            % (kind, type(extra).__name__))
+    for group, arrays in extra.groups().items():
+        if not group or "/" in group:
+            raise ProtocolError("schema", "invalid extra group %r of %s" % (group, kind))
+        tensors.extend(("%s%s/%s/%s" % (EXTRA_PREFIX, kind, group, k), _wire_array(k, a, F32))
+                       for k, a in arrays.items())
+    return extra.fields()
+
+
 def encode(msg: Message, float16: bool = False) -> bytes:
     """One frame for ``msg``; ``float16`` halves the model tensors on the wire (decoded as float32)."""
     cls = type(msg)
@@ -96,17 +111,8 @@ def encode(msg: Message, float16: bool = False) -> bytes:
             tensors = [(k, _wire_array(k, a, wire_dtype)) for k, a in value.items()]
         elif name == "class_counts":
             body[name] = {str(int(k)): v for k, v in value.items()}
-        elif name == "ewc" and value:
-            body[name] = ewc = {}
-            for key, group in value.items():
-                if isinstance(group, Mapping) and group and all(
-                        isinstance(a, np.ndarray) for a in group.values()):
-                    if not key or "/" in key:
-                        raise ProtocolError("schema", "invalid ewc key %r" % key)
-                    tensors.extend((EWC_PREFIX + key + "/" + k, _wire_array(k, a, F32))
-                                   for k, a in group.items())
-                else:
-                    ewc[key] = group
+        elif name == "extras":
+            body[name] = {kind: _extra_fields(kind, extra, tensors) for kind, extra in value.items()}
         else:
             body[name] = value
     header = {"type": type_name, "v": PROTOCOL_VERSION, "body": body,
@@ -280,12 +286,9 @@ class Decoder:
         if arch_id is None:
             return cls(**body)
         tensors = self._materialize(buf, data_start, n - data_start, plan, WIRE_DTYPES[dtype_name])
-        groups = tensors.pop(None, None)
-        if groups:
-            clash = set(groups) & set(body["ewc"])
-            if clash:
-                raise ProtocolError("schema", "ewc keys both in header and tensors: %s" % sorted(clash))
-            body["ewc"].update(groups)
+        groups = tensors.pop(None, None) or {}
+        if body["extras"] or groups:
+            body["extras"] = parse_extras(body["extras"], groups)
         return cls(tensors=tensors, **body)
 
     def _plan(self, entries: List[Entry], cls: type, arch_id: Optional[str],
@@ -299,14 +302,14 @@ class Decoder:
         expected = self._shapes.get(arch_id)
         if expected is None:
             raise ProtocolError("arch_mismatch", "architecture %r not accepted here" % arch_id)
-        groups: Dict[str, Dict[str, Entry]] = {"": {}}
+        groups: Dict[Any, Dict[str, Entry]] = {"": {}}
         for entry in entries:
             name = entry[0]
-            if name.startswith(EWC_PREFIX):
-                parts = name[len(EWC_PREFIX):].split("/", 1)
-                if len(parts) != 2 or not parts[0]:
-                    raise ProtocolError("schema", "bad ewc tensor name %r" % name)
-                group, name, want = parts[0], parts[1], F32
+            if name.startswith(EXTRA_PREFIX):
+                parts = name[len(EXTRA_PREFIX):].split("/", 2)
+                if len(parts) != 3 or not parts[0] or not parts[1]:
+                    raise ProtocolError("schema", "bad extra tensor name %r" % name)
+                group, name, want = (parts[0], parts[1]), parts[2], F32
             else:
                 group, want = "", model_dtype
             if entry[1] is not want:
@@ -322,9 +325,10 @@ class Decoder:
 
     def _materialize(self, buf: Any, data_start: int, data_len: int, plan: Sequence[Tuple],
                      model_dtype: np.dtype) -> Dict[Any, Any]:
-        """Arrays for a checked plan after the finiteness check: ``{name: arr, None: ewc groups}``."""
+        """Arrays for a checked plan after the finiteness check: ``{name: arr, None: extra groups}``
+        with the extra groups as ``{kind: {group: {name: arr}}}``."""
         tensors: Dict[Any, Any] = {}
-        ewc: Dict[str, Dict[str, np.ndarray]] = {}
+        extras: Dict[str, Dict[str, Dict[str, np.ndarray]]] = {}
         if model_dtype is F32:  # every tensor is float32: one view, one finiteness pass, slices
             if self.writable:
                 buf, data_start = bytearray(memoryview(buf)[data_start:]), 0
@@ -334,7 +338,7 @@ class Decoder:
             for group, name, _, count, offset, shape in plan:
                 arr = whole[offset // 4:offset // 4 + count].reshape(shape)
                 if group:
-                    ewc.setdefault(group, {})[name] = arr
+                    extras.setdefault(group[0], {}).setdefault(group[1], {})[name] = arr
                 else:
                     tensors[name] = arr
         else:
@@ -343,26 +347,26 @@ class Decoder:
                 if not _all_finite(arr):
                     raise ProtocolError("non_finite", "NaN or Inf in tensor %s" % name)
                 if group:
-                    ewc.setdefault(group, {})[name] = arr.reshape(shape)
+                    extras.setdefault(group[0], {}).setdefault(group[1], {})[name] = arr.reshape(shape)
                 else:
                     tensors[name] = arr.reshape(shape)
-        if ewc:
-            tensors[None] = ewc
+        if extras:
+            tensors[None] = extras
         return tensors
 
     @staticmethod
-    def _raise_mismatch(group: str, members: Mapping[str, Entry], expected: Mapping[str, Tuple[int, ...]],
+    def _raise_mismatch(group: Any, members: Mapping[str, Entry], expected: Mapping[str, Tuple[int, ...]],
                         arch_id: str) -> None:
         missing = sorted(set(expected) - set(members))
         extra = sorted(set(members) - set(expected))
         if missing or extra:
             raise ProtocolError("arch_mismatch", "%s tensors for %s: missing %s, unexpected %s" % (
-                group or "model", arch_id, missing, extra))
+                "/".join(group) if group else "model", arch_id, missing, extra))
         wrong = ["%s %s (want %s)" % (name, e[2], expected[name]) for name, e in sorted(members.items())
                  if e[2] != expected[name]]
         raise ProtocolError("arch_mismatch", "%s tensors for %s: wrong shape %s" % (
-            group or "model", arch_id, ", ".join(wrong)))
+            "/".join(group) if group else "model", arch_id, ", ".join(wrong)))
 
 
-__all__ = ["MAGIC", "FORMAT_VERSION", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_WARN_INTERVAL_S", "REASONS", "EWC_PREFIX", "WIRE_DTYPES",
+__all__ = ["MAGIC", "FORMAT_VERSION", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_WARN_INTERVAL_S", "REASONS", "WIRE_DTYPES",
            "TensorSpec", "Decoder", "encode"]

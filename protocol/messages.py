@@ -52,9 +52,8 @@ class GlobalModel:
     arch_id: str
     tensors: Tensors
     hparams: Dict[str, float] = field(default_factory=dict)
-    clp: Dict[str, Any] = field(default_factory=dict)
-    session_id: int = 0
-    ewc: Dict[str, Any] = field(default_factory=dict)
+    #: Plug-ins' typed payloads by kind (``streamfl.protocol.extras``), e.g. the CLP state.
+    extras: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -72,23 +71,25 @@ class Update:
     seconds_per_sample: float
     round_index: int = 0
     created_s: float = 0.0
-    fisher_trace: Optional[float] = None
-    grad_variance: Optional[float] = None
     energy_j: Optional[float] = None
     clock_levels: Dict[str, int] = field(default_factory=dict)
-    #: Regularizer statistics, e.g. ``{"F": {name: diagonal Fisher}}`` for FedCurv (DESIGN.md s8).
-    ewc: Dict[str, Any] = field(default_factory=dict)
+    #: Plug-ins' round statistics by kind (``streamfl.protocol.extras``), e.g. the Fisher trace.
+    extras: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class Command:
-    """Coordinator to one device: ``kind`` is one of ``COMMAND_KINDS``; ``params`` its arguments."""
+    """Coordinator to one device: ``kind`` is one of ``COMMAND_KINDS`` or a plug-in's own kind
+    (``COMMAND_KIND_RE``); ``params`` its arguments. A device ignores a kind nothing on it handles."""
 
     kind: str
     params: Dict[str, Any] = field(default_factory=dict)
 
 
-COMMAND_KINDS = ("train", "skip", "override", "session", "request")
+#: The kinds every agent core handles: train now, skip rounds, override hyper-parameters.
+COMMAND_KINDS = ("train", "skip", "override")
+#: What any command kind must look like (plug-ins name their own).
+COMMAND_KIND_RE = r"^[a-z][a-z0-9_.-]{0,63}$"
 
 
 @dataclass

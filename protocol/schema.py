@@ -10,12 +10,13 @@ from typing import Any, Callable, Dict, List, Tuple, Union, get_args, get_origin
 
 from streamfl.errors import ConfigError, ProtocolError
 from streamfl.protocol.messages import (
-    COMMAND_KINDS, MESSAGE_TYPES, Command, CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry, Update,
+    COMMAND_KIND_RE, MESSAGE_TYPES, Command, CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry, Update,
 )
 from streamfl.protocol.topics import validate_name
 
 Checker = Callable[[Any, str], Any]
 _INT_KEY = re.compile(r"^-?[0-9]{1,18}$")
+_COMMAND_KIND = re.compile(COMMAND_KIND_RE)
 
 #: Fields holding device ids: they end up in topic names and registries, so they must be valid names.
 DEVICE_ID_FIELDS = {(Hello, "device_id"), (Offline, "device_id"), (Update, "device_id"),
@@ -162,8 +163,8 @@ def check_body(cls: type, body: Any) -> Dict[str, Any]:
                 validate_name(value, "device id")
             except ConfigError as exc:
                 raise ProtocolError("schema", "%s: %s" % (path, exc)) from None
-    if cls in (GlobalModel, Update) and "ewc" not in out:
-        out["ewc"] = {}
-    if cls is Command and out["kind"] not in COMMAND_KINDS:
-        raise ProtocolError("schema", "Command.kind %r not in %s" % (out["kind"], COMMAND_KINDS))
+    if cls in (GlobalModel, Update) and "extras" not in out:
+        out["extras"] = {}
+    if cls is Command and not _COMMAND_KIND.match(out["kind"]):
+        raise ProtocolError("schema", "Command.kind %r is not a valid command name" % (out["kind"],))
     return out

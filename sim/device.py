@@ -218,11 +218,12 @@ class DeviceModel:
         return base_s * self.spec.speed * ratio
 
     def work_samples(self, trained: int, statistics_windows: Mapping[str, int]) -> int:
-        """Samples' worth of compute in a round: the ``trained`` ones plus the statistics the agent
-        computed after training (``AgentCore.statistics_windows``): AdaCLP's Fisher trace, one
-        batched backward over its windows, and FedCurv's diagonal, one backward per window."""
-        extra = (statistics_windows.get("fisher", 0)
-                 + self.spec.per_window_backward_samples * statistics_windows.get("curvature", 0))
+        """Samples' worth of compute in a round: the ``trained`` ones plus the statistics the agent's
+        plug-ins computed after training (``AgentCore.statistics_windows``): windows of one batched
+        backward (e.g. AdaCLP's Fisher trace) at a sample each, and windows that each need a
+        backward of their own (e.g. FedCurv's diagonal) at ``per_window_backward_samples`` each."""
+        extra = (statistics_windows.get("batched", 0)
+                 + self.spec.per_window_backward_samples * statistics_windows.get("per_window", 0))
         return int(trained) + int(round(extra))
 
     def min_seconds_per_sample(self, levels: Mapping[str, int]) -> float:

@@ -1,8 +1,10 @@
-"""Named methods: a method is a configuration of the coordinator's and the agents' strategies.
+"""Named methods: an aggregation strategy, a list of plug-ins with their settings, a clock policy.
 
 The simulator runs several methods on identical streams, devices and seeds and compares them.
-``fedavg`` and ``fedasync`` come with the backbone; every later algorithm issue (AdaCLP, FedTeddi,
-ST-EWC, sessions, SFedPO) registers its own methods here with ``register``.
+A method's behaviour lives in its plug-ins (``streamfl.coordinator.plugins`` and
+``streamfl.agent.plugins``); here it is only named and composed: ``plugins`` maps each coordinator
+plug-in to switch on to its settings (the devices' plug-ins follow the coordinator's models).
+Methods compose by listing several plug-ins.
 """
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
@@ -12,11 +14,13 @@ from streamfl.errors import ConfigError
 
 @dataclass(frozen=True)
 class Method:
-    """What a method changes: ``CoordinatorConfig`` keys, ``AgentConfig`` keys, the clock policy."""
+    """What a method changes: ``CoordinatorConfig`` keys, the coordinator plug-ins it switches on
+    with their settings, ``AgentConfig`` keys, the clock policy."""
 
     name: str
     description: str
     coordinator: Dict[str, Any] = field(default_factory=dict)
+    plugins: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     agent: Dict[str, Any] = field(default_factory=dict)
     #: None keeps the scenario's ``dvfs_policy``.
     dvfs_policy: Optional[str] = None
@@ -61,31 +65,30 @@ register(Method("fedavg", "synchronous FedAvg: sample-weighted average of one up
 
 
 # AdaCLP (adaclp.txt) and its Table 4 ablations: FedAsync with the federated CLP probe, the devices'
-# CLP hyper-parameters, and clocks as the method says. A scenario's own ``coordinator.clp`` keys
-# (window, sigma, r_end scaled to the run) still apply; these only switch the probe on.
-_CLP_ON = {"strategy": "fedasync", "clp": {"enabled": True}}
+# CLP hyper-parameters, and clocks as the method says. A scenario's ``plugins.clp`` settings
+# (window, sigma, r_end scaled to the run) apply to each of them.
+_FEDASYNC = {"strategy": "fedasync"}
+_FEDAVG = {"strategy": "fedavg"}
 register(Method("adaclp", "AdaCLP: FedAsync with the staleness-decayed CLP probe (eq. 2-3), CLP "
                           "hyper-parameters on the devices (eq. 4-6) and CLP-aware DVFS (sec. 4.2)",
-                coordinator=_CLP_ON, dvfs_policy="clp-aware"))
+                coordinator=_FEDASYNC, plugins={"clp": {}}, dvfs_policy="clp-aware"))
 register(Method("adaclp-no-dvfs", "AdaCLP without DVFS: clocks left where they are (Table 4)",
-                coordinator=_CLP_ON, dvfs_policy="none"))
+                coordinator=_FEDASYNC, plugins={"clp": {}}, dvfs_policy="none"))
 register(Method("adaclp-fixed-low", "AdaCLP at the lowest clock level throughout (Table 4)",
-                coordinator=_CLP_ON, dvfs_policy="powersave"))
+                coordinator=_FEDASYNC, plugins={"clp": {}}, dvfs_policy="powersave"))
 
 
 # The AdaCLP paper's other baselines (adaclp.txt sec. 5.1): FedCurv (synchronous, the U/V sums of
 # DESIGN.md s8), AFedCurv (the same penalty under FedAsync), CriticalFL (synchronous; twice the
 # clients per round inside the CLP, half outside) and FedCurv+CLP (FedCurv with the CLP regulator).
-_CURV = {"enabled": True}
 register(Method("fedcurv", "FedCurv: synchronous FedAvg whose devices train with the peers' Fisher-"
                            "weighted penalty (Shoham et al. 2019)",
-                coordinator={"strategy": "fedavg", "fedcurv": _CURV}))
+                coordinator=_FEDAVG, plugins={"fedcurv": {}}))
 register(Method("afedcurv", "AFedCurv: FedCurv's penalty under FedAsync aggregation",
-                coordinator={"strategy": "fedasync", "fedcurv": _CURV}))
+                coordinator=_FEDASYNC, plugins={"fedcurv": {}}))
 register(Method("criticalfl", "CriticalFL: synchronous rounds whose client count doubles inside "
                               "the CLP and halves after (Yan et al. 2023)",
-                coordinator={"strategy": "fedavg", "clp": {"enabled": True, "refine_hparams": False},
-                             "fedavg": {"criticalfl": True}}))
+                coordinator=_FEDAVG, plugins={"clp": {"refine_hparams": False}, "criticalfl": {}}))
 register(Method("fedcurv+clp", "FedCurv with the CLP regulator: synchronous FedCurv, devices refine "
                                "lr, batch size and dropout from the CLP state (eq. 4-6)",
-                coordinator={"strategy": "fedavg", "fedcurv": _CURV, "clp": {"enabled": True}}))
+                coordinator=_FEDAVG, plugins={"fedcurv": {}, "clp": {}}))

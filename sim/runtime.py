@@ -11,18 +11,20 @@ what it merged (the summary's per-round figures count those).
 """
 import dataclasses
 import logging
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from streamfl.agent.config import AgentConfig
-from streamfl.agent.core import AgentCore, DivergedError
+from streamfl.agent.core import AgentCore, DivergedError, RoundMeasurement
 from streamfl.config import build, merge
 from streamfl.coordinator.config import CoordinatorConfig
-from streamfl.coordinator.core import CoordinatorCore
+from streamfl.coordinator.core import CoordinatorCore, Step
+from streamfl.coordinator.strategies import staleness_of
 from streamfl.dvfs.policies.base import DomainView
 from streamfl.dvfs.simulated import SimulatedBackend, SimulatedDomain
 from streamfl.models import ModelSpec, tensor_spec
+from streamfl.models.evaluation import Evaluator
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import GlobalModel, Offline
 from streamfl.sensors.window import Window
@@ -30,7 +32,7 @@ from streamfl.sim.device import DeviceModel, DeviceSpec, make_devices
 from streamfl.sim.events import EventQueue
 from streamfl.sim.methods import Method
 from streamfl.sim.scenario import Scenario
-from streamfl.sim.simdata import EvalSet, SimData
+from streamfl.sim.scenario_data import SimData
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,10 @@ class SimRun:
         T, C, K = data.shape
         self.spec = ModelSpec(name=scenario.model.name, in_channels=C, window_len=T, num_classes=K,
                               hidden=scenario.model.hidden)
+        plugins = {name: merge(scenario.plugins.get(name, {}), settings)
+                   for name, settings in method.plugins.items()}
         ccfg = merge({"fleet": FLEET, "seed": int(seed), "model": dataclasses.asdict(self.spec)},
-                     scenario.coordinator, method.coordinator)
+                     scenario.coordinator, method.coordinator, {"plugins": plugins})
         self._start(build(CoordinatorConfig, ccfg, "%s: coordinator" % scenario.name), method, seed,
                     emit, progress)
         policy = method.dvfs_policy or scenario.dvfs_policy
@@ -86,7 +90,7 @@ class SimRun:
         streams = data.streams(self.seed)
         for i, dev in enumerate(models):
             self.devices.append(self._device(i, dev, streams[i], policy))
-        self.evalset = EvalSet(self.spec, *data.eval_set(self.seed))
+        self.evaluator = Evaluator(self.spec, *data.eval_set(self.seed))
         self.end_s = float(scenario.duration_s)
 
     # ---- construction -------------------------------------------------------------------------
@@ -102,6 +106,7 @@ class SimRun:
         self.coordinator = CoordinatorCore(config)
         self.decoder = Decoder({config.model.arch_id: tensor_spec(config.model)})
         self.devices: List[DeviceState] = []
+        self._index: Dict[str, int] = {}
         self.published: List[Tuple[float, GlobalModel, int]] = []
         self._publish(0.0)
 
@@ -123,6 +128,7 @@ class SimRun:
         backend = SimulatedBackend([SimulatedDomain(s.name, s.kind, s.levels_khz, clock=self._now)
                                     for s in dev.profile.domains])
         agent.dvfs_levels = {d.name: list(d.levels_khz) for d in backend.domains}
+        self._index[agent.device_id] = i
         return DeviceState(model=dev, agent=agent, backend=backend, stream=stream)
 
     # ---- the loop -----------------------------------------------------------------------------
@@ -155,9 +161,10 @@ class SimRun:
                 self._round(ev.payload, ev.time_s)
             elif ev.kind == "update":
                 self._arrive(ev.time_s, *ev.payload)
+            elif ev.kind == "command":
+                self._command(ev.time_s, *ev.payload)
             elif ev.kind == "tick":
-                if self.coordinator.tick(ev.time_s):
-                    self._new_version(ev.time_s)
+                self._apply(self.coordinator.tick(ev.time_s), ev.time_s)
                 q.push(ev.time_s + self.scenario.tick_s, "tick")
             elif ev.kind == "eval":
                 self._evaluate(ev.time_s)
@@ -203,12 +210,10 @@ class SimRun:
         # The Fisher trace and FedCurv's diagonal take time too (a real agent spends it the same way).
         work = d.model.work_samples(update.num_samples, d.agent.statistics_windows)
         compute_s = d.model.compute_s(work, levels)
-        spp = compute_s / max(1, work)
         train_j = d.model.train_w(levels) * compute_s
-        update = dataclasses.replace(update, seconds_per_sample=spp, energy_j=round(train_j, 6),
-                                     clock_levels=levels, created_s=t + compute_s)
-        d.agent.last_update = update
-        d.agent.observe_clocks(levels, spp)
+        update = d.agent.complete_round(update, RoundMeasurement(
+            clock_levels=levels, seconds_per_sample=compute_s / max(1, work),
+            energy_j=round(train_j, 6), finished_s=t + compute_s))
         frame = encode(update)
         upload_s = d.model.upload_s(len(frame))
         gone_s = d.model.next_unavailable_s(t)
@@ -238,40 +243,50 @@ class SimRun:
         d.diverged_rounds += 1
         log.info("%s: %s", d.agent.device_id, exc)
         self.emit({"event": "diverged", "method": self.method.name, "seed": self.seed,
-                   "t_s": round(t, 6), "device_id": d.agent.device_id, "lr": hp["lr"]})
+                   "time_s": round(t, 6), "device_id": d.agent.device_id, "lr": hp["lr"]})
         self.queue.push(max(t + interval, t + compute_s), "round", i)
 
     def _arrive(self, t: float, i: int, frame: bytes, compute_s: float, upload_s: float,
                 train_j: float) -> None:
-        before = self.coordinator.version
-        record = self.coordinator.on_update(self.decoder.decode(frame), t)
-        event = record.as_event()
-        event.update(event="update", method=self.method.name, seed=self.seed, t_s=round(t, 6),
+        step = self.coordinator.on_update(self.decoder.decode(frame), t)
+        event = step.update.as_event()
+        event.update(event="update", method=self.method.name, seed=self.seed, time_s=round(t, 6),
                      train_s=round(compute_s, 6), upload_s=round(upload_s, 6))
-        event.pop("time_s", None)
         self.emit(event)
-        if self.coordinator.version != before:
-            self._new_version(t)
-            if record.clp:        # AdaCLP's probe is on: the report draws its curve
-                self.emit({"event": "clp", "method": self.method.name, "seed": self.seed,
-                           "t_s": round(t, 6), "version": self.coordinator.version,
-                           "fisher_global": record.clp.get("fisher_global"),
-                           "in_clp": record.clp.get("in_clp"), "segment": record.clp.get("segment")})
+        self._apply(step, t)
 
-    def _new_version(self, t: float) -> None:
-        """Publish the new model and record which updates it merged (deadline rounds included)."""
-        self._publish(t)
-        merged = list(self.coordinator.strategy.last_aggregated)
-        version = self.coordinator.version
-        self.emit({"event": "aggregate", "method": self.method.name, "seed": self.seed,
-                   "t_s": round(t, 6), "version": version,
-                   "devices": [u.device_id for u in merged], "n": len(merged),
-                   # Relative to the version merged into (version - 1), as the update records count it.
-                   "staleness": [max(0, version - 1 - int(u.base_version)) for u in merged]})
+    def _apply(self, step: Step, t: float) -> None:
+        """Do what the coordinator's step asks: publish each new version and record what it
+        merged (deadline rounds included), log the plug-ins' events, send the commands."""
+        for aggregation in step.aggregations:
+            self._publish(t)
+            version, merged = aggregation.version, aggregation.merged
+            self.emit({"event": "aggregate", "method": self.method.name, "seed": self.seed,
+                       "time_s": round(t, 6), "version": version,
+                       "devices": [u.device_id for u in merged], "n": len(merged),
+                       # Relative to the version merged into (version - 1), as the update records count it.
+                       "staleness": [staleness_of(version - 1, u.base_version) for u in merged]})
+        for event in step.events:
+            self.emit(dict(event, method=self.method.name, seed=self.seed, time_s=round(t, 6)))
+        for addressed in step.commands:
+            i = self._index.get(addressed.device_id)
+            if i is None:
+                log.warning("command for unknown device %s dropped", addressed.device_id)
+                continue
+            frame = encode(addressed.command)
+            self.queue.push(t + self.devices[i].model.download_s(len(frame)), "command", (i, frame))
+
+    def _command(self, t: float, i: int, frame: bytes) -> None:
+        """A command reaches its device through the codec, as over MQTT (QoS 1, not retained: a
+        device that is offline then misses it). A ``train`` command does not start an extra round
+        here: the device's rounds keep their own schedule (the daemon starts one at once)."""
+        d = self.devices[i]
+        if d.online:
+            d.agent.on_command(self.decoder.decode(frame))
 
     def _message(self, msg: Any, t: float) -> None:
         """A status message from a device, through the codec like everything else."""
-        self.coordinator.on_message(self.decoder.decode(encode(msg)), t)
+        self._apply(self.coordinator.on_message(self.decoder.decode(encode(msg)), t), t)
 
     def _publish(self, t: float) -> None:
         frame = encode(self.coordinator.global_model())
@@ -306,15 +321,15 @@ class SimRun:
             if d.model.online_s(t) > 0:
                 seen |= set(d.stream.classes_seen(t))
         tensors = self.coordinator.model
-        accuracy, loss, accuracy_seen = self.evalset.evaluate(tensors, seen)
+        accuracy, loss, accuracy_seen = self.evaluator.evaluate_classes(tensors, seen)
         event = {"event": "eval", "method": self.method.name, "seed": self.seed,
-                 "t_s": round(t, 6), "version": self.coordinator.version,
+                 "time_s": round(t, 6), "version": self.coordinator.version,
                  "accuracy": accuracy, "loss": loss, "accuracy_seen": accuracy_seen,
                  "energy_j": round(self.energy_j(t), 3), "period": self.data.period(t),
                  "final": final}
         if self.scenario.stream.kind == "domain_incremental":
             transform = self.devices[0].stream.transform
-            event["period_accuracy"] = [round(self.evalset.evaluate(tensors, (), transform, p)[0], 6)
+            event["period_accuracy"] = [round(self.evaluator.evaluate_classes(tensors, (), transform, p)[0], 6)
                                         for p in range((self.data.period(t) or 0) + 1)]
         self.emit(event)
         if self.progress is not None:

@@ -20,7 +20,7 @@ from streamfl.errors import ConfigError
 class DataConfig:
     """Which dataset, how much of it is held out for evaluation, how it is split over devices."""
 
-    #: synthetic | watch | mnist | digits | npz (``path``), see ``streamfl.sim.data``.
+    #: synthetic | watch | mnist | digits | npz (``path``), see ``streamfl.sim.datasets``.
     dataset: str = "synthetic"
     path: Optional[str] = None
     n_windows: Optional[int] = None
@@ -86,6 +86,10 @@ class Scenario:
     agent: Dict[str, Any] = field(default_factory=dict)
     #: CoordinatorConfig keys (alpha, staleness, hparams, fedavg, ...); a method's own win.
     coordinator: Dict[str, Any] = field(default_factory=dict)
+    #: Settings of the coordinator plug-ins a method switches on, by plug-in name (e.g.
+    #: ``clp: {window_m: 50}``); they apply only to methods that list the plug-in, and a method's
+    #: own settings win. Device-side plug-in settings go under ``agent.plugins``.
+    plugins: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     #: Clock policy of every device unless the method sets one.
     dvfs_policy: str = "none"
     #: Virtual seconds between FedAvg deadline checks.
@@ -110,6 +114,10 @@ class Scenario:
                 raise ValueError("devices: count must be an integer >= 1, got %r" % (count,))
         for spec_error in _device_spec_errors(self.devices):
             raise ValueError(spec_error)
+        from streamfl.coordinator.plugins import PLUGINS
+        unknown = sorted(set(self.plugins) - set(PLUGINS))
+        if unknown:
+            raise ValueError("plugins: unknown plug-in %r (known: %s)" % (unknown[0], ", ".join(PLUGINS)))
         if any(not 0.0 < t <= 1.0 for t in self.thresholds):
             raise ValueError("thresholds must be accuracies in (0, 1], got %r" % (self.thresholds,))
 

@@ -9,15 +9,16 @@ import pytest
 from streamfl.agent import clp_hparams
 from streamfl.agent.clp_hparams import ClpHparamsConfig, refine, sigmoid
 from streamfl.coordinator.clp import ClpConfig, ClpProbe
+from streamfl.protocol.payloads import ClpState
 
 BASE = {"lr": 0.003, "batch_size": 32, "local_steps": 20, "dropout": 0.0}
 E = math.e
 
 
 def clp(fg, prev=None, version=10, start=0, regulating=True, seg_start=None):
-    return {"in_clp": True, "fisher_global": fg, "fisher_global_prev": prev, "segment": 0,
-            "segment_start_version": start, "regulating": regulating, "version": version,
-            "fisher_segment_start": seg_start}
+    return ClpState(in_clp=True, fisher_global=fg, fisher_global_prev=prev, segment=0,
+                    segment_start_version=start, regulating=regulating, version=version,
+                    fisher_segment_start=seg_start)
 
 
 def test_formulas_at_known_points():
@@ -103,17 +104,16 @@ def test_fisher_scale_normalizes_absolute_reference():
     assert out["dropout"] == pytest.approx(0.2 * (1 - sigmoid(10.0 * 0.01)))
 
 
-@pytest.mark.parametrize("state", [
-    clp(E, regulating=False), {}, {"regulating": "true", "fisher_global": E}, None])
+@pytest.mark.parametrize("state", [clp(E, regulating=False), None])
 def test_not_regulating_returns_the_coordinators_hparams(state):
     out = refine(state, BASE)
     assert out == BASE and out is not BASE
 
 
 def test_probe_state_drives_refine_after_json():
-    probe = ClpProbe(ClpConfig(enabled=True, window_m=1, lam=0.0, r_end=3))
+    probe = ClpProbe(ClpConfig(window_m=1, lam=0.0, r_end=3))
     states = [probe.on_aggregation(v, v - 1, E ** v) for v in range(1, 5)]
-    outs = [refine(json.loads(json.dumps(s.as_dict())), BASE) for s in states]
+    outs = [refine(ClpState.parse(json.loads(json.dumps(s.as_dict())), {}), BASE) for s in states]
     assert outs[1]["lr"] == pytest.approx(0.01 * 2.0 ** -2)   # F_G = e^2
     assert outs[2]["batch_size"] == 14                         # 1 + 50 / 4 = 13.5 -> 14
     assert outs[3] == BASE                                     # version 4 > R_end

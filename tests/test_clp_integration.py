@@ -1,6 +1,7 @@
 """AdaCLP wired through the cores (issue 5, points 1-4): devices send Fisher traces, the coordinator's
 probe puts F_G, the CLP flag and the segment in every global model and in metrics, devices refine
 their hyper-parameters from it, and over real MQTT a CLP change reaches the agents' lr and clocks."""
+import dataclasses
 import re
 
 import numpy as np
@@ -20,8 +21,9 @@ SPEC = {"name": "mlp", "in_channels": 6, "window_len": 50, "num_classes": 6, "hi
 
 
 def _agent(**over):
+    clp = dict({"fisher_samples": 8}, **over.pop("clp", {}))
     cfg = build(AgentConfig, dict({"device_id": "d1", "model": SPEC, "min_buffer": 8,
-                                   "fisher_samples": 8}, **over), "test")
+                                   "plugins": {"clp": clp}}, **over), "test")
     agent = AgentCore(cfg, clock=lambda: 0.0)
     rng = np.random.default_rng(0)
     for k in range(40):
@@ -30,45 +32,50 @@ def _agent(**over):
 
 
 def _coordinator(**clp):
-    return CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "clp": dict({"enabled": True}, **clp)},
-                                 "test"))
+    return CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "plugins": {"clp": clp}}, "test"))
 
 
 def test_updates_carry_a_fisher_trace_and_the_probe_broadcasts_it():
     coord, agent = _coordinator(window_m=3), _agent()
     decoder = Decoder({coord.arch_id: tensor_spec(ModelSpec(**SPEC))})
     gm = coord.global_model()
-    assert gm.clp["regulating"] is True and gm.clp["in_clp"] is True      # training starts in the CLP
+    state = gm.extras["clp"]
+    assert state.regulating is True and state.in_clp is True      # training starts in the CLP
     for _ in range(4):
         agent.on_global_model(decoder.decode(encode(coord.global_model())))
         update = agent.train_round()
-        assert update.fisher_trace is not None and update.fisher_trace > 0
-        record = coord.on_update(decoder.decode(encode(update)), 0.0)
-        assert record.fisher_trace == update.fisher_trace
-        assert record.as_event()["clp"]["version"] == coord.version
-    clp = decoder.decode(encode(coord.global_model())).clp
-    assert clp["fisher_global"] > 0 and clp["version"] == 4 and set(coord.clp.weights()) == {2, 3, 4}
+        trace = update.extras["fisher_trace"].value
+        assert trace > 0
+        step = coord.on_update(decoder.decode(encode(update)), 0.0)
+        event = step.update.as_event()
+        assert event["fisher_trace"] == pytest.approx(trace)
+        assert event["clp"]["version"] == coord.version
+        assert [e["event"] for e in step.events] == ["clp"]
+    clp = decoder.decode(encode(coord.global_model())).extras["clp"]
+    assert clp.fisher_global > 0 and clp.version == 4
+    assert set(coord.plugin("clp").probe.weights()) == {2, 3, 4}
     # Persisted and restored with the coordinator's state.
     again = _coordinator(window_m=3)
     again.restore(coord.model, coord.state(), 0.0)
-    assert again.global_model().clp == coord.global_model().clp
+    assert again.global_model().extras["clp"] == coord.global_model().extras["clp"]
 
 
 def test_off_by_default_and_no_trace_when_disabled_on_the_device():
     coord = CoordinatorCore(build(CoordinatorConfig, {"model": SPEC}, "test"))
-    assert coord.global_model().clp == {}
-    agent = _agent(fisher_samples=0)
-    agent.on_global_model(coord.global_model())
-    assert agent.train_round().fisher_trace is None
+    assert coord.global_model().extras == {}
+    agent = _agent(clp={"fisher_samples": 0})
+    agent.on_global_model(_coordinator().global_model())
+    assert "fisher_trace" not in agent.train_round().extras
     # A coordinator without the probe asks for no trace: the device spends no backward pass on it.
     agent = _agent()
     agent.on_global_model(coord.global_model())
-    assert agent.config.fisher_samples > 0
-    assert agent.train_round().fisher_trace is None and agent.statistics_windows == {}
-    agent.global_model = _coordinator().global_model()     # the same v0, from a probing coordinator
+    assert agent.config.plugins["clp"].fisher_samples > 0
+    assert agent.train_round().extras == {} and agent.statistics_windows == {}
+    probing = _coordinator().global_model()                    # the same model, from a probing coordinator
+    agent.on_global_model(dataclasses.replace(probing, version=1))
     update = agent.train_round()
-    assert update.fisher_trace is not None
-    assert agent.statistics_windows == {"fisher": min(agent.config.fisher_samples, len(agent.buffer))}
+    assert "fisher_trace" in update.extras
+    assert agent.statistics_windows == {"batched": min(8, len(agent.buffer))}
 
 
 def test_devices_refine_lr_batch_and_dropout_from_the_clp_state():
@@ -79,15 +86,17 @@ def test_devices_refine_lr_batch_and_dropout_from_the_clp_state():
     gm.hparams.update(base)
     agent.on_global_model(gm)                          # segment start: eta0, B0, D0
     assert (agent.hparams["lr"], agent.hparams["batch_size"], agent.hparams["dropout"]) == (0.01, 50, 0.2)
-    rising = dict(gm.clp, version=5, fisher_global=50.0, fisher_global_prev=49.9, segment_start_version=0)
-    gm2 = type(gm)(version=5, arch_id=gm.arch_id, tensors=gm.tensors, hparams=dict(base), clp=rising)
+    rising = dataclasses.replace(gm.extras["clp"], version=5, fisher_global=50.0, fisher_global_prev=49.9,
+                                 segment_start_version=0)
+    gm2 = type(gm)(version=5, arch_id=gm.arch_id, tensors=gm.tensors, hparams=dict(base),
+                   extras={"clp": rising})
     agent.on_global_model(gm2)
     assert agent.hparams["lr"] == pytest.approx(0.01 * 50.0 ** -np.log(2))          # eq. 4
     assert agent.hparams["batch_size"] == int(round(1 + 50 / (1 + np.log(50.0))))   # eq. 5
     assert agent.hparams["dropout"] == pytest.approx(0.2 * (1 - 1 / (1 + np.exp(-10 * 0.1))))  # eq. 6
-    done = dict(rising, version=6, regulating=False)
+    done = dataclasses.replace(rising, version=6, regulating=False)
     agent.on_global_model(type(gm)(version=6, arch_id=gm.arch_id, tensors=gm.tensors,
-                                   hparams=dict(base), clp=done))
+                                   hparams=dict(base), extras={"clp": done}))
     assert agent.hparams == base                       # after R_end: the coordinator's own
 
 
@@ -96,9 +105,9 @@ def test_devices_refine_lr_batch_and_dropout_from_the_clp_state():
 def test_a_clp_change_over_mqtt_reaches_the_agents_lr_and_clocks(fleet):
     """sigma is set out of reach, so the fleet starts in the CLP (lowest clocks, eta0) and leaves it
     once F_G has a history; agents then take eq. 4's lr and clp-aware climbs the clocks."""
-    run = fleet(coordinator_overrides={"clp": {"enabled": True, "window_m": 3, "sigma": 1e6}},
-                agent_overrides={"dvfs": {"policy": "clp-aware"}, "clp": {"fisher_scale": 1e-6},
-                                 "fisher_samples": 8})
+    run = fleet(coordinator_overrides={"plugins": {"clp": {"window_m": 3, "sigma": 1e6}}},
+                agent_overrides={"dvfs": {"policy": "clp-aware"},
+                                 "plugins": {"clp": {"fisher_scale": 1e-6, "fisher_samples": 8}}})
     run.start_fleet(2)
     agents = list(run.agents.values())
     run.wait_for(lambda: run.version() >= 12, 150, "12 aggregations")

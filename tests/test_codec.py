@@ -11,6 +11,7 @@ from safetensors.numpy import save as st_save
 from streamfl.errors import ProtocolError
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.protocol.codec import FORMAT_VERSION, MAGIC, Decoder, encode
+from streamfl.protocol.payloads import ClpState, CurvatureDiagonal, CurvatureTerms, FisherTrace
 from streamfl.protocol.messages import (
     MESSAGE_TYPES, PROTOCOL_VERSION, Command, CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry,
     Update,
@@ -38,12 +39,15 @@ def samples():
         Offline(device_id="jetson-01", reason="lost"),
         CoordinatorStatus(online=True, version=7),
         GlobalModel(version=7, arch_id=ARCH, tensors=t, hparams={"lr": 0.01, "batch_size": 32},
-                    clp={"in_clp": True, "fg": [1.0, 2.5]}, session_id=2,
-                    ewc={"lambda1": 0.5, "U": tensors(1), "V": tensors(2)}),
+                    extras={"clp": ClpState(version=7, fisher_global=2.5, fisher_global_prev=1.0,
+                                            in_clp=True, segment=1, segment_start_version=3,
+                                            regulating=True),
+                            "curvature": CurvatureTerms(lambda2=0.5, fisher_samples=20, U=tensors(1),
+                                                        V=tensors(2))}),
         Update(device_id="pi-7", update_id="pi-7-0003", base_version=6, arch_id=ARCH, tensors=t,
                num_samples=640, class_counts={0: 10, 3: 630}, loss=0.25, seconds_per_sample=0.002,
-               round_index=3, created_s=1700000000.5, fisher_trace=12.5, grad_variance=None,
-               energy_j=3.0, clock_levels={"cpu": 2}, ewc={"F": tensors(3)}),
+               round_index=3, created_s=1700000000.5, energy_j=3.0, clock_levels={"cpu": 2},
+               extras={"fisher_trace": FisherTrace(12.5), "curvature_diagonal": CurvatureDiagonal(tensors(3))}),
         Command(kind="override", params={"lr": 0.001, "dvfs": {"cpu": 1}}),
         Telemetry(device_id="pi-7", time_s=12.5, buffer_fill=100, buffer_capacity=512, rounds=4,
                   power_w=5.5, clocks_khz={"cpu": 1500000}, temperatures_c={"soc": 51.0}),
@@ -59,14 +63,13 @@ def assert_same(a, b, atol=0.0):
             for k in va:
                 assert vb[k].dtype == np.float32 and vb[k].shape == va[k].shape
                 np.testing.assert_allclose(vb[k], va[k], atol=atol, rtol=1e-3 if atol else 0)
-        elif name == "ewc":
+        elif name == "extras":
             assert sorted(va) == sorted(vb)
             for k, v in va.items():
-                if isinstance(v, dict):
-                    for n in v:
-                        np.testing.assert_array_equal(vb[k][n], v[n])  # ewc always float32
-                else:
-                    assert vb[k] == v
+                assert type(vb[k]) is type(v) and vb[k].fields() == v.fields()
+                for group, arrays in v.groups().items():
+                    for n in arrays:
+                        np.testing.assert_array_equal(vb[k].groups()[group][n], arrays[n])  # always float32
         else:
             assert vb == va, name
 
@@ -133,6 +136,7 @@ def test_tensor_block_is_real_safetensors_both_ways():
     # and a block written by the safetensors library (its own order, with metadata) decodes
     t = tensors(5)
     lib_block = st_save(dict(reversed(list(t.items()))), metadata={"who": "library"})
+    header["body"]["extras"] = {"fisher_trace": header["body"]["extras"]["fisher_trace"]}  # no tensors
     out = decoder().decode(frame(header, lib_block))
     for k in t:
         np.testing.assert_array_equal(out.tensors[k], t[k])
@@ -236,7 +240,10 @@ def test_hello_schema_violations(mutate):
     pytest.param(lambda b: b.update(class_counts={"x": 1}), id="non-int-key"),
     pytest.param(lambda b: b.update(class_counts={"1": -1}), id="negative-count"),
     pytest.param(lambda b: b.update(class_counts={"1": True}), id="bool-count"),
-    pytest.param(lambda b: b.update(fisher_trace="1"), id="str-for-optional-float"),
+    pytest.param(lambda b: b.update(energy_j="1"), id="str-for-optional-float"),
+    pytest.param(lambda b: b["extras"]["fisher_trace"].update(value="1"), id="str-in-an-extra"),
+    pytest.param(lambda b: b["extras"]["fisher_trace"].update(extra=1), id="unknown-extra-field"),
+    pytest.param(lambda b: b["extras"].update(fisher_trace=[1.0]), id="extra-not-an-object"),
     pytest.param(lambda b: b.update(clock_levels={"cpu": 1.0}), id="float-for-int-value"),
     pytest.param(lambda b: b.pop("update_id"), id="missing-update-id"),
 ])
@@ -248,14 +255,14 @@ def test_update_schema_violations(mutate):
 
 def test_floats_accept_ints_and_optionals_accept_null():
     header, block = header_of(samples()[4])
-    header["body"].update(loss=1, fisher_trace=None)
+    header["body"].update(loss=1, energy_j=None)
     out = decoder().decode(frame(header, block))
-    assert out.loss == 1.0 and type(out.loss) is float and out.fisher_trace is None
+    assert out.loss == 1.0 and type(out.loss) is float and out.energy_j is None
 
 
 def test_other_schema_violations():
     header, block = header_of(samples()[5])
-    assert reason_of(frame(dict(header, body=dict(header["body"], kind="reboot")))) == "schema"
+    assert reason_of(frame(dict(header, body=dict(header["body"], kind="Reboot now!")))) == "schema"
     assert reason_of(frame(dict(header, dtype="float64"))) == "schema"
     assert reason_of(frame(dict(header, body=[]))) == "schema"
     assert reason_of(frame({k: v for k, v in header.items() if k != "dtype"})) == "schema"
@@ -317,7 +324,9 @@ def test_wrong_shape_missing_and_extra_tensors_are_arch_mismatch():
         base.tensors = bad
         assert reason_of(encode(base)) == "arch_mismatch"
     gm = samples()[3]
-    gm.ewc["U"] = {k: v for k, v in gm.ewc["U"].items() if k != "head.bias"}
+    terms = gm.extras["curvature"]
+    gm.extras["curvature"] = CurvatureTerms(terms.lambda2, terms.fisher_samples,
+                                            {k: v for k, v in terms.U.items() if k != "head.bias"}, terms.V)
     assert reason_of(encode(gm)) == "arch_mismatch"
 
 
@@ -427,9 +436,32 @@ def test_update_carries_a_fisher_diagonal_checked_against_the_architecture():
     dec = decoder()
     upd = samples()[4]
     back = dec.decode(encode(upd, float16=True))
-    assert sorted(back.ewc) == ["F"]
-    assert all(a.dtype == np.float32 for a in back.ewc["F"].values())  # float32 even in a float16 frame
-    upd.ewc = {"F": {k: v for k, v in upd.ewc["F"].items() if k != "head.bias"}}
+    assert sorted(back.extras) == ["curvature_diagonal", "fisher_trace"]
+    diag = back.extras["curvature_diagonal"].F
+    assert all(a.dtype == np.float32 for a in diag.values())  # float32 even in a float16 frame
+    full = samples()[4].extras["curvature_diagonal"].F
+    upd.extras = {"curvature_diagonal": CurvatureDiagonal({k: v for k, v in full.items() if k != "head.bias"})}
     assert reason_of(encode(upd), dec) == "arch_mismatch"
-    upd.ewc = {"F": {k: v[..., :1] for k, v in samples()[4].ewc["F"].items()}}
+    upd.extras = {"curvature_diagonal": CurvatureDiagonal({k: v[..., :1] for k, v in full.items()})}
     assert reason_of(encode(upd), dec) == "arch_mismatch"
+
+
+def test_an_unknown_extra_kind_is_dropped_and_the_model_kept(caplog):
+    header, block = header_of(samples()[3])
+    header["body"]["extras"]["from-a-newer-coordinator"] = {"x": 1}
+    back = decoder().decode(frame(header, block))
+    assert sorted(back.extras) == ["clp", "curvature"] and back.version == 7
+
+
+def test_an_extra_that_is_not_registered_cannot_be_encoded():
+    upd = samples()[4]
+    upd.extras = {"fisher_trace": 1.5}
+    with pytest.raises(ProtocolError):
+        encode(upd)
+
+
+def test_extra_tensor_names_are_checked():
+    header, block = header_of(samples()[4])
+    renamed = dict(st_load(block))
+    renamed["extra/onlykind"] = renamed.pop(next(k for k in renamed if k.startswith("extra/")))
+    assert reason_of(frame(header, st_save(renamed))) == "schema"

@@ -4,28 +4,15 @@ import dataclasses
 import numpy as np
 import pytest
 
+from factories import SPEC, make_hello, make_update
 from streamfl.coordinator.config import CoordinatorConfig, FedAvgConfig, HParams
 from streamfl.coordinator.core import CoordinatorCore, initial_model
-from streamfl.models import ModelSpec
-from streamfl.protocol.messages import Hello, Offline, Telemetry, Update
-
-SPEC = ModelSpec(name="mlp", in_channels=2, window_len=4, num_classes=2, hidden=4)
+from streamfl.protocol.messages import Offline, Telemetry
 
 
 def config(**kw):
     kw.setdefault("model", SPEC)
     return CoordinatorConfig(**kw)
-
-
-def make_update(core, device="d1", uid="u1", base_version=0, value=1.0, arch_id=None, **kw):
-    tensors = {k: np.full_like(v, value) for k, v in core.model.items()}
-    return Update(device_id=device, update_id=uid, base_version=base_version,
-                  arch_id=arch_id or SPEC.arch_id, tensors=tensors, num_samples=kw.get("n", 8),
-                  class_counts={0: 4, 1: 4}, loss=0.25, seconds_per_sample=0.001)
-
-
-def hello(device, arch_id=SPEC.arch_id):
-    return Hello(device_id=device, board="b", software_version="0", arch_id=arch_id, buffer_capacity=10)
 
 
 def test_initial_model_is_seeded():
@@ -40,20 +27,20 @@ def test_initial_model_is_seeded():
 def test_each_fedasync_update_increments_version():
     core = CoordinatorCore(config(alpha=0.5, staleness="constant"))
     before = {k: v.copy() for k, v in core.model.items()}
-    rec = core.on_message(make_update(core, uid="u1", value=2.0), now=1.0)
+    rec = core.on_message(make_update(update_id="u1", value=2.0), now=1.0).update
     assert core.version == 1 and rec.aggregated and rec.outcome == "aggregated"
     assert rec.version == 1 and rec.staleness == 0 and rec.num_samples == 8
     for k in before:
         np.testing.assert_allclose(core.model[k], 0.5 * before[k] + 1.0, rtol=1e-6)
-    rec = core.on_message(make_update(core, uid="u2", base_version=0), now=2.0)
+    rec = core.on_message(make_update(update_id="u2", base_version=0), now=2.0).update
     assert core.version == 2 and rec.staleness == 1
     assert core.counters["aggregated"] == 2 and core.counters["updates_received"] == 2
 
 
 def test_duplicate_update_ids_dropped():
     core = CoordinatorCore(config())
-    core.on_message(make_update(core, uid="same"), now=0.0)
-    rec = core.on_message(make_update(core, uid="same"), now=1.0)
+    core.on_message(make_update(update_id="same"), now=0.0)
+    rec = core.on_message(make_update(update_id="same"), now=1.0).update
     assert rec.outcome == "duplicate" and not rec.aggregated
     assert core.version == 1 and core.counters["duplicates"] == 1
 
@@ -61,17 +48,17 @@ def test_duplicate_update_ids_dropped():
 def test_dedup_window_is_bounded():
     core = CoordinatorCore(config(dedup_window=2))
     for uid in ("a", "b", "c"):
-        core.on_message(make_update(core, uid=uid), now=0.0)
-    core.on_message(make_update(core, uid="a"), now=0.0)     # forgotten: accepted again
-    core.on_message(make_update(core, uid="c"), now=0.0)     # still remembered
+        core.on_message(make_update(update_id=uid), now=0.0)
+    core.on_message(make_update(update_id="a"), now=0.0)     # forgotten: accepted again
+    core.on_message(make_update(update_id="c"), now=0.0)     # still remembered
     assert core.version == 4 and core.counters["duplicates"] == 1
 
 
 def test_wrong_architecture_rejected_and_counted():
     core = CoordinatorCore(config())
-    rec = core.on_message(make_update(core, arch_id="lstm-c6-w50-k6-h128"), now=0.0)
+    rec = core.on_message(make_update(arch_id="lstm-c6-w50-k6-h128"), now=0.0).update
     assert rec.outcome == "rejected" and core.version == 0 and core.counters["rejected"] == 1
-    bad = make_update(core, uid="u2")
+    bad = make_update(update_id="u2")
     bad.tensors["extra"] = np.zeros(1, dtype=np.float32)
     core.on_message(bad, now=0.0)
     assert core.version == 0 and core.counters["rejected"] == 2
@@ -80,7 +67,7 @@ def test_wrong_architecture_rejected_and_counted():
 def test_history_bounded():
     core = CoordinatorCore(config(history_size=3))
     for i in range(5):
-        core.on_message(make_update(core, uid="u%d" % i, base_version=i), now=float(i))
+        core.on_message(make_update(update_id="u%d" % i, base_version=i), now=float(i))
     assert core.history.versions() == [3, 4, 5]
     assert core.history.get(5).tensors is core.model
     assert core.history.get(1) is None
@@ -88,7 +75,7 @@ def test_history_bounded():
 
 def test_future_base_version_is_staleness_zero(caplog):
     core = CoordinatorCore(config(max_staleness=0))
-    rec = core.on_message(make_update(core, base_version=7), now=0.0)
+    rec = core.on_message(make_update(base_version=7), now=0.0).update
     assert rec.staleness == 0 and rec.aggregated
     assert core.counters["future_base"] == 1
     assert "lost its state" in caplog.text
@@ -97,20 +84,20 @@ def test_future_base_version_is_staleness_zero(caplog):
 def test_stale_drop_counted_in_core():
     core = CoordinatorCore(config(max_staleness=1))
     for i in range(3):
-        core.on_message(make_update(core, uid="u%d" % i, base_version=i), now=0.0)
-    rec = core.on_message(make_update(core, uid="old", base_version=0), now=0.0)
+        core.on_message(make_update(update_id="u%d" % i, base_version=i), now=0.0)
+    rec = core.on_message(make_update(update_id="old", base_version=0), now=0.0).update
     assert rec.outcome == "stale" and core.counters["stale_dropped"] == 1 and core.version == 3
 
 
 def test_registry_fed_by_status_and_traffic():
     core = CoordinatorCore(config())
-    core.on_message(hello("pi1"), now=1.0)
-    core.on_message(hello("pi2"), now=1.0)
+    core.on_message(make_hello("pi1"), now=1.0)
+    core.on_message(make_hello("pi2"), now=1.0)
     core.on_message(Offline(device_id="pi2"), now=2.0)
     core.on_message(Telemetry(device_id="pi1", time_s=0.0, buffer_fill=1, buffer_capacity=2), now=5.0)
     assert core.online() == ["pi1"]
     assert core.devices()["pi1"].last_seen_s == 5.0
-    core.on_message(make_update(core, device="pi1"), now=7.0)
+    core.on_message(make_update(device_id="pi1"), now=7.0)
     assert core.devices()["pi1"].last_seen_s == 7.0 and core.devices()["pi1"].updates == 1
 
 
@@ -124,20 +111,20 @@ def test_global_model_carries_hparams():
 
 def test_fedavg_through_core_and_tick():
     core = CoordinatorCore(config(strategy="fedavg", fedavg=FedAvgConfig(deadline_s=10.0)))
-    core.on_message(hello("a"), now=0.0)
-    core.on_message(hello("b"), now=0.0)
-    assert not core.tick(0.0)
-    rec = core.on_message(make_update(core, device="a", value=1.0, n=1), now=1.0)
+    core.on_message(make_hello("a"), now=0.0)
+    core.on_message(make_hello("b"), now=0.0)
+    assert core.tick(0.0).new_version is None
+    rec = core.on_message(make_update(device_id="a", value=1.0, num_samples=1), now=1.0).update
     assert rec.outcome == "buffered" and core.version == 0
-    rec = core.on_message(make_update(core, device="b", uid="u2", value=3.0, n=3), now=2.0)
+    rec = core.on_message(make_update(device_id="b", update_id="u2", value=3.0, num_samples=3), now=2.0).update
     assert rec.aggregated and core.version == 1
     assert all(np.allclose(v, 2.5) for v in core.model.values())
-    rec = core.on_message(make_update(core, device="a", uid="u3", base_version=1, value=5.0), now=3.0)
+    rec = core.on_message(make_update(device_id="a", update_id="u3", base_version=1, value=5.0), now=3.0).update
     assert rec.outcome == "buffered"            # b has not reported in this round
-    assert not core.tick(12.0)                  # round started at 3.0, deadline 13.0
-    assert core.tick(14.0) and core.version == 2
+    assert core.tick(12.0).new_version is None                  # round started at 3.0, deadline 13.0
+    assert core.tick(14.0).new_version == 2 and core.version == 2
     assert all(np.allclose(v, 5.0) for v in core.model.values())
-    rec = core.on_message(make_update(core, device="b", uid="late", base_version=0), now=15.0)
+    rec = core.on_message(make_update(device_id="b", update_id="late", base_version=0), now=15.0).update
     assert rec.outcome == "stale" and core.counters["stale_dropped"] == 1
 
 

@@ -4,26 +4,17 @@ import json
 import numpy as np
 import pytest
 
+from factories import SPEC, make_update
+from streamfl.models import ModelSpec
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
 from streamfl.coordinator.persistence import Persister, StateStore
 from streamfl.errors import ConfigError, StorageError
-from streamfl.models import ModelSpec
-from streamfl.protocol.messages import Update
-
-SPEC = ModelSpec(name="mlp", in_channels=2, window_len=4, num_classes=2, hidden=4)
-
-
-def make_update(core, uid, base_version=0, value=1.0):
-    return Update(device_id="d1", update_id=uid, base_version=base_version, arch_id=SPEC.arch_id,
-                  tensors={k: np.full_like(v, value) for k, v in core.model.items()}, num_samples=4,
-                  class_counts={}, loss=0.1, seconds_per_sample=0.001)
-
 
 def trained_core(n=3, **kw):
     core = CoordinatorCore(CoordinatorConfig(model=SPEC, **kw))
     for i in range(n):
-        core.on_message(make_update(core, "u%d" % i, base_version=i, value=float(i)), now=float(i))
+        core.on_message(make_update(update_id="u%d" % i, base_version=i, value=float(i)), now=float(i))
     return core
 
 
@@ -55,15 +46,15 @@ def test_round_trip_and_restart_continues_at_same_version(tmp_path):
     assert all(np.array_equal(again.model[k], core.model[k]) for k in core.model)
     assert again.counters["aggregated"] == 3
     # an outbox resend of an update already aggregated before the restart is still a duplicate
-    rec = again.on_message(make_update(again, "u2", base_version=2), now=101.0)
-    assert rec.outcome == "duplicate" and again.version == 3
-    again.on_message(make_update(again, "u3", base_version=3), now=102.0)
+    rec = again.on_message(make_update(update_id="u2", base_version=2), now=101.0)
+    assert rec.update.outcome == "duplicate" and again.version == 3
+    again.on_message(make_update(update_id="u3", base_version=3), now=102.0)
     assert again.version == 4
 
 
 def test_strategy_state_survives_restart(tmp_path):
     core = trained_core(3, max_staleness=0)
-    core.on_message(make_update(core, "old", base_version=0), now=5.0)
+    core.on_message(make_update(update_id="old", base_version=0), now=5.0)
     assert core.strategy.stale_dropped == 1
     Persister(StateStore(tmp_path)).flush(core, now=5.0)
     assert restarted(tmp_path, max_staleness=0).strategy.stale_dropped == 1
@@ -103,7 +94,7 @@ def test_crash_between_the_two_writes_trusts_the_model(tmp_path):
     core = trained_core(2)
     Persister(store).flush(core, now=0.0)
     old_state = (tmp_path / "state.json").read_bytes()
-    core.on_message(make_update(core, "u9", base_version=2), now=1.0)
+    core.on_message(make_update(update_id="u9", base_version=2), now=1.0)
     Persister(store).flush(core, now=1.0)
     (tmp_path / "state.json").write_bytes(old_state)      # as if the second rename never happened
     again = restarted(tmp_path)
@@ -117,7 +108,7 @@ def test_persister_rate_limits_but_flush_always_saves(tmp_path):
     core = trained_core(1)
     assert persister.maybe_save(core, now=10.0)
     assert not persister.maybe_save(core, now=10.1)       # nothing new
-    core.on_message(make_update(core, "x", base_version=1), now=10.5)
+    core.on_message(make_update(update_id="x", base_version=1), now=10.5)
     assert not persister.maybe_save(core, now=11.0)       # too soon
     assert persister.maybe_save(core, now=12.1)
     assert persister.flush(core, now=12.2)

@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 
+from factories import make_update
 from streamfl.coordinator.config import CoordinatorConfig, FedAvgConfig
 from streamfl.coordinator.evaluation import Evaluator, load_eval_data
 from streamfl.coordinator.metrics import MetricsWriter
@@ -14,7 +15,7 @@ from streamfl.coordinator.server import CoordinatorServer
 from streamfl.errors import ConfigError
 from streamfl.models import ModelSpec, build_model, model_to_arrays
 from streamfl.protocol.codec import Decoder, encode
-from streamfl.protocol.messages import CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry, Update
+from streamfl.protocol.messages import CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry
 from streamfl.protocol.topics import Topics
 from streamfl.protocol.transport.memory import MemoryBroker, MemoryTransport
 from streamfl.sensors.datasets import save_npz
@@ -22,6 +23,11 @@ from streamfl.sensors.datasets import save_npz
 SPEC = ModelSpec(name="mlp", in_channels=2, window_len=4, num_classes=3, hidden=4)
 FLEET = "t"
 TOPICS = Topics(FLEET)
+
+
+def _tensor_spec():
+    from streamfl.models import tensor_spec
+    return tensor_spec(SPEC)
 
 
 def wait_for(predicate, timeout_s=10.0):
@@ -71,22 +77,8 @@ class Device:
         return self.transport.publish(TOPICS.device(self.device_id, kind), frame, qos=1)
 
     def update(self, base_version=0, value=0.5, uid=None, **overrides):
-        return make_update(self.device_id, base_version, value, uid, **overrides)
-
-
-def make_update(device_id, base_version=0, value=0.5, uid=None, **overrides):
-    """An Update of the test architecture with every weight set to ``value``."""
-    fields = dict(device_id=device_id, update_id=uid or "%s-%s" % (device_id, time.time_ns()),
-                  base_version=base_version, arch_id=SPEC.arch_id,
-                  tensors={k: np.full(s, value, dtype=np.float32) for k, (s, _) in _tensor_spec().items()},
-                  num_samples=8, class_counts={0: 8}, loss=0.3, seconds_per_sample=0.001)
-    fields.update(overrides)
-    return Update(**fields)
-
-
-def _tensor_spec():
-    from streamfl.models import tensor_spec
-    return tensor_spec(SPEC)
+        return make_update(SPEC, value, device_id=self.device_id, base_version=base_version,
+                           update_id=uid, **overrides)
 
 
 def make_server(broker, tmp_path, **kw):
@@ -133,7 +125,7 @@ def test_update_leads_to_new_retained_global_model(tmp_path):
     events = read_metrics(tmp_path)
     updates = [e for e in events if e["event"] == "update"]
     assert updates == [dict(updates[0], device="dev1", base_version=0, version=1, staleness=0,
-                            aggregated=True, num_samples=8, loss=0.3)]
+                            aggregated=True, num_samples=8, loss=0.25)]
 
 
 def test_bad_frames_rejected_and_counted_while_valid_update_aggregates(tmp_path):
@@ -149,7 +141,7 @@ def test_bad_frames_rejected_and_counted_while_valid_update_aggregates(tmp_path)
         wrong = dev.update(arch_id=other.arch_id,
                            tensors=model_to_arrays(build_model(other)))
         dev.publish("update", encode(wrong))
-        dev.publish("update", make_update("impostor"))                              # topic mismatch
+        dev.publish("update", make_update(SPEC, device_id="impostor"))                              # topic mismatch
         dev.publish("update", Telemetry(device_id="dev1", time_s=0.0, buffer_fill=0,
                                         buffer_capacity=1))                          # wrong kind
         dev.transport.publish(TOPICS.prefix + "/device/dev1/sensor", b"x")           # not subscribed
@@ -343,7 +335,7 @@ def test_cli_against_real_broker_aggregates_and_stops_cleanly_on_sigterm(tmp_pat
         def versions(kind):
             return [m.version for m in received if isinstance(m, kind) and getattr(m, "online", True)]
         assert wait_for(lambda: 0 in versions(GlobalModel), timeout_s=30), proc.poll()
-        device.publish(TOPICS.device("dev1", "update"), encode(make_update("dev1")), qos=1)
+        device.publish(TOPICS.device("dev1", "update"), encode(make_update(SPEC, device_id="dev1")), qos=1)
         assert wait_for(lambda: 1 in versions(GlobalModel), timeout_s=15)
         notes = [notify.recv(256).decode() for _ in range(3)]
         assert notes[0].startswith("READY=1") and "WATCHDOG=1" in notes[1:]

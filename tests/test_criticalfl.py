@@ -2,58 +2,67 @@
 import numpy as np
 import pytest
 
+from factories import make_update
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
+from streamfl.coordinator.plugins import Aggregation, FleetView
+from streamfl.coordinator.plugins.criticalfl import CriticalFlConfig, CriticalFlPlugin
 from streamfl.coordinator.strategies.fedavg import FedAvgAggregator
 from streamfl.errors import ConfigError
-from streamfl.protocol.messages import Update
+from streamfl.protocol.payloads import FisherTrace
 
 SPEC = {"name": "mlp", "in_channels": 3, "window_len": 8, "num_classes": 3, "hidden": 8}
 
 
 def _update(device, version, tensors, trace=1.0):
-    return Update(device_id=device, update_id="%s-%d" % (device, version), base_version=version,
-                  arch_id=tensors[0], tensors=tensors[1], num_samples=10, class_counts={0: 10},
-                  loss=0.1, seconds_per_sample=0.01, fisher_trace=trace)
+    return make_update(tensors[1], device_id=device, base_version=version, arch_id=tensors[0],
+                       tensors=tensors[1], extras={"fisher_trace": FisherTrace(trace)})
 
 
 def test_client_count_closes_rounds_early():
     online = ["a", "b", "c", "d"]
     agg = FedAvgAggregator(online_devices=lambda: online, clients_per_round=2)
     model = {"w": np.zeros(2, np.float32)}
-    up = lambda d: Update(device_id=d, update_id=d, base_version=0, arch_id="x",
-                          tensors={"w": np.ones(2, np.float32)}, num_samples=1, class_counts={},
-                          loss=0.0, seconds_per_sample=0.0)
+    up = lambda d: make_update(model, 1.0, device_id=d)
     assert agg.on_update(model, 0, up("a"), 0.0) is None
     assert agg.on_update(model, 0, up("b"), 0.0) is not None      # 2 of 4 is enough
     assert [u.device_id for u in agg.last_aggregated] == ["a", "b"]
 
 
+class _Flag:
+    """Stands in for the CLP probe plug-in: CriticalFL reads only its flag."""
+
+    in_clp = True
+
+
 def test_criticalfl_doubles_inside_the_clp_and_halves_after():
     online = ["d%d" % i for i in range(10)]
-    agg = FedAvgAggregator(online_devices=lambda: online, criticalfl=True, clients_max=6)
+    agg = FedAvgAggregator(online_devices=lambda: online)
+    flag = _Flag()
+    plugin = CriticalFlPlugin(CriticalFlConfig(clients_max=6), FleetView(lambda: online, agg), {"clp": flag})
     assert agg.clients_per_round == 2
     for want in (4, 6, 6):
-        agg.on_clp(True)
+        plugin.on_aggregation(Aggregation(version=1, merged=[], time_s=0.0))
         assert agg.clients_per_round == want
+    flag.in_clp = False
     for want in (3, 2, 2):
-        agg.on_clp(False)
+        plugin.on_aggregation(Aggregation(version=1, merged=[], time_s=0.0))
         assert agg.clients_per_round == want
-    agg.clients_max = None                 # cap: the devices online
+    uncapped = CriticalFlPlugin(CriticalFlConfig(), FleetView(lambda: online, agg), {"clp": flag})
+    flag.in_clp = True                     # cap: the devices online
     for _ in range(5):
-        agg.on_clp(True)
+        uncapped.on_aggregation(Aggregation(version=1, merged=[], time_s=0.0))
     assert agg.clients_per_round == 10
-    state = agg.state()
-    again = FedAvgAggregator(online_devices=lambda: online, criticalfl=True)
-    again.load_state(state)
+    state = uncapped.state()
+    again = FedAvgAggregator(online_devices=lambda: online)
+    CriticalFlPlugin(CriticalFlConfig(), FleetView(lambda: online, again), {"clp": flag}).load_state(state)
     assert again.clients_per_round == 10
 
 
 def test_criticalfl_follows_the_coordinators_clp_flag_and_keeps_device_hparams():
-    core = CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "strategy": "fedavg",
-                                                     "clp": {"enabled": True, "refine_hparams": False},
-                                                     "fedavg": {"criticalfl": True}}, "test"))
+    core = CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "strategy": "fedavg", "plugins": {
+        "clp": {"refine_hparams": False}, "criticalfl": {}}}, "test"))
     for d in "abcdef":
         core.registry.seen(d, 0.0)
     arch, tensors = core.arch_id, core.model
@@ -64,16 +73,20 @@ def test_criticalfl_follows_the_coordinators_clp_flag_and_keeps_device_hparams()
         for i in range(k):
             core.on_update(_update("abcdef"[i], core.version, (arch, tensors), trace), 1.0 + rnd)
     assert sizes == [2, 4, 6, 6, 3, 2], sizes
-    assert core.global_model().clp["regulating"] is False            # devices keep their hparams
-    assert "in_clp" in core.global_model().clp
+    state = core.global_model().extras["clp"]
+    assert state.regulating is False                     # devices keep their hparams
+    assert state.in_clp is False                         # the flag still travels
+    assert core.state()["plugins"]["criticalfl"] == {"clients_per_round": 2}
 
 
 def test_criticalfl_needs_the_clp_probe_and_fedavg():
-    with pytest.raises(ConfigError):
-        build(CoordinatorConfig, {"model": SPEC, "strategy": "fedavg", "fedavg": {"criticalfl": True}}, "t")
-    with pytest.raises(ConfigError):
-        build(CoordinatorConfig, {"model": SPEC, "clp": {"enabled": True},
-                                  "fedavg": {"criticalfl": True}}, "t")
+    with pytest.raises(ConfigError, match="clp"):
+        build(CoordinatorConfig, {"model": SPEC, "strategy": "fedavg", "plugins": {"criticalfl": {}}}, "t")
+    with pytest.raises(ConfigError, match="fedavg"):
+        build(CoordinatorConfig, {"model": SPEC, "plugins": {"clp": {}, "criticalfl": {}}}, "t")
+    with pytest.raises(ConfigError, match="clients_max"):
+        build(CoordinatorConfig, {"model": SPEC, "strategy": "fedavg", "plugins": {
+            "clp": {}, "criticalfl": {"clients_min": 4, "clients_max": 2}}}, "t")
 
 
 def test_every_baseline_of_the_adaclp_comparison_is_a_method():
@@ -81,4 +94,4 @@ def test_every_baseline_of_the_adaclp_comparison_is_a_method():
     for name in ("fedavg", "fedasync", "fedcurv", "afedcurv", "criticalfl", "fedcurv+clp", "adaclp",
                  "adaclp-fixed-low", "adaclp-no-dvfs"):
         m = METHODS[name]
-        build(CoordinatorConfig, dict(m.coordinator, model=SPEC), name)   # each is a valid config
+        build(CoordinatorConfig, dict(m.coordinator, model=SPEC, plugins=m.plugins), name)   # a valid config

@@ -3,17 +3,19 @@ import numpy as np
 import pytest
 import torch
 
+from factories import make_update
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore
-from streamfl.agent.fedcurv import FedCurvClient
+from streamfl.agent.plugins.fedcurv import FedCurvAgentPlugin
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
-from streamfl.coordinator.fedcurv import CurvatureSums, FedCurvConfig
-from streamfl.models import ModelSpec, build_model, model_to_arrays, tensor_spec
+from streamfl.coordinator.plugins.fedcurv import CurvatureSums
+from streamfl.models import ModelSpec, build_model, tensor_spec
 from streamfl.models.fisher import fisher_diagonal
 from streamfl.protocol.codec import Decoder, encode
-from streamfl.protocol.messages import Update
+from streamfl.protocol.messages import GlobalModel
+from streamfl.protocol.payloads import CurvatureDiagonal, CurvatureTerms
 from streamfl.sensors.window import Window
 
 SPEC = {"name": "mlp", "in_channels": 3, "window_len": 8, "num_classes": 3, "hidden": 8}
@@ -56,28 +58,26 @@ def test_fisher_diagonal_subsamples_and_checks_labels():
 
 
 def _update(device, tensors, fisher, version=0):
-    return Update(device_id=device, update_id="%s-%d" % (device, version), base_version=version,
-                  arch_id="x", tensors=tensors, num_samples=10, class_counts={}, loss=0.1,
-                  seconds_per_sample=0.01, ewc={"F": fisher})
+    return make_update(tensors, device_id=device, base_version=version, tensors=tensors,
+                       extras={"curvature_diagonal": CurvatureDiagonal(fisher)} if fisher else {})
 
 
 def test_sums_keep_each_devices_latest_contribution_only():
-    sums = CurvatureSums(FedCurvConfig(enabled=True, lambda2=2.0))
+    sums = CurvatureSums()
     rng = np.random.default_rng(0)
     t = {d: [{"w": rng.standard_normal(4).astype(np.float32)} for _ in range(3)] for d in "abc"}
     f = {d: [{"w": rng.random(4).astype(np.float32)} for _ in range(3)] for d in "abc"}
     for r in range(3):
         for d in "abc":
             assert sums.on_update(_update(d, t[d][r], f[d][r], r))
-    terms = sums.ewc_terms()
-    assert terms["lambda2"] == 2.0
-    np.testing.assert_allclose(terms["U"]["w"], sum(f[d][2]["w"] for d in "abc"), rtol=1e-6)
-    np.testing.assert_allclose(terms["V"]["w"], sum(f[d][2]["w"] * t[d][2]["w"] for d in "abc"),
+    U, V = sums.sums()
+    np.testing.assert_allclose(U["w"], sum(f[d][2]["w"] for d in "abc"), rtol=1e-6)
+    np.testing.assert_allclose(V["w"], sum(f[d][2]["w"] * t[d][2]["w"] for d in "abc"),
                                rtol=1e-5, atol=1e-6)
     sums.forget("a")
-    np.testing.assert_allclose(sums.ewc_terms()["U"]["w"], f["b"][2]["w"] + f["c"][2]["w"], rtol=1e-6)
+    np.testing.assert_allclose(sums.sums()[0]["w"], f["b"][2]["w"] + f["c"][2]["w"], rtol=1e-6)
     assert not sums.on_update(_update("d", t["a"][0], {}))          # no Fisher: nothing folded in
-    assert CurvatureSums(FedCurvConfig()).ewc_terms() == {}          # off: global models carry nothing
+    assert CurvatureSums().sums() == (None, None)                   # nobody reported yet
 
 
 def test_penalty_gradient_is_lambda2_times_peers_pull():
@@ -87,11 +87,15 @@ def test_penalty_gradient_is_lambda2_times_peers_pull():
     rng = np.random.default_rng(1)
     U = {n: rng.random(p.shape).astype(np.float32) + 1.0 for n, p in model.named_parameters()}
     V = {n: rng.standard_normal(p.shape).astype(np.float32) for n, p in model.named_parameters()}
-    client = FedCurvClient()
+    client = FedCurvAgentPlugin()
     own_f = {n: (rng.random(U[n].shape) * 0.5).astype(np.float32) for n in names}
     own_t = {n: rng.standard_normal(U[n].shape).astype(np.float32) for n in names}
     client._own = (own_f, own_t)
-    penalty = client.penalty({"lambda2": 0.7, "U": U, "V": V}, model)
+    def terms(**kw):
+        return GlobalModel(version=1, arch_id="x", tensors={}, extras={"curvature": CurvatureTerms(**kw)})
+
+    client.on_global_model(terms(lambda2=0.7, fisher_samples=4, U=U, V=V))
+    penalty = client.penalty(model)
     model.zero_grad()
     penalty(model).backward()
     for n, p in model.named_parameters():
@@ -99,13 +103,17 @@ def test_penalty_gradient_is_lambda2_times_peers_pull():
         want = 0.7 * ((U[n] - own_f[n]) * theta - (V[n] - own_f[n] * own_t[n]))
         np.testing.assert_allclose(p.grad.double().numpy(), want, rtol=1e-4, atol=1e-5)
     assert float(penalty(model).detach()) >= 0.0
-    assert client.penalty({"lambda2": 0.7}, model) is None            # no peer sums yet
-    assert client.penalty({"U": U, "V": V}, model) is None            # FedCurv off
+    client.on_global_model(terms(lambda2=0.7, fisher_samples=4))
+    assert client.penalty(model) is None                              # no peer sums yet
+    client.on_global_model(terms(lambda2=0.0, fisher_samples=4, U=U, V=V))
+    assert client.penalty(model) is None                              # FedCurv off
+    client.on_global_model(GlobalModel(version=2, arch_id="x", tensors={}))
+    assert client.penalty(model) is None                              # a coordinator without FedCurv
 
 
 def _agent(device):
     cfg = build(AgentConfig, {"device_id": device, "model": SPEC, "min_buffer": 8, "local_steps": 3,
-                              "batch_size": 8, "fisher_samples": 0,
+                              "batch_size": 8, "plugins": {"clp": {"fisher_samples": 0}},
                               "sensor": {"channels": 3, "window_len": 8, "num_classes": 3}}, "test")
     agent = AgentCore(cfg, clock=lambda: 0.0, seed=hash(device) % 1000)
     X, y = _windows(24, seed=len(device))
@@ -115,31 +123,34 @@ def _agent(device):
 
 
 def test_fleet_through_the_codec_builds_sums_and_devices_train_with_them():
-    coord = CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "fedcurv": {
-        "enabled": True, "lambda2": 1.5, "fisher_samples": 6}}, "test"))
+    coord = CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "plugins": {"fedcurv": {
+        "lambda2": 1.5, "fisher_samples": 6}}}, "test"))
     dec = Decoder({coord.arch_id: tensor_spec(ModelSpec(**SPEC))})
     agents = [_agent("d1"), _agent("d2")]
     sent = {}
     for rnd in range(2):
         for agent in agents:
             gm = dec.decode(encode(coord.global_model()))
-            assert gm.ewc["lambda2"] == 1.5
+            assert gm.extras["curvature"].lambda2 == 1.5
             agent.on_global_model(gm)
             penalized = bool(agent.trainer.penalties) if rnd else None
             update = dec.decode(encode(agent.train_round()))
-            assert sorted(update.ewc) == ["F"] and set(update.ewc["F"]) == set(update.tensors)
+            assert "curvature_diagonal" in update.extras
+            assert set(update.extras["curvature_diagonal"].F) == set(update.tensors)
             sent[agent.device_id] = update
             coord.on_update(update, 1.0)
         if rnd:
             assert penalized  # the second round trains against the peers' sums
     gm = coord.global_model()
     for name in gm.tensors:
-        u = sum(np.asarray(sent[d].ewc["F"][name], np.float64) for d in sent)
-        np.testing.assert_allclose(gm.ewc["U"][name], u, rtol=1e-5, atol=1e-12)
+        u = sum(np.asarray(sent[d].extras["curvature_diagonal"].F[name], np.float64) for d in sent)
+        np.testing.assert_allclose(gm.extras["curvature"].U[name], u, rtol=1e-5, atol=1e-12)
 
 
 def test_fedcurv_off_sends_no_diagonal():
     coord = CoordinatorCore(build(CoordinatorConfig, {"model": SPEC}, "test"))
     agent = _agent("d1")
     agent.on_global_model(coord.global_model())
-    assert agent.train_round().ewc == {} and agent.trainer.penalties == []
+    update = agent.train_round()
+    assert "curvature_diagonal" not in update.extras and agent.trainer.penalties == []
+    assert "curvature" not in coord.global_model().extras

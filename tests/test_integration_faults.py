@@ -11,11 +11,12 @@ import pytest
 import yaml
 from paho.mqtt.enums import CallbackAPIVersion
 
+from factories import make_update
 from fleet import ModelWatcher
 from netproxy import CuttableProxy
 from streamfl.models import build_model, model_to_arrays
 from streamfl.protocol.codec import encode
-from streamfl.protocol.messages import Command, GlobalModel, Hello, Offline, Update
+from streamfl.protocol.messages import Command, GlobalModel, Hello, Offline
 
 MIB = 1024 * 1024
 
@@ -107,11 +108,8 @@ class RawClient:
 
 def _update(spec, device_id, **changes):
     """A well-formed Update of ``spec`` (changed by ``changes``) that the codec encodes as is."""
-    fields = dict(device_id=device_id, update_id="bad-%s" % time.monotonic_ns(), base_version=0,
-                  arch_id=spec.arch_id, tensors=model_to_arrays(build_model(spec)), num_samples=32,
-                  class_counts={0: 32}, loss=1.0, seconds_per_sample=0.001)
-    fields.update(changes)
-    return Update(**fields)
+    changes.setdefault("tensors", model_to_arrays(build_model(spec)))
+    return make_update(spec, device_id=device_id, update_id="bad-%s" % time.monotonic_ns(), **changes)
 
 
 def _wait(predicate, timeout_s, what, diagnostics=lambda: ""):

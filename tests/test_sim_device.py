@@ -283,8 +283,8 @@ def test_scenario_yaml_errors_name_the_file_and_key(tmp_path):
 def test_statistics_after_training_count_as_work():
     dev = device()
     assert dev.work_samples(320, {}) == 320
-    assert dev.work_samples(320, {"fisher": 20}) == 340                       # one batched backward
-    assert dev.work_samples(320, {"fisher": 20, "curvature": 20}) == 390      # + 20 x 2.5
-    assert device(per_window_backward_samples=1.0).work_samples(10, {"curvature": 4}) == 14
+    assert dev.work_samples(320, {"batched": 20}) == 340                      # one batched backward
+    assert dev.work_samples(320, {"batched": 20, "per_window": 20}) == 390     # + 20 x 2.5
+    assert device(per_window_backward_samples=1.0).work_samples(10, {"per_window": 4}) == 14
     with pytest.raises(ConfigError, match="per_window_backward_samples"):
         DeviceSpec(per_window_backward_samples=-1.0)

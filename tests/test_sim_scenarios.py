@@ -35,7 +35,7 @@ _datasets: Dict[Any, Any] = {}
 
 def _dataset(scenario: Scenario):
     """The scenario's dataset, loaded once per module (several scenarios share watch and mnist)."""
-    from streamfl.sim.data import load_dataset
+    from streamfl.sim.datasets import load_dataset
     dc = scenario.data
     key = (dc.dataset, dc.path, dc.n_windows)
     if key not in _datasets:
@@ -209,7 +209,7 @@ def test_sfedpo_partial_access_runs(tmp_path):
     assert scenario.stream.params["access"] == "partial"
     run = _run_variant(scenario, "fedavg", tmp_path)
     assert run["updates_per_aggregation"] is not None and run["devices_per_round"]["mean"] >= 1
-    from streamfl.sim.simdata import SimData
+    from streamfl.sim.scenario_data import SimData
     shrunk = shrink(scenario)
     streams = SimData(shrunk, _dataset(shrunk)).streams(0)
     slot_s = shrunk.stream.params.get("state_s") or streams[0].params["state_s"]
@@ -226,7 +226,7 @@ def test_session_churn_label_overlap_runs(overlap, shared, tmp_path):
                         "stream.params.dirichlet_alpha=0.7")
     run = _run_variant(scenario, "fedavg", tmp_path)
     assert len(run["periods"]) >= 2
-    from streamfl.sim.simdata import SimData
+    from streamfl.sim.scenario_data import SimData
     shrunk = shrink(scenario)
     streams = SimData(shrunk, _dataset(shrunk)).streams(0)
     session_s = shrunk.stream.params["session_s"]

@@ -1,7 +1,8 @@
 """Aggregation strategies (FedAsync, synchronous FedAvg) and the factory that picks one from config."""
 from typing import Callable, Collection
 
-from streamfl.coordinator.strategies.base import AGGREGATED, BUFFERED, STALE, Aggregator, staleness_of
+from streamfl.coordinator.strategies.base import AGGREGATED, BUFFERED, STALE, Aggregator
+from streamfl.coordinator.strategies.staleness import staleness_of
 from streamfl.coordinator.strategies.fedasync import DEFAULT_ALPHA, FedAsyncAggregator
 from streamfl.coordinator.strategies.fedavg import FedAvgAggregator, weighted_average
 from streamfl.coordinator.strategies.staleness import STALENESS_NAMES, make_staleness
@@ -19,9 +20,7 @@ def make_strategy(config, online_devices: Callable[[], Collection[str]] = lambda
     if config.strategy == "fedavg":
         return FedAvgAggregator(deadline_s=config.fedavg.deadline_s,
                                 min_updates=config.fedavg.min_updates, online_devices=online_devices,
-                                clients_per_round=config.fedavg.clients_per_round,
-                                criticalfl=config.fedavg.criticalfl,
-                                clients_max=config.fedavg.clients_max)
+                                clients_per_round=config.fedavg.clients_per_round)
     raise ValueError("unknown strategy %r (known: %s)" % (config.strategy, ", ".join(STRATEGY_NAMES)))
 
 

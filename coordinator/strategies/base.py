@@ -16,11 +16,6 @@ BUFFERED = "buffered"      # kept for a later aggregation (e.g. a FedAvg round)
 STALE = "stale"            # dropped: too old for this strategy
 
 
-def staleness_of(version: int, update: Update) -> int:
-    """``t - tau`` clamped at 0 (a base version from the future means the coordinator lost state)."""
-    return max(0, int(version) - int(update.base_version))
-
-
 class Aggregator(abc.ABC):
     """Turns updates into new global models; owns its own per-strategy state and counters."""
 
@@ -30,7 +25,7 @@ class Aggregator(abc.ABC):
     def __init__(self) -> None:
         #: What the last ``on_update`` did with its update: AGGREGATED, BUFFERED or STALE.
         self.last_outcome = BUFFERED
-        #: The updates the newest aggregation merged (what the CLP probe reads of it).
+        #: The updates the newest aggregation merged (the core hands them to the plug-ins).
         self.last_aggregated: List[Update] = []
         #: Updates dropped as too stale (core reports it as ``stale_dropped``).
         self.stale_dropped = 0
@@ -38,9 +33,6 @@ class Aggregator(abc.ABC):
     @abc.abstractmethod
     def on_update(self, model: Tensors, version: int, update: Update, now: float) -> Optional[Tensors]:
         """Consume one accepted update; new global tensors if it aggregated, else None."""
-
-    def on_clp(self, in_clp: bool) -> None:
-        """The CLP flag after an aggregation (AdaCLP's probe); strategies that follow it override."""
 
     def on_tick(self, model: Tensors, version: int, now: float) -> Optional[Tensors]:
         """Called periodically (deadlines); new global tensors if it aggregated, else None."""

@@ -10,8 +10,8 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from streamfl.coordinator.strategies.base import AGGREGATED, STALE, Aggregator, staleness_of
-from streamfl.coordinator.strategies.staleness import StalenessFn, constant
+from streamfl.coordinator.strategies.base import AGGREGATED, STALE, Aggregator
+from streamfl.coordinator.strategies.staleness import StalenessFn, constant, staleness_of
 from streamfl.protocol.messages import Tensors, Update
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class FedAsyncAggregator(Aggregator):
         return self.alpha * float(self.staleness_fn(max(0, staleness)))
 
     def on_update(self, model: Tensors, version: int, update: Update, now: float) -> Optional[Tensors]:
-        staleness = staleness_of(version, update)
+        staleness = staleness_of(version, update.base_version)
         if self.max_staleness is not None and staleness > self.max_staleness:
             self.stale_dropped += 1
             self.last_outcome = STALE

@@ -5,8 +5,7 @@ aggregates them by sample-weighted average (McMahan et al. 2017) once every devi
 at round start has reported (and at least ``min_updates`` did), or once ``deadline_s`` passed with at
 least ``min_updates``; otherwise the deadline restarts. A device reporting twice in one round
 replaces its earlier update, so fast devices do not count double. With ``clients_per_round`` a round
-closes once that many devices reported; ``on_clp`` lets CriticalFL double it inside the CLP and
-halve it after (coordinator/config.py FedAvgConfig says why and how).
+closes once that many devices reported; plug-ins (CriticalFL, client sampling) set it as they go.
 """
 import logging
 from typing import Any, Callable, Collection, Dict, Optional, Set
@@ -49,8 +48,7 @@ class FedAvgAggregator(Aggregator):
 
     def __init__(self, deadline_s: float = 30.0, min_updates: int = 1,
                  online_devices: Callable[[], Collection[str]] = lambda: (),
-                 clients_per_round: Optional[int] = None, criticalfl: bool = False,
-                 clients_max: Optional[int] = None):
+                 clients_per_round: Optional[int] = None):
         super().__init__()
         if deadline_s <= 0:
             raise ValueError("fedavg deadline_s must be > 0, got %r" % deadline_s)
@@ -65,19 +63,8 @@ class FedAvgAggregator(Aggregator):
         self.round_version: Optional[int] = None
         self.expected: Set[str] = set()
         self.pending: Dict[str, Update] = {}
-        self.criticalfl = bool(criticalfl)
-        self.clients_min = int(clients_per_round or (2 if criticalfl else 0)) or None
-        self.clients_max = clients_max
         #: Devices a round waits for (None: every device online at round start).
-        self.clients_per_round: Optional[int] = self.clients_min
-
-    def on_clp(self, in_clp: bool) -> None:
-        """CriticalFL: twice the clients inside the CLP (up to the cap), half outside it."""
-        if not self.criticalfl or self.clients_per_round is None:
-            return
-        cap = self.clients_max or max(self.clients_min, len(self.online_devices()))
-        k = self.clients_per_round * 2 if in_clp else self.clients_per_round // 2
-        self.clients_per_round = max(self.clients_min, min(cap, k))
+        self.clients_per_round: Optional[int] = clients_per_round
 
     def _ensure_round(self, version: int, now: float) -> None:
         if self.round_start_s is None or self.round_version != version:
@@ -136,8 +123,7 @@ class FedAvgAggregator(Aggregator):
 
     def state(self) -> Dict[str, Any]:
         state = super().state()
-        state.update(rounds=self.rounds, deadline_restarts=self.deadline_restarts,
-                     clients_per_round=self.clients_per_round)
+        state.update(rounds=self.rounds, deadline_restarts=self.deadline_restarts)
         return state
 
     def load_state(self, state: Dict[str, Any]) -> None:
@@ -145,5 +131,3 @@ class FedAvgAggregator(Aggregator):
         super().load_state(state)
         self.rounds = int(state.get("rounds", 0))
         self.deadline_restarts = int(state.get("deadline_restarts", 0))
-        if self.criticalfl and state.get("clients_per_round") is not None:
-            self.clients_per_round = int(state["clients_per_round"])

@@ -17,6 +17,13 @@ HINGE_B = 4.0
 STALENESS_NAMES = ("constant", "polynomial", "hinge")
 
 
+def staleness_of(version: int, base_version: int) -> int:
+    """``t - tau``: versions made since ``base_version`` when merged into ``version``, clamped at 0
+    (a base from the future means the coordinator lost its state). The one staleness convention:
+    update records, FedAsync's weight and the simulator's per-round figures all use it."""
+    return max(0, int(version) - int(base_version))
+
+
 def constant(staleness: int) -> float:
     """s = 1: every update weighs alpha, however old."""
     return 1.0

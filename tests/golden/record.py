@@ -21,11 +21,17 @@ ROOT = HERE.parent.parent
 RUNS: List[Tuple[str, str, float, Dict[str, Any]]] = [
     ("smoke", "configs/scenarios/smoke.yaml", 60.0, {}),
     ("adaclp-extreme", "configs/scenarios/adaclp-extreme.yaml", 90.0,
-     {"coordinator.clp.r_end": 200}),
+     {"plugins.clp.r_end": 200}),
 ]
 
 #: Fields that measure this machine, not the run.
 VOLATILE = ("wall_s",)
+#: Fields that depend on the size of the frames on the wire, compared to a relative 1e-3: a round's
+#: latency includes its upload, timed from the update's frame size, and the typed-extras format
+#: (the plug-in refactor) changed the header and tensor names by a few bytes per frame; every
+#: other figure (accuracy, energy, versions, staleness, rounds) stayed bit-identical.
+WIRE_SIZED = ("round_latency_s",)
+WIRE_RTOL = 1e-3
 
 
 def strip(value: Any) -> Any:
@@ -65,6 +71,8 @@ def first_difference(a: Any, b: Any, path: str = "") -> str:
             if diff:
                 return diff
         return ""
+    if path.rsplit("/", 1)[-1] in WIRE_SIZED and isinstance(a, float) and isinstance(b, float):
+        return "" if abs(a - b) <= WIRE_RTOL * max(abs(a), abs(b)) else "%s: golden %r, now %r" % (path, a, b)
     return "" if a == b else "%s: golden %r, now %r" % (path, a, b)
 
 

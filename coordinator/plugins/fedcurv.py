@@ -1,4 +1,4 @@
-"""FedCurv's curvature sums (Shoham et al. 2019; DESIGN.md s8, "FedCurv / ST-EWC"): U and V, not peers.
+"""FedCurv on the coordinator (Shoham et al. 2019; DESIGN.md s8, "FedCurv / ST-EWC"): U and V, not peers.
 
 Device k's penalty ``(lambda2/2) sum_{k' != k} (theta - theta_k')^T diag(F_k') (theta - theta_k')``
 needs only ``U = sum_k F_k`` and ``V = sum_k F_k * theta_k`` over every device's latest update: the
@@ -13,16 +13,16 @@ device's penalty is weaker until then, never wrong in sign).
 """
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from streamfl.coordinator.plugins.base import CoordinatorPlugin, FleetView
+from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Tensors, Update
+from streamfl.protocol.payloads import CurvatureDiagonal, CurvatureTerms
 
 log = logging.getLogger(__name__)
-
-#: The ``Update.ewc`` group holding a device's Fisher diagonal.
-FISHER_KEY = "F"
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,6 @@ class FedCurvConfig:
     fisher_samples: windows each device's Fisher diagonal is estimated on (one backward each).
     """
 
-    enabled: bool = False
     lambda2: float = 1.0
     fisher_samples: int = 20
 
@@ -50,8 +49,7 @@ class FedCurvConfig:
 class CurvatureSums:
     """U = sum_k F_k and V = sum_k F_k * theta_k over each device's latest Fisher-carrying update."""
 
-    def __init__(self, config: FedCurvConfig):
-        self.config = config
+    def __init__(self) -> None:
         self._last: Dict[str, Tuple[Tensors, Tensors]] = {}
         self._u: Dict[str, np.ndarray] = {}
         self._v: Dict[str, np.ndarray] = {}
@@ -62,10 +60,10 @@ class CurvatureSums:
 
     def on_update(self, update: Update) -> bool:
         """Fold the update's Fisher diagonal in, replacing the device's previous one; False if none."""
-        fisher = update.ewc.get(FISHER_KEY) if update.ewc else None
-        if not isinstance(fisher, Mapping) or set(fisher) != set(update.tensors):
+        diagonal = update.extras.get(CurvatureDiagonal.KIND)
+        if not isinstance(diagonal, CurvatureDiagonal) or set(diagonal.F) != set(update.tensors):
             return False
-        f = {k: np.asarray(a, dtype=np.float32) for k, a in fisher.items()}
+        f = {k: np.asarray(a, dtype=np.float32) for k, a in diagonal.F.items()}
         fw = {k: f[k] * np.asarray(update.tensors[k], dtype=np.float32) for k in f}
         old = self._last.pop(update.device_id, None)
         for name in f:
@@ -87,17 +85,32 @@ class CurvatureSums:
                 self._u[name] -= old[0][name]
                 self._v[name] -= old[1][name]
 
-    def ewc_terms(self) -> Dict[str, Any]:
-        """What a global model carries: ``lambda2`` and, once any device reported, U and V (float32)."""
-        if not self.config.enabled:
-            return {}
-        out: Dict[str, Any] = {"lambda2": float(self.config.lambda2),
-                               "fisher_samples": int(self.config.fisher_samples)}
-        if self._last:
-            out["U"] = {k: np.maximum(u, 0.0).astype(np.float32) for k, u in self._u.items()}
-            out["V"] = {k: v.astype(np.float32) for k, v in self._v.items()}
-        return out
+    def sums(self) -> Tuple[Optional[Tensors], Optional[Tensors]]:
+        """``(U, V)`` as float32 (U clamped at 0), or ``(None, None)`` before any device reported."""
+        if not self._last:
+            return None, None
+        return ({k: np.maximum(u, 0.0).astype(np.float32) for k, u in self._u.items()},
+                {k: v.astype(np.float32) for k, v in self._v.items()})
 
     def contribution(self, device_id: str) -> Optional[Tuple[Tensors, Tensors]]:
         """The device's ``(F_k, F_k * theta_k)`` in the sums, or None."""
         return self._last.get(device_id)
+
+
+class FedCurvPlugin(CoordinatorPlugin):
+    """Keeps the sums from every update's Fisher diagonal and broadcasts them with ``lambda2``."""
+
+    name = "fedcurv"
+    Config = FedCurvConfig
+
+    def __init__(self, config: FedCurvConfig, fleet: FleetView, peers: Mapping[str, CoordinatorPlugin]):
+        super().__init__(config, fleet, peers)
+        self.sums = CurvatureSums()
+
+    def on_update(self, update: Update, now: float) -> None:
+        self.sums.on_update(update)
+
+    def extras(self) -> List[Extra]:
+        u, v = self.sums.sums()
+        return [CurvatureTerms(lambda2=float(self.config.lambda2),
+                               fisher_samples=int(self.config.fisher_samples), U=u, V=v)]

@@ -1,7 +1,7 @@
 """The device side of FedCurv (Shoham et al. 2019; DESIGN.md s8): the peers' penalty and the own Fisher.
 
-The global model's ``ewc`` carries ``lambda2`` and the coordinator's sums ``U = sum_k F_k`` and
-``V = sum_k F_k * theta_k`` (the coordinator's ``CurvatureSums``). Device k removes its own last
+The global model's ``CurvatureTerms`` extra carries ``lambda2`` and the coordinator's sums
+``U = sum_k F_k`` and ``V = sum_k F_k * theta_k`` (the coordinator's ``CurvatureSums``). Device k removes its own last
 contribution and trains with the gradient ``lambda2 ((U - F_k) * theta - (V - F_k * theta_k))``.
 With ``A = U - F_k`` and ``B = V - F_k * theta_k`` that is the gradient of
 ``(lambda2/2) sum A (theta - B/A)^2``, which this module adds to the loss: the same gradient as the
@@ -14,40 +14,52 @@ Until the coordinator has folded this device's newest update in, ``U`` may still
 next global model corrects (clamped at zero, so the penalty never pushes away from peers).
 """
 import logging
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
+from streamfl.agent.plugins.base import AgentPlugin, Penalty, RoundContext, Statistic, Tensors
 from streamfl.models.fisher import fisher_diagonal
+from streamfl.protocol.messages import GlobalModel
+from streamfl.protocol.payloads import CurvatureDiagonal, CurvatureTerms
 
 log = logging.getLogger(__name__)
 
-Tensors = Dict[str, np.ndarray]
 #: Curvature below this counts as none (its target ``B / A`` would be noise).
 MIN_CURVATURE = 1e-12
 
 
-class FedCurvClient:
-    """Builds the round's penalty from a global model's ``ewc`` and measures the device's Fisher."""
+@dataclass(frozen=True)
+class FedCurvAgentConfig:
+    """Nothing to set on the device: lambda2 and the sample size come with the global model."""
 
-    def __init__(self) -> None:
+
+class FedCurvAgentPlugin(AgentPlugin):
+    """Builds the round's penalty from the global model's terms and measures the device's Fisher."""
+
+    name = "fedcurv"
+    Config = FedCurvAgentConfig
+
+    def __init__(self, config: FedCurvAgentConfig = FedCurvAgentConfig()):
+        super().__init__(config)
+        #: The newest global model's terms while FedCurv runs (lambda2 > 0), else None.
+        self.terms: Optional[CurvatureTerms] = None
         #: This device's last sent ``(F_k, theta_k)``.
         self._own: Optional[Tuple[Tensors, Tensors]] = None
 
-    @staticmethod
-    def active(ewc: Mapping[str, Any]) -> bool:
-        """True when the coordinator runs FedCurv (its global model names a ``lambda2``)."""
-        lam = ewc.get("lambda2") if ewc else None
-        return isinstance(lam, (int, float)) and not isinstance(lam, bool) and lam > 0
+    def on_global_model(self, gm: GlobalModel) -> None:
+        terms = gm.extras.get(CurvatureTerms.KIND)
+        self.terms = terms if isinstance(terms, CurvatureTerms) and terms.active else None
 
-    def penalty(self, ewc: Mapping[str, Any], model: nn.Module) -> Optional[Callable[[nn.Module], torch.Tensor]]:
+    def penalty(self, model: nn.Module) -> Optional[Penalty]:
         """``penalty(model)`` for this round, or None (FedCurv off, or no peer statistics yet)."""
-        if not self.active(ewc) or not isinstance(ewc.get("U"), Mapping) or not isinstance(ewc.get("V"), Mapping):
+        if self.terms is None or self.terms.U is None or self.terms.V is None:
             return None
-        lam = float(ewc["lambda2"])
-        U, V = ewc["U"], ewc["V"]
+        lam = float(self.terms.lambda2)
+        U, V = self.terms.U, self.terms.V
         terms: List[Tuple[str, torch.Tensor, torch.Tensor]] = []
         for name, p in model.named_parameters():
             if not p.requires_grad or name not in U or name not in V:
@@ -74,14 +86,20 @@ class FedCurvClient:
 
         return fedcurv_penalty
 
-    def statistics(self, ewc: Mapping[str, Any], model: nn.Module, X: np.ndarray, y: np.ndarray,
-                   tensors: Tensors, generator: Optional[torch.Generator] = None) -> Dict[str, Any]:
-        """``{"F": diagonal}`` for the update when FedCurv is on (else ``{}``); remembers F and theta."""
-        if not self.active(ewc) or len(y) == 0:
-            return {}
-        diag = fisher_diagonal(model, X, y, generator=generator)
+    def statistics(self, ctx: RoundContext) -> List[Statistic]:
+        """The Fisher diagonal on as many labelled windows as the coordinator asks for; remembers
+        ``(F_k, theta_k)`` to subtract from the next round's sums."""
+        if self.terms is None:
+            return []
+        n = max(1, min(self.terms.fisher_samples, ctx.buffer_len))
+        X, y = ctx.sample(n)
+        cost = Statistic(None, per_window_windows=n)
+        if len(y) == 0:
+            return [cost]
+        gen = torch.Generator().manual_seed((ctx.seed * 104729 + ctx.round_index) & 0x7FFFFFFFFFFFFFFF)
+        diag = fisher_diagonal(ctx.model, X, y, generator=gen)
         if not all(np.isfinite(a).all() for a in diag.values()):
             log.warning("Fisher diagonal not finite; the update goes without it")
-            return {}
-        self._own = (diag, {k: np.asarray(v, dtype=np.float32) for k, v in tensors.items()})
-        return {"F": diag}
+            return [cost]
+        self._own = (diag, {k: np.asarray(v, dtype=np.float32) for k, v in ctx.tensors.items()})
+        return [Statistic(CurvatureDiagonal(diag), per_window_windows=n)]

@@ -1,0 +1,54 @@
+"""The agent's method plug-ins, registered by name; every board runs each, dormant until needed.
+
+Adding a method's device side: one file here with its plug-in class and settings dataclass, and one
+``register`` line below (order is calling order). Settings come from the agent YAML's
+``plugins: {name: {key: value}}``; a name not given runs with its defaults.
+"""
+from typing import Any, Dict, List, Mapping, Type
+
+from streamfl.agent.plugins.base import AgentPlugin, Penalty, RoundContext, Statistic
+from streamfl.agent.plugins.clp import ClpAgentPlugin
+from streamfl.agent.plugins.fedcurv import FedCurvAgentPlugin
+from streamfl.config import build
+from streamfl.errors import ConfigError
+
+#: Registered plug-ins in calling order.
+PLUGINS: Dict[str, Type[AgentPlugin]] = {}
+
+
+def register(cls: Type[AgentPlugin]) -> Type[AgentPlugin]:
+    """Add a plug-in class under ``cls.name`` (once)."""
+    if not cls.name or cls.name in PLUGINS:
+        raise ValueError("plug-in name %r is empty or already registered" % cls.name)
+    PLUGINS[cls.name] = cls
+    return cls
+
+
+register(ClpAgentPlugin)
+register(FedCurvAgentPlugin)
+
+
+def plugin_configs(settings: Mapping[str, Any]) -> Dict[str, Any]:
+    """Every registered plug-in's settings dataclass, from ``{name: mapping or dataclass}``;
+    ``ValueError`` on an unknown name or a bad key."""
+    unknown = sorted(set(settings) - set(PLUGINS))
+    if unknown:
+        raise ValueError("unknown plug-in %r (known: %s)" % (unknown[0], ", ".join(PLUGINS)))
+    out: Dict[str, Any] = {}
+    for name, cls in PLUGINS.items():
+        value = settings.get(name) or {}
+        try:
+            out[name] = value if isinstance(value, cls.Config) else build(
+                cls.Config, value, "plugins.%s" % name)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+    return out
+
+
+def make_plugins(configs: Mapping[str, Any]) -> List[AgentPlugin]:
+    """One instance per registered plug-in, in calling order."""
+    return [cls(configs[name]) for name, cls in PLUGINS.items()]
+
+
+__all__ = ["PLUGINS", "register", "plugin_configs", "make_plugins", "AgentPlugin", "Penalty",
+           "RoundContext", "Statistic"]

@@ -1,0 +1,94 @@
+"""The device side of a learning method: a small hook class the agent core calls, never names.
+
+Every registered agent plug-in runs on every board, dormant until the coordinator's global model
+carries its extra (the coordinator decides the fleet's method; a board needs no per-method
+configuration beyond the plug-in's settings). A plug-in sees each accepted global model and the
+commands addressed to the device; it refines the round's hyper-parameters, adds penalty terms to
+the loss, computes round statistics for the update, says whether the learning is in a critical
+period (clock policies follow it) and may veto a round. Hooks are called in the registry's order
+(``streamfl.agent.plugins.PLUGINS``); all default to doing nothing. Hooks do no I/O.
+"""
+import abc
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Tuple, Type
+
+import numpy as np
+import torch
+from torch import nn
+
+from streamfl.protocol.extras import Extra
+from streamfl.protocol.messages import Command, GlobalModel
+
+Tensors = Dict[str, np.ndarray]
+#: A loss term: ``penalty(model) -> scalar tensor``, added to the round's loss at every step.
+Penalty = Callable[[nn.Module], torch.Tensor]
+
+
+@dataclass
+class RoundContext:
+    """What a plug-in may use after a round's training to compute its statistics."""
+
+    #: The trained local model (do not change its weights).
+    model: nn.Module
+    #: Its weights as float32 arrays (the update's tensors).
+    tensors: Tensors
+    round_index: int
+    #: The device's seed: statistics seed their generators from it and ``round_index``.
+    seed: int
+    #: ``sample(n) -> (X, y)``: n windows drawn from the buffer (under the runtime's lock).
+    sample: Callable[[int], Tuple[np.ndarray, np.ndarray]]
+    #: Windows currently in the buffer.
+    buffer_len: int
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """A round statistic for the update and what it cost, for runtimes that charge the work.
+
+    ``batched_windows``: windows in one batched backward pass; ``per_window_windows``: windows
+    each needing a backward pass of their own (the simulator prices the two differently).
+    """
+
+    #: None when the computation ran but gave nothing to send (e.g. not finite).
+    extra: Optional[Extra]
+    batched_windows: int = 0
+    per_window_windows: int = 0
+
+
+class AgentPlugin(abc.ABC):
+    """Hooks of one method on a device; subclasses set ``name`` and ``Config``."""
+
+    #: The registry name (also the key of its settings under ``plugins:`` in the agent YAML).
+    name: ClassVar[str] = ""
+    #: Frozen dataclass of the plug-in's settings.
+    Config: ClassVar[Type[Any]]
+
+    def __init__(self, config: Any):
+        self.config = config
+
+    def on_global_model(self, gm: GlobalModel) -> None:
+        """A newer global model of this device's architecture was accepted."""
+
+    def on_command(self, command: Command) -> bool:
+        """A command of a kind the core does not handle; True if this plug-in handled it."""
+        return False
+
+    def refine_hparams(self, hparams: Dict[str, float]) -> Dict[str, float]:
+        """The round's hyper-parameters from the global model's (``hparams``); default unchanged."""
+        return hparams
+
+    def critical_period(self) -> bool:
+        """True while the learning is in a critical period (the ``clp-aware`` clocks run low)."""
+        return False
+
+    def should_train(self, now: float) -> bool:
+        """False to skip the round that would start now."""
+        return True
+
+    def penalty(self, model: nn.Module) -> Optional[Penalty]:
+        """A term to add to this round's loss, or None."""
+        return None
+
+    def statistics(self, ctx: RoundContext) -> List[Statistic]:
+        """Typed statistics for this round's update (computed after training)."""
+        return []

@@ -1,0 +1,71 @@
+"""AdaCLP on the coordinator: the federated CLP probe fed by the devices' Fisher traces (eq. 2-3).
+
+After every aggregation the probe takes the sample-weighted mean Fisher trace of what was merged
+(one update under FedAsync, a round under FedAvg) and the oldest base version among them; every
+global model then carries the probe's ``ClpState``. Devices that see it compute a Fisher trace per
+round, refine their hyper-parameters (eq. 4-6, unless ``refine_hparams`` is off) and follow the
+CLP flag with their clocks (the ``clp`` agent plug-in and the ``clp-aware`` DVFS policy).
+"""
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional
+
+from streamfl.coordinator.clp import ClpConfig, ClpProbe
+from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
+from streamfl.protocol.extras import Extra
+from streamfl.protocol.messages import Update
+from streamfl.protocol.payloads import ClpState, FisherTrace
+
+
+def fisher_trace_of(update: Update) -> Optional[float]:
+    """The update's Fisher trace (AdaCLP eq. 1), None if it carries none."""
+    trace = update.extras.get(FisherTrace.KIND)
+    return trace.value if isinstance(trace, FisherTrace) else None
+
+
+class ClpProbePlugin(CoordinatorPlugin):
+    """Feeds ``ClpProbe`` and broadcasts its state; ``in_clp`` is what other plug-ins follow."""
+
+    name = "clp"
+    Config = ClpConfig
+
+    def __init__(self, config: ClpConfig, fleet: FleetView, peers: Mapping[str, CoordinatorPlugin]):
+        super().__init__(config, fleet, peers)
+        self.probe = ClpProbe(config)
+
+    def on_aggregation(self, aggregation: Aggregation) -> None:
+        traced = [(u, fisher_trace_of(u)) for u in aggregation.merged]
+        traced = [(u, f) for u, f in traced if f is not None]
+        trace = None
+        if traced:
+            weights = [max(1, u.num_samples) for u, _ in traced]
+            trace = sum(w * float(f) for w, (_, f) in zip(weights, traced)) / sum(weights)
+        self.probe.on_aggregation(aggregation.version, aggregation.base_version, trace)
+
+    @property
+    def in_clp(self) -> bool:
+        """The CLP flag after the newest aggregation."""
+        return bool(self.probe.current().in_clp)
+
+    def clp_state(self) -> ClpState:
+        """What every global model carries; ``regulating`` off when devices keep the hparams."""
+        state = self.probe.current()
+        if not self.config.refine_hparams:
+            state = dataclasses.replace(state, regulating=False)
+        return state
+
+    def extras(self) -> List[Extra]:
+        return [self.clp_state()]
+
+    def record_fields(self, update: Update) -> Dict[str, Any]:
+        return {"fisher_trace": fisher_trace_of(update), "clp": self.clp_state().as_dict()}
+
+    def events(self, aggregation: Aggregation) -> List[Dict[str, Any]]:
+        state = self.clp_state()
+        return [{"event": "clp", "version": aggregation.version, "fisher_global": state.fisher_global,
+                 "in_clp": state.in_clp, "segment": state.segment}]
+
+    def state(self) -> Dict[str, Any]:
+        return self.probe.state()
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.probe.load_state(state)
