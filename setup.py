@@ -18,6 +18,7 @@ FOLDERS = {
     "streamfl.sensors": "sensors",
     "streamfl.models": "models",
     "streamfl.agent": "agent",
+    "streamfl.agent.buffer_policies": "agent/buffer_policies",
     "streamfl.agent.plugins": "agent/plugins",
     "streamfl.coordinator": "coordinator",
     "streamfl.coordinator.plugins": "coordinator/plugins",

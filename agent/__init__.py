@@ -10,7 +10,8 @@ _EXPORTS = {
     "AgentConfig": ".config", "MqttConfig": ".config", "load_agent_config": ".config",
     "AgentCore": ".core", "RoundPlan": ".core", "NotReadyError": ".core", "DivergedError": ".core",
     "RoundInterrupted": ".core",
-    "Buffer": ".buffer", "ReplacementPolicy": ".buffer", "FifoPolicy": ".buffer",
+    "Buffer": ".buffer", "ReplacementPolicy": ".buffer_policies", "FifoPolicy": ".buffer_policies",
+    "ReservoirPolicy": ".buffer_policies",
     "LocalTrainer": ".trainer", "TrainResult": ".trainer",
     "Outbox": ".outbox", "StateDir": ".state", "SystemdNotifier": "..notify", "AgentDaemon": ".daemon",
 }

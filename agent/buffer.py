@@ -2,45 +2,26 @@
 
 A board must not grow its memory with the stream, so every window lives in one preallocated
 ``X [capacity, T, C]`` / ``y [capacity]`` pair. Which slot a new window takes once the buffer is full,
-and whether it is admitted at all, is a ``ReplacementPolicy``: FIFO by default; SFedPO's
-distribution-guided sampling (DDS, sfedpo.txt eq. 10) plugs in as an admission rule per window.
+and whether it is admitted at all, is a ``ReplacementPolicy`` (``streamfl.agent.buffer_policies``):
+FIFO by default, or a reservoir; SFedPO's distribution-guided sampling (DDS, sfedpo.txt eq. 10)
+plugs in as an admission rule per window.
 """
 import logging
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from streamfl.agent.buffer_policies import FifoPolicy, ReplacementPolicy
 from streamfl.sensors.window import UNLABELLED
 
 log = logging.getLogger(__name__)
-
-
-class ReplacementPolicy:
-    """Decides admission of a new window and, when the buffer is full, which slot it overwrites.
-
-    ``admit`` sees the label and the buffer (its ``counts`` list, ``size``, ``capacity``, ``y``), so a
-    DDS policy can admit a window of state/class m with probability alpha_{n,m}. ``victim`` is only
-    called when the buffer is full (until then windows fill slots 0..size-1 in order).
-    """
-
-    def admit(self, label: int, buffer: "Buffer") -> bool:
-        """True to store the window; the default admits every labelled window."""
-        return True
-
-    def victim(self, label: int, buffer: "Buffer") -> int:
-        """Slot index to overwrite in a full buffer; the default is the oldest window (ring order)."""
-        return buffer.oldest_slot
-
-
-class FifoPolicy(ReplacementPolicy):
-    """Admit everything, overwrite the oldest window: the stream's most recent ``capacity`` windows."""
 
 
 class Buffer:
     """A ring of ``capacity`` windows of shape [window_len, channels] with labels in [0, num_classes)."""
 
     def __init__(self, capacity: int, window_len: int, channels: int, num_classes: int,
-                 policy: ReplacementPolicy = None):
+                 policy: Optional[ReplacementPolicy] = None):
         if capacity < 1:
             raise ValueError("buffer capacity must be at least 1, got %r" % capacity)
         if num_classes < 1:
@@ -54,7 +35,7 @@ class Buffer:
         #: Windows per class currently held (a plain list: cheapest to update per insert).
         self.counts = [0] * self.num_classes
         self.policy = policy if policy is not None else FifoPolicy()
-        self._fifo = type(self.policy) is FifoPolicy
+        self._fifo = type(self.policy) is FifoPolicy   # the common case, without two calls per window
         self.size = 0
         #: Next slot in ring order, i.e. the oldest window once the buffer is full.
         self.oldest_slot = 0

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
+from streamfl.agent.buffer_policies import POLICIES
 from streamfl.agent.plugins import plugin_configs
 from streamfl.config import build, merge, read_yaml
 from streamfl.dvfs.config import DvfsConfig
@@ -42,6 +43,9 @@ class AgentConfig:
     #: None = chosen by the CLI (/var/lib/streamfl-agent, else ~/.local/state/streamfl-agent).
     state_dir: Optional[Path] = None
     buffer_capacity: int = 2048
+    #: Which windows a full buffer keeps (``streamfl.agent.buffer_policies``): ``fifo``, the most
+    #: recent ones, or ``reservoir``, a uniform sample of the whole stream.
+    buffer_policy: str = "fifo"
     min_buffer: int = 64
     round_interval_s: float = 5.0
     local_steps: int = 20
@@ -77,6 +81,8 @@ class AgentConfig:
             object.__setattr__(self, "seed", zlib.crc32(self.device_id.encode("utf-8")) & 0x7FFFFFFF)
         checks = [
             ("buffer_capacity", self.buffer_capacity >= 1, "must be at least 1"),
+            ("buffer_policy", self.buffer_policy in POLICIES,
+             "must be one of %s, got %r" % (", ".join(POLICIES), self.buffer_policy)),
             ("min_buffer", 1 <= self.min_buffer <= self.buffer_capacity,
              "must be in 1..buffer_capacity (%d)" % self.buffer_capacity),
             ("round_interval_s", self.round_interval_s >= 0, "must be >= 0"),

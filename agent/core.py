@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 import streamfl
-from streamfl.agent.buffer import Buffer, ReplacementPolicy
+from streamfl.agent.buffer import Buffer
+from streamfl.agent.buffer_policies import ReplacementPolicy, make_buffer_policy
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.plugins import AgentPlugin, RoundContext, make_plugins
 from streamfl.agent.trainer import LocalTrainer
@@ -102,6 +103,8 @@ class AgentCore:
         if config.torch_threads > 0:
             torch.set_num_threads(config.torch_threads)
         self.model = build_model(self.spec, dropout=config.dropout, seed=self.seed)
+        if policy is None:
+            policy = make_buffer_policy(config.buffer_policy, self.seed)
         self.buffer = Buffer(config.buffer_capacity, self.spec.window_len, self.spec.in_channels,
                              self.spec.num_classes, policy)
         self.trainer = LocalTrainer(self.model, self.spec.num_classes, momentum=config.momentum)
