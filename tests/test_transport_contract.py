@@ -290,26 +290,7 @@ def test_an_invalid_filter_is_refused_while_connected(net):
     assert c.t.connected
 
 
-def _paho_xfail(reason):
-    return pytest.param("paho", id="paho", marks=[pytest.mark.integration,
-                                                  pytest.mark.xfail(strict=True, reason=reason)])
-
-
-@pytest.fixture(params=["memory", _paho_xfail(
-    "source bug: PahoTransport.subscribe() stores an invalid filter without checking it while "
-    "not connected; on connect paho raises ValueError inside on_connect and the network thread "
-    "dies, so nothing is ever received")])
-def net_invalid_filter(request):
-    harness = MemoryHarness() if request.param == "memory" else PahoHarness(
-        request.getfixturevalue("mqtt_broker"))
-    try:
-        yield harness
-    finally:
-        harness.close()
-
-
-def test_an_invalid_filter_is_refused_before_connecting_too(net_invalid_filter):
-    net = net_invalid_filter
+def test_an_invalid_filter_is_refused_before_connecting_too(net):
     c = net.client("c")
     for flt in BAD_FILTERS:
         with pytest.raises(TransportError):
@@ -492,20 +473,8 @@ def test_a_tracked_publish_is_acknowledged_while_connected(net):
     assert wait_for(lambda: sub.got == [("f/u", b"update")])
 
 
-@pytest.fixture(params=["memory", _paho_xfail(
-    "source bug: after close() PahoTransport.publish(qos=1) returns True (paho queues it for a "
-    "reconnect that never comes), although the message can no longer be handed over")])
-def net_after_close(request):
-    harness = MemoryHarness() if request.param == "memory" else PahoHarness(
-        request.getfixturevalue("mqtt_broker"))
-    try:
-        yield harness
-    finally:
-        harness.close()
-
-
-def test_publishing_after_close_is_refused(net_after_close):
-    c = net_after_close.start(net_after_close.client("c"))
+def test_publishing_after_close_is_refused(net):
+    c = net.start(net.client("c"))
     c.t.close()
     assert c.t.publish("t", b"x", qos=0) is False
     assert c.t.publish_tracked("t", b"x", qos=1) is None

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from streamfl.errors import TransportError
+
 #: ``on_message(topic, payload)``; called from the transport's network thread.
 MessageHandler = Callable[[str, bytes], None]
 #: ``on_connect(session_present)`` / ``on_disconnect(reason)``.
@@ -17,6 +19,23 @@ AckProbe = Callable[[], bool]
 def _handed_over() -> bool:
     return True
 
+
+def validate_topic(topic: str) -> str:
+    """A publish topic: non-empty, no wildcards, no NUL (MQTT 3.1.1 section 4.7)."""
+    if not isinstance(topic, str) or not topic or "+" in topic or "#" in topic or "\0" in topic:
+        raise TransportError("invalid publish topic %r" % (topic,))
+    return topic
+
+
+def validate_filter(topic_filter: str) -> str:
+    """A subscription filter: ``+`` fills a whole level, ``#`` only as the whole last level."""
+    if not isinstance(topic_filter, str) or not topic_filter or "\0" in topic_filter:
+        raise TransportError("invalid topic filter %r" % (topic_filter,))
+    levels = topic_filter.split("/")
+    for i, level in enumerate(levels):
+        if ("+" in level and level != "+") or ("#" in level and (level != "#" or i != len(levels) - 1)):
+            raise TransportError("invalid topic filter %r" % (topic_filter,))
+    return topic_filter
 
 @dataclass(frozen=True)
 class MqttSettings:

@@ -10,30 +10,11 @@ import logging
 import threading
 from typing import Callable, Deque, Dict, List, Optional, Tuple
 
-from streamfl.errors import TransportError
-from streamfl.protocol.transport.base import Transport
+from streamfl.protocol.transport.base import Transport, validate_filter, validate_topic
 
 log = logging.getLogger(__name__)
 
 Will = Tuple[str, bytes, int, bool]
-
-
-def validate_topic(topic: str) -> str:
-    """A publish topic: non-empty, no wildcards, no NUL (MQTT 3.1.1 section 4.7)."""
-    if not isinstance(topic, str) or not topic or "+" in topic or "#" in topic or "\0" in topic:
-        raise TransportError("invalid publish topic %r" % (topic,))
-    return topic
-
-
-def validate_filter(topic_filter: str) -> str:
-    """A subscription filter: ``+`` fills a whole level, ``#`` only as the whole last level."""
-    if not isinstance(topic_filter, str) or not topic_filter or "\0" in topic_filter:
-        raise TransportError("invalid topic filter %r" % (topic_filter,))
-    levels = topic_filter.split("/")
-    for i, level in enumerate(levels):
-        if ("+" in level and level != "+") or ("#" in level and (level != "#" or i != len(levels) - 1)):
-            raise TransportError("invalid topic filter %r" % (topic_filter,))
-    return topic_filter
 
 
 def topic_matches(topic_filter: str, topic: str) -> bool:

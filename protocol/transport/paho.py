@@ -24,7 +24,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
 from streamfl.errors import ConfigError, TransportError
-from streamfl.protocol.transport.base import AckProbe, MqttSettings, Transport
+from streamfl.protocol.transport.base import AckProbe, MqttSettings, Transport, validate_filter
 from streamfl.protocol.transport.credentials import PASSWORD_ENV, read_password
 
 log = logging.getLogger(__name__)
@@ -144,6 +144,9 @@ class PahoTransport(Transport):
         self._started = False
 
     def subscribe(self, topic_filter: str, qos: int = 1) -> None:
+        # Checked here, not by paho: a filter stored while offline would otherwise make paho raise
+        # inside on_connect, which kills its network thread.
+        validate_filter(topic_filter)
         with self._lock:
             self._filters[topic_filter] = qos
             send_now = self._subscribed  # else the coming on_connect subscribes it (no duplicate)
@@ -161,7 +164,7 @@ class PahoTransport(Transport):
         """True if paho sent or queued the message; see the module docstring for offline rules."""
         info = self._publish(topic, payload, qos, retain)
         return info.rc == MQTTErrorCode.MQTT_ERR_SUCCESS or (
-            info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN and qos > 0)  # queued: sent after reconnect
+            info.rc == MQTTErrorCode.MQTT_ERR_NO_CONN and qos > 0 and not self._closed)  # queued
 
     def publish_tracked(self, topic: str, payload: bytes, qos: int = 1,
                         retain: bool = False) -> Optional[AckProbe]:
@@ -178,6 +181,10 @@ class PahoTransport(Transport):
         return lambda: qos == 0 or _acked(info)
 
     def _publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> mqtt.MQTTMessageInfo:
+        if self._closed:  # paho would queue a QoS 1 message for a reconnect that never comes
+            info = mqtt.MQTTMessageInfo(0)
+            info.rc = MQTTErrorCode.MQTT_ERR_NO_CONN
+            return info
         try:
             info = self._client.publish(topic, payload, qos=qos, retain=retain)
         except (ValueError, TypeError) as exc:
