@@ -104,7 +104,7 @@ def _dvfs(cfg, state_dir: Path):
     """The agent's clock control; a board whose clocks cannot be read trains without it."""
     from streamfl.agent.dvfs import AgentDvfs
     from streamfl.dvfs.base import DvfsError
-    from streamfl.dvfs.sysfs import SysfsFiles
+    from streamfl.dvfs.sysfs_io import SysfsFiles
     try:
         return AgentDvfs.from_config(cfg.dvfs, state_dir)
     except DvfsError as exc:

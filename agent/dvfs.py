@@ -64,7 +64,7 @@ class AgentDvfs:
                     clock: Callable[[], float] = time.monotonic) -> "AgentDvfs":
         """Profile, backend and meter as ``cfg`` says (errors: ``ConfigError``/``DvfsError``)."""
         from streamfl.dvfs.factory import board_profile, describe, make_backend, make_meter
-        from streamfl.dvfs.sysfs import SysfsFiles
+        from streamfl.dvfs.sysfs_io import SysfsFiles
         profile = board_profile(cfg) if cfg.backend != "none" else None
         backend = make_backend(cfg, profile, clock=clock)
         holder: List[AgentDvfs] = []

@@ -75,7 +75,7 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
 
 def _restore(sysfs_root: str, state_dir: Path) -> int:
     from streamfl.dvfs.guard import restore_saved
-    from streamfl.dvfs.sysfs import SysfsFiles
+    from streamfl.dvfs.sysfs_io import SysfsFiles
     restored = restore_saved(state_dir, SysfsFiles(Path(sysfs_root)))
     if restored is None:
         print("nothing to restore: no saved clock settings in %s" % state_dir)
@@ -87,7 +87,7 @@ def _restore(sysfs_root: str, state_dir: Path) -> int:
 def _status(cfg, state_dir: Path) -> int:
     from streamfl.dvfs.factory import board_profile, describe, make_backend, make_meter
     from streamfl.dvfs.guard import SAVED_FILE
-    from streamfl.dvfs.sysfs import SysfsFiles
+    from streamfl.dvfs.sysfs_io import SysfsFiles
     from streamfl.dvfs.thermal import read_temperatures_c
     dcfg = cfg.dvfs
     profile = board_profile(dcfg) if dcfg.backend != "none" else None
@@ -116,7 +116,7 @@ def _status(cfg, state_dir: Path) -> int:
         out.append("temperatures: %s" % (", ".join("%s %.1f C" % kv for kv in sorted(temps.items()))
                                          or "none readable"))
     if profile is not None and profile.name.startswith("jetson"):
-        from streamfl.dvfs.jtop_reader import read_jtop
+        from streamfl.dvfs.jtop_status import read_jtop
         seen = read_jtop()
         out.append("jtop: %s" % ("not installed or not running" if seen is None else
                                  ", ".join("%s %s" % kv for kv in sorted(seen.items()))))

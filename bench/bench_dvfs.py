@@ -43,7 +43,7 @@ from streamfl.dvfs.power.base import PowerMeter
 from streamfl.dvfs.power.energy import EnergyCounter
 from streamfl.dvfs.power.factory import create_meter
 from streamfl.dvfs.profiles import BoardProfile, load_profile
-from streamfl.dvfs.sysfs import SysfsFiles
+from streamfl.dvfs.sysfs_io import SysfsFiles
 
 GOAL_STEP_READ_US = 1000.0
 GOAL_COUNTER_CORE_FRACTION = 0.01

@@ -64,7 +64,7 @@ def _finite(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class ClpConfig:
+class ClpProbeConfig:
     """Federated CLP regulator settings (adaclp.txt eq. 2-3, sec. 3.2).
 
     window_m: eq. 2 window, in traced aggregations. The paper gives no value (Fig. 5 draws 3);
@@ -122,7 +122,7 @@ class ClpConfig:
 class ClpProbe:
     """Staleness-decayed global Fisher trace (eq. 2), CLP flag (eq. 3), segments and R_end."""
 
-    def __init__(self, config: ClpConfig = ClpConfig()):
+    def __init__(self, config: ClpProbeConfig = ClpProbeConfig()):
         self.config = config
         #: (version T, staleness T - I(T), F_recv(T)) for the last ``window_m`` traced aggregations.
         self._window: Deque[Tuple[int, int, float]] = deque(maxlen=config.window_m)

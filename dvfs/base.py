@@ -4,7 +4,7 @@ Units are in names. Every domain speaks kHz, whatever its files use (cpufreq is 
 Hz), so policies and board profiles compare CPU and GPU levels without conversions.
 
 Every backend reads and writes its files through a ``SysfsIO``: the real one
-(``streamfl.dvfs.sysfs.SysfsFiles``) does plain reads and writes under a root directory and
+(``streamfl.dvfs.sysfs_io.SysfsFiles``) does plain reads and writes under a root directory and
 translates ``OSError`` into ``DvfsError``; the fake kernel (``streamfl.dvfs.fake``) applies the
 kernel's rules to a generated tree, so tests exercise the same write paths a board does.
 """

@@ -15,7 +15,7 @@ from streamfl.dvfs.null import NullBackend
 from streamfl.dvfs.power.base import PowerError, PowerMeter
 from streamfl.dvfs.profiles import BoardProfile, DomainSpec, load_profile, load_profile_file
 from streamfl.dvfs.simulated import SimulatedBackend, SimulatedDomain
-from streamfl.dvfs.sysfs import SysfsFiles
+from streamfl.dvfs.sysfs_io import SysfsFiles
 from streamfl.dvfs.sysfs_backend import SysfsBackend
 
 log = logging.getLogger(__name__)

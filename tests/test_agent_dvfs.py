@@ -14,7 +14,7 @@ from streamfl.dvfs.guard import SAVED_FILE
 from streamfl.dvfs.power.null import NullMeter
 from streamfl.config import to_dict
 from streamfl.dvfs.profiles import MeasuredDomain, Measurement, load_profile
-from streamfl.dvfs.sysfs import SysfsFiles
+from streamfl.dvfs.sysfs_io import SysfsFiles
 from streamfl.protocol.messages import Hello
 from streamfl.protocol.transport.memory import MemoryBroker
 from test_agent_daemon import SPEC, FakeCoordinator, Running, wait_for

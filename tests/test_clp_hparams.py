@@ -8,7 +8,7 @@ import pytest
 
 from streamfl.agent import clp_hparams
 from streamfl.agent.clp_hparams import ClpHparamsConfig, refine, sigmoid
-from streamfl.coordinator.clp import ClpConfig, ClpProbe
+from streamfl.coordinator.clp import ClpProbeConfig, ClpProbe
 from streamfl.protocol.payloads import ClpState
 
 BASE = {"lr": 0.003, "batch_size": 32, "local_steps": 20, "dropout": 0.0}
@@ -111,7 +111,7 @@ def test_not_regulating_returns_the_coordinators_hparams(state):
 
 
 def test_probe_state_drives_refine_after_json():
-    probe = ClpProbe(ClpConfig(window_m=1, lam=0.0, r_end=3))
+    probe = ClpProbe(ClpProbeConfig(window_m=1, lam=0.0, r_end=3))
     states = [probe.on_aggregation(v, v - 1, E ** v) for v in range(1, 5)]
     outs = [refine(ClpState.parse(json.loads(json.dumps(s.as_dict())), {}), BASE) for s in states]
     assert outs[1]["lr"] == pytest.approx(0.01 * 2.0 ** -2)   # F_G = e^2

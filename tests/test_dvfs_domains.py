@@ -10,7 +10,7 @@ from streamfl.dvfs.fake.tree import FAKE_TREES, build_tree, legacy_limits
 from streamfl.dvfs.guard import SAVED_FILE, DvfsGuard, restore_saved
 from streamfl.dvfs.null import NullBackend
 from streamfl.dvfs.simulated import SimulatedBackend, SimulatedDomain
-from streamfl.dvfs.sysfs import SysfsFiles
+from streamfl.dvfs.sysfs_io import SysfsFiles
 from streamfl.dvfs.sysfs_backend import SysfsBackend
 from streamfl.dvfs.detect import discover_generic
 from streamfl.dvfs.factory import sysfs_backend

@@ -19,7 +19,7 @@ from streamfl.dvfs.config import DvfsConfig
 from streamfl.dvfs.fake.tree import build_tree
 from streamfl.dvfs.guard import SAVED_FILE, restore_saved
 from streamfl.dvfs.profiles import load_profile
-from streamfl.dvfs.sysfs import SysfsFiles
+from streamfl.dvfs.sysfs_io import SysfsFiles
 from streamfl.errors import ConfigError, StorageError
 from streamfl.models import ModelSpec
 from streamfl.sensors import SensorConfig

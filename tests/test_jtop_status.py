@@ -1,7 +1,7 @@
 """The optional jtop reader: a summary from a jtop-shaped client, and None when jtop is absent."""
 import sys
 
-from streamfl.dvfs.jtop_reader import read_jtop, summarize_jtop
+from streamfl.dvfs.jtop_status import read_jtop, summarize_jtop
 
 
 class Model:

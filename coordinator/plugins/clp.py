@@ -9,7 +9,7 @@ CLP flag with their clocks (the ``clp`` agent plug-in and the ``clp-aware`` DVFS
 import dataclasses
 from typing import Any, Dict, List, Mapping, Optional
 
-from streamfl.coordinator.clp import ClpConfig, ClpProbe
+from streamfl.coordinator.clp import ClpProbeConfig, ClpProbe
 from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Update
@@ -26,9 +26,9 @@ class ClpProbePlugin(CoordinatorPlugin):
     """Feeds ``ClpProbe`` and broadcasts its state; ``in_clp`` is what other plug-ins follow."""
 
     name = "clp"
-    Config = ClpConfig
+    Config = ClpProbeConfig
 
-    def __init__(self, config: ClpConfig, fleet: FleetView, peers: Mapping[str, CoordinatorPlugin]):
+    def __init__(self, config: ClpProbeConfig, fleet: FleetView, peers: Mapping[str, CoordinatorPlugin]):
         super().__init__(config, fleet, peers)
         self.probe = ClpProbe(config)
 
