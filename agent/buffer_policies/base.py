@@ -2,15 +2,26 @@
 
 The buffer calls ``admit`` for every labelled, well-formed window and, only when it is full,
 ``victim`` for the slot the admitted window overwrites (until then windows fill slots in order).
-A policy sees the buffer (its ``counts`` per class, ``size``, ``capacity``, ``y``, ``oldest_slot``)
-and must not change it. SFedPO's distribution-guided sampling (sfedpo.txt eq. 10) is an admission
-rule of this kind.
+A policy reads the buffer through ``BufferView`` and must not change it. SFedPO's
+distribution-guided sampling (sfedpo.txt eq. 10) is an admission rule of this kind.
 """
 import abc
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, List, Protocol
 
-if TYPE_CHECKING:  # pragma: no cover
-    from streamfl.agent.buffer import Buffer
+import numpy as np
+
+
+class BufferView(Protocol):
+    """What a policy may read of the buffer (``streamfl.agent.buffer.Buffer``)."""
+
+    #: Windows held per class.
+    counts: List[int]
+    size: int
+    capacity: int
+    #: Labels by slot (valid in ``[0, size)``).
+    y: np.ndarray
+    #: The next slot in ring order: the oldest window once the buffer is full.
+    oldest_slot: int
 
 
 class ReplacementPolicy(abc.ABC):
@@ -19,10 +30,10 @@ class ReplacementPolicy(abc.ABC):
     #: The registry name (``buffer_policy`` in the agent YAML).
     name: ClassVar[str] = ""
 
-    def admit(self, label: int, buffer: "Buffer") -> bool:
+    def admit(self, label: int, buffer: BufferView) -> bool:
         """True to store the window; the default admits every labelled window."""
         return True
 
     @abc.abstractmethod
-    def victim(self, label: int, buffer: "Buffer") -> int:
+    def victim(self, label: int, buffer: BufferView) -> int:
         """Slot index in ``[0, capacity)`` to overwrite in a full buffer."""

@@ -1,10 +1,5 @@
 """FIFO: the stream's most recent ``capacity`` windows (the default; the buffer has a fast path)."""
-from typing import TYPE_CHECKING
-
-from streamfl.agent.buffer_policies.base import ReplacementPolicy
-
-if TYPE_CHECKING:  # pragma: no cover
-    from streamfl.agent.buffer import Buffer
+from streamfl.agent.buffer_policies.base import BufferView, ReplacementPolicy
 
 
 class FifoPolicy(ReplacementPolicy):
@@ -15,5 +10,5 @@ class FifoPolicy(ReplacementPolicy):
     def __init__(self, seed: int = 0):
         del seed  # deterministic; the argument keeps every policy buildable the same way
 
-    def victim(self, label: int, buffer: "Buffer") -> int:
+    def victim(self, label: int, buffer: BufferView) -> int:
         return buffer.oldest_slot

@@ -7,14 +7,9 @@ period; a reservoir keeps earlier periods in proportion to their length, at the 
 a new class more slowly (its share grows as its windows arrive). Seeded: the same stream and seed
 keep the same windows.
 """
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from streamfl.agent.buffer_policies.base import ReplacementPolicy
-
-if TYPE_CHECKING:  # pragma: no cover
-    from streamfl.agent.buffer import Buffer
+from streamfl.agent.buffer_policies.base import BufferView, ReplacementPolicy
 
 
 class ReservoirPolicy(ReplacementPolicy):
@@ -28,11 +23,11 @@ class ReservoirPolicy(ReplacementPolicy):
         #: Labelled windows offered to this policy so far.
         self.seen = 0
 
-    def admit(self, label: int, buffer: "Buffer") -> bool:
+    def admit(self, label: int, buffer: BufferView) -> bool:
         self.seen += 1
         if buffer.size < buffer.capacity:
             return True
         return bool(self._rng.random() * self.seen < buffer.capacity)
 
-    def victim(self, label: int, buffer: "Buffer") -> int:
+    def victim(self, label: int, buffer: BufferView) -> int:
         return int(self._rng.integers(buffer.capacity))
