@@ -8,12 +8,11 @@ minibatch draw, so the sensor thread keeps filling the buffer, and adds the plug
 ``complete_round`` takes what the runtime measured (clocks, time, energy) and returns the update
 to send. The methods' plug-ins (``streamfl.agent.plugins``) are called, never named.
 """
-import dataclasses
 import logging
 import time
 import uuid
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -35,7 +34,7 @@ from streamfl.sensors.window import Window
 log = logging.getLogger(__name__)
 
 #: Sane ranges for hyper-parameters received from the coordinator (GlobalModel.hparams or an
-#: "override" command). AdaCLP's eq. 4-6 can produce extreme values (DESIGN.md s8), and a bad
+#: "override" command) or refined by a plug-in, whose formulas can produce extreme values; a bad
 #: coordinator must not be able to make a board diverge or run out of memory.
 HPARAM_RANGES: Dict[str, Tuple[float, float]] = {
     "lr": (1e-6, 1.0),
@@ -125,11 +124,11 @@ class AgentCore:
         self._train_requested = False
         self.rejected_models = 0
         self.last_update: Optional[Update] = None
-        #: Windows the last round's plug-in statistics ran on, besides training: ``batched`` (one
-        #: batched backward, e.g. AdaCLP's trace) and ``per_window`` (a backward per window, e.g.
-        #: FedCurv's diagonal). The simulator charges them to the round's time and energy.
+        #: Windows the last round's plug-in statistics ran on, besides training: ``batched`` (in
+        #: one batched backward) and ``per_window`` (a backward per window). The simulator charges
+        #: them to the round's time and energy.
         self.statistics_windows: Dict[str, int] = {}
-        #: Decides the clock levels of each round (AdaCLP s4.2 and the simpler policies).
+        #: Decides the clock levels of each round.
         self.dvfs_policy = make_policy(config.dvfs.policy, **config.dvfs.policy_options)
         #: Levels per DVFS domain, announced in Hello (set by the runtime that owns the clocks).
         self.dvfs_levels: Dict[str, List[int]] = {}
@@ -251,8 +250,8 @@ class AgentCore:
 
     @property
     def critical_period(self) -> bool:
-        """True while a plug-in says the learning is in a critical period (AdaCLP's CLP flag);
-        False by default, so clock policies see "after the critical period"."""
+        """True while a plug-in says the learning is in a critical period; False by default, so
+        clock policies see "after the critical period"."""
         return any(plugin.critical_period() for plugin in self.plugins)
 
     def frequency_plan(self, domains: Sequence[DomainView]) -> Dict[str, int]:
@@ -367,7 +366,7 @@ class AgentCore:
     def complete_round(self, update: Update, measured: RoundMeasurement) -> Update:
         """The round's update as sent: stamped with what the runtime measured, which the clock
         policy also learns from (its climb rule compares time per sample across levels)."""
-        update = dataclasses.replace(
+        update = replace(
             update, seconds_per_sample=measured.seconds_per_sample, energy_j=measured.energy_j,
             clock_levels=dict(measured.clock_levels),
             created_s=update.created_s if measured.finished_s is None else measured.finished_s)

@@ -53,7 +53,7 @@ class UpdateRecord:
     energy_j: Optional[float] = None
     clock_levels: Dict[str, int] = field(default_factory=dict)
     seconds_per_sample: Optional[float] = None
-    #: Fields the plug-ins add (e.g. the update's Fisher trace and the CLP state after it).
+    #: Fields the plug-ins add (``CoordinatorPlugin.record_fields``).
     fields: Dict[str, Any] = field(default_factory=dict)
 
     def as_event(self) -> Dict[str, Any]:

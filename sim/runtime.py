@@ -277,9 +277,11 @@ class SimRun:
             self.queue.push(t + self.devices[i].model.download_s(len(frame)), "command", (i, frame))
 
     def _command(self, t: float, i: int, frame: bytes) -> None:
-        """A command reaches its device through the codec, as over MQTT (QoS 1, not retained: a
-        device that is offline then misses it). A ``train`` command does not start an extra round
-        here: the device's rounds keep their own schedule (the daemon starts one at once)."""
+        """A command reaches its device through the codec, as over MQTT. A device offline at that
+        moment misses it here, where a broker holding the device's persistent session would
+        deliver it on reconnect: plug-ins must not rely on either. A ``train`` command does not
+        start an extra round here: the device's rounds keep their own schedule (the daemon
+        starts one at once)."""
         d = self.devices[i]
         if d.online:
             d.agent.on_command(self.decoder.decode(frame))
