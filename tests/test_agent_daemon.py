@@ -1,10 +1,11 @@
 """The agent daemon over the in-memory broker: updates reach a (fake) coordinator, broker loss fills
 the outbox and reconnect flushes it in order, bad frames never reach the core, clean shutdown."""
 import threading
-import time
 
 import numpy as np
 import pytest
+
+from polling import wait_until
 
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.daemon import AgentDaemon
@@ -20,15 +21,6 @@ from streamfl.sensors import make_source
 SPEC = ModelSpec(name="mlp", hidden=16)  # 6 channels, 50 samples, 6 classes: the sensor defaults
 FLEET = "test"
 DEV = "dev-1"
-
-
-def wait_for(cond, timeout_s=20.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for %s" % what)
 
 
 class FakeCoordinator:
@@ -83,7 +75,7 @@ class Running:
 
     def __enter__(self):
         self.thread.start()
-        wait_for(lambda: self.transport.connected, what="agent connected")
+        wait_until(lambda: self.transport.connected, what="agent connected")
         return self.daemon
 
     def __exit__(self, *exc):
@@ -101,8 +93,8 @@ def test_updates_reach_the_coordinator(broker, tmp_path):
     coord = FakeCoordinator(broker)
     coord.publish_model(3, lr=0.05)
     with Running(broker, tmp_path / "state") as daemon:
-        wait_for(lambda: len(coord.updates) >= 2, what="two updates")
-        wait_for(lambda: coord.telemetry, what="telemetry")
+        wait_until(lambda: len(coord.updates) >= 2, what="two updates")
+        wait_until(lambda: coord.telemetry, what="telemetry")
         assert daemon.core.hparams["lr"] == 0.05
     first, second = coord.updates[:2]
     assert first.device_id == DEV and first.arch_id == SPEC.arch_id
@@ -126,17 +118,17 @@ def test_broker_away_updates_go_to_outbox_and_flush_in_order(broker, tmp_path):
     coord = FakeCoordinator(broker)
     coord.publish_model(1)
     with Running(broker, tmp_path / "state", round_interval_s=0.05) as daemon:
-        wait_for(lambda: len(coord.updates) >= 1, what="first update")
+        wait_until(lambda: len(coord.updates) >= 1, what="first update")
         broker.drop(DEV)
         lost = coord.decoder.decode(broker.retained[coord.topics.device(DEV, "status")])
         assert isinstance(lost, Offline) and lost.reason == "lost"  # the last will
         sent_before = daemon.counters["updates_sent"]
-        wait_for(lambda: daemon.counters["updates_queued"] >= 3, what="queued updates")
+        wait_until(lambda: daemon.counters["updates_queued"] >= 3, what="queued updates")
         assert list((tmp_path / "state" / "outbox").glob("*.frame"))
         daemon.transport.connect()  # the network is back; the memory transport connects at once
         assert daemon.counters["outbox_len"] == 0  # flushed by on_connect, not by a later round
-        wait_for(lambda: len(coord.updates) >= sent_before + 3, what="flushed updates")
-        wait_for(lambda: daemon.counters["outbox_len"] == 0, what="empty outbox")
+        wait_until(lambda: len(coord.updates) >= sent_before + 3, what="flushed updates")
+        wait_until(lambda: daemon.counters["outbox_len"] == 0, what="empty outbox")
     rounds = [u.round_index for u in coord.updates]
     assert rounds == sorted(rounds) and len(set(rounds)) == len(rounds)
     assert rounds == list(range(len(rounds)))  # nothing lost, nothing reordered
@@ -157,10 +149,10 @@ def test_bad_frames_are_rejected_and_commands_applied(broker, tmp_path):
         assert daemon.counters["rejected_frames"] == 2
         assert daemon.core.global_model is None
         coord.publish_model(2)
-        wait_for(lambda: len(coord.updates) == 1, what="first update")
+        wait_until(lambda: len(coord.updates) == 1, what="first update")
         coord.command("override", local_steps=2)
         coord.command("train")  # starts a round now despite round_interval_s = 30
-        wait_for(lambda: len(coord.updates) == 2, what="update after train command")
+        wait_until(lambda: len(coord.updates) == 2, what="update after train command")
         assert coord.updates[1].num_samples == 2 * 8
         assert daemon.counters["commands_received"] == 2
 
@@ -187,7 +179,7 @@ def test_training_continues_after_the_sensor_fails(broker, tmp_path, caplog):
     coord.publish_model(1)
     source = EndingSource(make_source(make_config().sensor, DEV), 20)
     with Running(broker, tmp_path / "state", source=source) as daemon:
-        wait_for(lambda: len(coord.updates) >= 3, what="updates after sensor failure")
+        wait_until(lambda: len(coord.updates) >= 3, what="updates after sensor failure")
         assert daemon.counters["windows"] == 20
     assert "IMU unplugged" in caplog.text
 
@@ -197,12 +189,12 @@ def test_resume_from_checkpoint_and_ignore_other_arch(broker, tmp_path):
     coord = FakeCoordinator(broker)
     coord.publish_model(5)
     with Running(broker, state):
-        wait_for(lambda: len(coord.updates) >= 2, what="updates")
+        wait_until(lambda: len(coord.updates) >= 2, what="updates")
     rounds_before = StateDir(state).load_checkpoint(SPEC.arch_id)[1]["round_index"]
     coord.updates.clear()
     with Running(broker, state) as daemon:
         assert daemon.core.rounds == rounds_before and daemon.core.base_version == 5
-        wait_for(lambda: coord.updates, what="update after restart")
+        wait_until(lambda: coord.updates, what="update after restart")
     assert coord.updates[0].round_index == rounds_before
     assert coord.updates[0].base_version == 5
     # A checkpoint of another architecture is ignored.
@@ -237,13 +229,13 @@ def test_full_disk_never_stops_the_agent(broker, tmp_path):
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: coord.updates, what="first update")
+        wait_until(lambda: coord.updates, what="first update")
         broker.drop(DEV)
-        wait_for(lambda: daemon.counters["updates_queued"] >= 2, what="queued in memory")
+        wait_until(lambda: daemon.counters["updates_queued"] >= 2, what="queued in memory")
         assert daemon.counters["outbox_write_errors"] >= 2
         n = len(coord.updates)
         transport.connect()
-        wait_for(lambda: len(coord.updates) >= n + 2, what="flush from memory")
+        wait_until(lambda: len(coord.updates) >= n + 2, what="flush from memory")
     finally:
         daemon.stop()
         thread.join(30)
@@ -318,7 +310,7 @@ def test_cli_against_mosquitto_trains_and_stops_cleanly_on_signal(mqtt_broker, t
          "--port", str(mqtt_broker.port), "--state-dir", str(tmp_path / "state")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: sum(isinstance(m, Update) for m in got) >= 2, 60, "updates over MQTT")
+        wait_until(lambda: sum(isinstance(m, Update) for m in got) >= 2, 60, "updates over MQTT")
         assert any(isinstance(m, Hello) and m.device_id == "cli-1" for m in got)
         proc.send_signal(getattr(signal, signame))
         out, _ = proc.communicate(timeout=60)
@@ -327,7 +319,7 @@ def test_cli_against_mosquitto_trains_and_stops_cleanly_on_signal(mqtt_broker, t
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
-    wait_for(lambda: isinstance(got[-1], Offline), 10, "offline status")
+    wait_until(lambda: isinstance(got[-1], Offline), 10, "offline status")
     assert got[-1].reason == "shutdown"
     updates = [m for m in got if isinstance(m, Update)]
     assert updates[0].base_version == 4 and updates[0].device_id == "cli-1"
@@ -349,13 +341,13 @@ def test_mqtt_sensor_source_shares_the_transport(broker, tmp_path):
     thread = threading.Thread(target=daemon.run, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: transport.connected, what="agent connected")
+        wait_until(lambda: transport.connected, what="agent connected")
         X, Y, _ = synthetic_dataset(40, users=[0], seed=0, cfg=SensorConfig())
         from streamfl.sensors.window import Window
         for x, y in zip(X, Y):
             coord.t.publish(coord.topics.device(DEV, "sensor"), encode_window_binary(Window(x, y)))
-        wait_for(lambda: daemon.counters["windows"] == 40, what="windows from MQTT")
-        wait_for(lambda: coord.updates, what="update trained on MQTT windows")
+        wait_until(lambda: daemon.counters["windows"] == 40, what="windows from MQTT")
+        wait_until(lambda: coord.updates, what="update trained on MQTT windows")
         assert daemon.counters["unexpected_messages"] == 0
     finally:
         daemon.stop()

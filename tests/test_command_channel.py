@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from polling import wait_until
+
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.daemon import AgentDaemon
 from streamfl.config import build
@@ -72,15 +74,6 @@ def _settings(broker, client_id):
                         reconnect_min_s=0.2, reconnect_max_s=1.0)
 
 
-def _wait(predicate, timeout_s, what):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for %s" % what)
-
-
 @pytest.mark.timeout(120)
 def test_a_plugin_command_reaches_the_agent_and_changes_its_next_round(mqtt_broker, tmp_path, pause_plugin):
     config = build(CoordinatorConfig, {"fleet": FLEET, "model": SPEC, "persist_interval_s": 0.5,
@@ -97,16 +90,16 @@ def test_a_plugin_command_reaches_the_agent_and_changes_its_next_round(mqtt_brok
     agent_thread = threading.Thread(target=daemon.run, daemon=True)
     agent_thread.start()
     try:
-        _wait(lambda: daemon.counters["commands_received"] >= 1, 60, "the skip command at the agent")
+        wait_until(lambda: daemon.counters["commands_received"] >= 1, 60, "the skip command at the agent")
         plugin = server.core.plugins[0]
         paused_at = time.monotonic()
         assert daemon.core.skipping
         rounds_at_pause = daemon.core.rounds
         time.sleep(1.5)       # 15 round intervals: a running agent would have trained many rounds
         assert daemon.core.rounds <= rounds_at_pause + 1, "the agent kept training through its skip"
-        _wait(lambda: daemon.counters["commands_received"] >= 2, 30, "the train command at the agent")
+        wait_until(lambda: daemon.counters["commands_received"] >= 2, 30, "the train command at the agent")
         assert time.monotonic() - paused_at >= 1.0 and plugin.resumed == {DEV}
-        _wait(lambda: daemon.core.rounds >= rounds_at_pause + 3, 30, "rounds after the train command")
+        wait_until(lambda: daemon.core.rounds >= rounds_at_pause + 3, 30, "rounds after the train command")
         assert not daemon.core.skipping
         assert server.counters()["commands_sent"] == 2 and server.counters()["command_failures"] == 0
     finally:

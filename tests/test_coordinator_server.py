@@ -7,6 +7,8 @@ import time
 import numpy as np
 import pytest
 
+from polling import wait_for
+
 from factories import make_update
 from streamfl.coordinator.config import CoordinatorConfig, FedAvgConfig
 from streamfl.coordinator.evaluation import Evaluator, load_eval_data
@@ -28,15 +30,6 @@ TOPICS = Topics(FLEET)
 def _tensor_spec():
     from streamfl.models import tensor_spec
     return tensor_spec(SPEC)
-
-
-def wait_for(predicate, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 class Device:

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from polling import wait_for
+
 from streamfl.coordinator.broker import EmbeddedBroker
 from streamfl.errors import TransportError
 from streamfl.protocol.transport.base import MqttSettings
@@ -15,13 +17,6 @@ from streamfl.protocol.transport.paho import PahoTransport
 from streamfl.sim.brokers import BrokerProcess, free_port, wait_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
-
-
-def wait_for(predicate, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not predicate():
-        time.sleep(0.02)
-    return predicate()
 
 
 def transport(port, client_id):

@@ -7,20 +7,13 @@ import time
 
 import pytest
 
+from polling import wait_for
+
 from streamfl.errors import ConfigError
 from streamfl.protocol.transport.base import MqttSettings
 from streamfl.protocol.transport.paho import PahoTransport, read_password
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
-
-
-def wait_for(predicate, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 class Client:

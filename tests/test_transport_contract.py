@@ -19,6 +19,8 @@ import time
 
 import pytest
 
+from polling import wait_for
+
 from netproxy import CuttableProxy
 from streamfl.errors import TransportError
 from streamfl.protocol.transport.base import MqttSettings, Transport
@@ -34,15 +36,6 @@ IMPLEMENTATIONS = [
 ]
 
 SENTINEL = b"--sentinel--"
-
-
-def wait_for(predicate, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 class Peer:
