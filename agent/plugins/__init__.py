@@ -9,8 +9,7 @@ from typing import Any, Dict, List, Mapping, Type
 from streamfl.agent.plugins.base import AgentPlugin, Penalty, RoundContext, Statistic
 from streamfl.agent.plugins.clp import ClpAgentPlugin
 from streamfl.agent.plugins.fedcurv import FedCurvAgentPlugin
-from streamfl.config import build
-from streamfl.errors import ConfigError
+from streamfl.plugins import build_settings, register_in
 
 #: Registered plug-ins in calling order.
 PLUGINS: Dict[str, Type[AgentPlugin]] = {}
@@ -18,10 +17,7 @@ PLUGINS: Dict[str, Type[AgentPlugin]] = {}
 
 def register(cls: Type[AgentPlugin]) -> Type[AgentPlugin]:
     """Add a plug-in class under ``cls.name`` (once)."""
-    if not cls.name or cls.name in PLUGINS:
-        raise ValueError("plug-in name %r is empty or already registered" % cls.name)
-    PLUGINS[cls.name] = cls
-    return cls
+    return register_in(PLUGINS, cls)
 
 
 register(ClpAgentPlugin)
@@ -36,12 +32,7 @@ def plugin_configs(settings: Mapping[str, Any]) -> Dict[str, Any]:
         raise ValueError("unknown plug-in %r (known: %s)" % (unknown[0], ", ".join(PLUGINS)))
     out: Dict[str, Any] = {}
     for name, cls in PLUGINS.items():
-        value = settings.get(name) or {}
-        try:
-            out[name] = value if isinstance(value, cls.Config) else build(
-                cls.Config, value, "plugins.%s" % name)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
+        out[name] = build_settings(cls, name, settings.get(name))
     return out
 
 

@@ -7,7 +7,6 @@ through an example.
 """
 from typing import Any, Dict, List, Mapping, Type
 
-from streamfl.config import build
 from streamfl.coordinator.plugins.base import (
     Addressed, Aggregation, CoordinatorPlugin, FleetView,
 )
@@ -15,7 +14,7 @@ from streamfl.coordinator.plugins.clp import ClpProbePlugin
 from streamfl.coordinator.plugins.criticalfl import CriticalFlPlugin
 from streamfl.coordinator.plugins.fedcurv import FedCurvPlugin
 from streamfl.coordinator.plugins.sampling import SamplingPlugin
-from streamfl.errors import ConfigError
+from streamfl.plugins import build_settings, register_in
 
 #: Registered plug-ins in calling order.
 PLUGINS: Dict[str, Type[CoordinatorPlugin]] = {}
@@ -23,10 +22,7 @@ PLUGINS: Dict[str, Type[CoordinatorPlugin]] = {}
 
 def register(cls: Type[CoordinatorPlugin]) -> Type[CoordinatorPlugin]:
     """Add a plug-in class under ``cls.name`` (once)."""
-    if not cls.name or cls.name in PLUGINS:
-        raise ValueError("plug-in name %r is empty or already registered" % cls.name)
-    PLUGINS[cls.name] = cls
-    return cls
+    return register_in(PLUGINS, cls)
 
 
 register(ClpProbePlugin)
@@ -49,11 +45,7 @@ def plugin_configs(settings: Mapping[str, Any], strategy: str) -> Dict[str, Any]
         if name not in settings:
             continue
         value = settings[name]
-        try:
-            config = value if isinstance(value, cls.Config) else build(
-                cls.Config, value or {}, "plugins.%s" % name)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
+        config = build_settings(cls, name, value)
         missing = [r for r in cls.requires if r not in settings]
         if missing:
             raise ValueError("plugins.%s needs plug-in %s as well" % (name, ", ".join(missing)))
