@@ -17,7 +17,8 @@ from streamfl.dvfs.profiles import MeasuredDomain, Measurement, load_profile
 from streamfl.dvfs.sysfs_io import SysfsFiles
 from streamfl.protocol.messages import Hello
 from streamfl.protocol.transport.memory import MemoryBroker
-from test_agent_daemon import SPEC, FakeCoordinator, Running, wait_for
+from polling import wait_until
+from test_agent_daemon import SPEC, FakeCoordinator, Running
 from test_dvfs_domains import tree_files
 
 
@@ -43,8 +44,8 @@ def test_powersave_rounds_report_levels_and_energy_and_the_board_is_restored(tmp
     coord = FakeCoordinator(broker)
     coord.publish_model(1)
     with Running(broker, tmp_path / "state", agent_dvfs=dvfs, dvfs={"policy": "powersave"}) as daemon:
-        wait_for(lambda: len(coord.updates) >= 2, what="two updates")
-        wait_for(lambda: any(t.clocks_khz for t in coord.telemetry), what="telemetry with clocks")
+        wait_until(lambda: len(coord.updates) >= 2, what="two updates")
+        wait_until(lambda: any(t.clocks_khz for t in coord.telemetry), what="telemetry with clocks")
         assert (tmp_path / "state" / SAVED_FILE).exists()
         assert tree_files(root) != before
     update = coord.updates[-1]
@@ -88,7 +89,7 @@ def test_a_round_that_crashes_leaves_the_board_restored_exactly(tmp_path, where)
         raise RuntimeError("unexpected failure in %s" % where)
     setattr(running.daemon.core, where, boom)
     with running as daemon:
-        wait_for(lambda: daemon.counters["round_errors"] >= 1, what="a failed round")
+        wait_until(lambda: daemon.counters["round_errors"] >= 1, what="a failed round")
         assert calls and (tmp_path / "state" / SAVED_FILE).exists()
         assert io.read("devices/system/cpu/cpufreq/policy0/scaling_max_freq") == "102000"
         assert tree_files(root) != before
@@ -106,7 +107,7 @@ def test_policy_none_never_writes_a_clock(tmp_path):
     coord = FakeCoordinator(broker)
     coord.publish_model(1)
     with Running(broker, tmp_path / "state", agent_dvfs=dvfs):
-        wait_for(lambda: len(coord.updates) >= 2, what="two updates")
+        wait_until(lambda: len(coord.updates) >= 2, what="two updates")
         assert tree_files(root) == before and not (tmp_path / "state" / SAVED_FILE).exists()
     assert coord.updates[-1].clock_levels == {"cpu0": 9}
 
@@ -118,7 +119,7 @@ def test_a_refused_write_is_counted_and_training_goes_on(tmp_path):
     coord = FakeCoordinator(broker)
     coord.publish_model(1)
     with Running(broker, tmp_path / "state", agent_dvfs=dvfs, dvfs={"policy": "powersave"}) as daemon:
-        wait_for(lambda: len(coord.updates) >= 2, what="updates despite DVFS errors")
+        wait_until(lambda: len(coord.updates) >= 2, what="updates despite DVFS errors")
         assert daemon.counters["dvfs_errors"] >= 1
 
 
