@@ -10,7 +10,7 @@ STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
 AGENT_SIDE := streamfl protocol sensors models agent dvfs
 
-.PHONY: demo test venv lint bench eval-adaclp golden clean
+.PHONY: demo test venv lint bench load eval-adaclp golden clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,12 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_dvfs.py
 	$(BIN)/python bench/bench_fisher.py
 	$(BIN)/python bench/sim.py
+
+# Load and soak (bench/load.py): 300 paho agents against the real coordinator for 4 minutes, then
+# again restarting the broker and the coordinator; minutes each, so not part of `make bench`.
+load: $(STAMP)
+	$(BIN)/python bench/load.py
+	$(BIN)/python bench/load.py --chaos
 
 # AdaCLP's comparison (docs/results.md): every method of the paper, 3 seeds, smartwatch and synthetic
 # data, extreme and non-extreme settings, then the lambda sweep. Hours on 2 cores; runs/eval/ holds it.

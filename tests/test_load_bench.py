@@ -1,0 +1,42 @@
+"""bench/load.py at toy size: a real coordinator and paho agents over mosquitto lose no update."""
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "load.py"
+
+
+def _load_module():
+    spec = importlib.util.spec_from_file_location("load_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_loss_tag_names_an_update_exactly_through_json():
+    load = _load_module()
+    for seq in (0, 1, 7, 12345):
+        assert load.seq_of(json.loads(json.dumps(load.loss_tag(seq)))) == seq
+    assert load.seq_of(0.25) is None
+    assert load.seq_of(load.loss_tag(3) + 1e-9) is None
+
+
+@pytest.mark.skipif(shutil.which("mosquitto") is None, reason="needs mosquitto")
+def test_every_acknowledged_update_is_aggregated():
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--agents", "8", "--procs", "2", "--duration-s", "12",
+         "--update-interval-s", "2", "--model", "mlp", "--hidden", "8", "--warmup-s", "2",
+         "--drain-s", "20", "--settle-s", "20"],
+        capture_output=True, text=True, timeout=180)
+    assert proc.stdout.strip(), "no JSON printed (exit %d):\n%s" % (proc.returncode, proc.stderr[-3000:])
+    report = json.loads(proc.stdout)
+    assert report["sent"] > 0
+    assert report["sent"] == report["aggregated"], report
+    assert report["lost"] == 0 and report["unacked_at_end"] == 0, report
+    assert report["latency_s"]["n"] == report["aggregated"]
+    assert report["coordinator"]["final_exit_code"] == 0
