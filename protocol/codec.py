@@ -31,6 +31,7 @@ from streamfl.protocol.messages import (
     MESSAGE_TYPES, PROTOCOL_VERSION, TYPE_NAMES, GlobalModel, Message, Update,
 )
 from streamfl.protocol.schema import check_body
+from streamfl.protocol.strict_json import BLOCK_DECODER, HEADER_DECODER, depth_at_most, loads
 from streamfl.protocol.tensorblock import F16, F32, ST_LEN, Entry, block_header, pad8, parse_block
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,16 @@ MAGIC = b"SFL"
 #: Layout version of the frame itself (prefix + header + safetensors block); bump on change.
 FORMAT_VERSION = 1
 DEFAULT_MAX_FRAME_BYTES = 64 * 2 ** 20
+#: Limit on each JSON text of a frame (the header, the tensor block header). Parsed JSON takes 20-40
+#: times its text in Python objects (a ``{}`` of 2 bytes is a 64-byte dict), so a 64 MiB header
+#: would cost gigabytes; real ones are a few KB (block headers ~100 bytes per tensor), so 1 MiB
+#: leaves room for models of thousands of tensors and bounds the objects to tens of MB.
+DEFAULT_MAX_HEADER_BYTES = 2 ** 20
+#: Deepest nesting of lists and objects a frame header may hold. Real headers nest 4 deep
+#: (header, body, extras, kind) plus whatever a command's params hold; 32 leaves room for those.
+#: Without a limit, a header nested ~1000 deep parses or fails depending on the receiver's stack
+#: depth, and an accepted one breaks any later recursive walk (repr, logging, encode) in a core.
+DEFAULT_MAX_HEADER_DEPTH = 32
 #: At most one WARNING per rejection reason this often, so a flood of bad frames cannot flood journald.
 DEFAULT_WARN_INTERVAL_S = 10.0
 #: ``{tensor name: (shape, dtype)}`` of one architecture, as ``streamfl.models.tensor_spec`` returns.
@@ -54,6 +65,9 @@ _TENSOR_TYPES = (GlobalModel, Update)
 #: Block headers by tensor layout (encode) and parsed layouts by block header bytes (decode): a
 #: fleet sends the same architecture over and over, so both sides parse its layout once.
 _CACHE_SIZE = 64
+#: Total block-header bytes the decoder's plan cache keeps: a frame may pad its block header (JSON
+#: whitespace, ``__metadata__``), and every distinct one would otherwise stay as a key.
+_PLAN_CACHE_BYTES = 4 * 2 ** 20
 _BLOCK_HEADERS: Dict[Tuple[Tuple[str, np.dtype, Tuple[int, ...]], ...], bytes] = {}
 _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in MESSAGE_TYPES.values()}
 
@@ -135,35 +149,6 @@ def encode(msg: Message, float16: bool = False) -> bytes:
     return b"".join(parts)
 
 
-class _NonFinite(ValueError):
-    """A NaN, Infinity or overflowing number spelled in JSON text."""
-
-
-def _reject_constant(text: str) -> Any:
-    raise _NonFinite(text)
-
-
-def _parse_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise _NonFinite(text)
-    return value
-
-
-_HEADER_DECODER = json.JSONDecoder(parse_float=_parse_float, parse_constant=_reject_constant)
-_BLOCK_DECODER = json.JSONDecoder()
-
-
-def _loads(raw: bytes, decoder: json.JSONDecoder, what: str) -> Any:
-    """Strict JSON from UTF-8 bytes; NaN/Infinity/overflowing floats raise ``non_finite``."""
-    try:
-        return decoder.decode(raw.decode("utf-8"))
-    except _NonFinite as exc:
-        raise ProtocolError("non_finite", "%s has non-finite number %s" % (what, exc)) from None
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
-        raise ProtocolError("malformed", "%s: %s" % (what, exc)) from None
-
-
 def _all_finite(arr: np.ndarray) -> bool:
     """True if no NaN/Inf: one BLAS pass (a.a is finite iff every a is, unless it overflows)."""
     flat = arr.reshape(-1)
@@ -180,18 +165,25 @@ class Decoder:
     so a runtime can feed it anything from the network. Decoded tensors are float32 arrays; float32
     ones are read-only views of the frame unless ``writable`` (one extra copy of the tensor bytes).
     Rejection warnings are rate-limited per reason (``warn_interval_s``, clock ``clock``); the rest
-    go to DEBUG and every one is counted in ``rejected``.
+    go to DEBUG and every one is counted in ``rejected``. Each JSON text of a frame is limited to
+    ``max_header_bytes`` (``oversize``) and the header to ``max_header_depth`` levels of nesting
+    (``schema``), so decoding allocates about the frame's size plus a bounded amount, whatever
+    the frame claims (``tests/test_fuzz.py``).
     """
 
     def __init__(self, expected_specs: Mapping[str, TensorSpec],
                  max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, writable: bool = False,
                  warn_interval_s: float = DEFAULT_WARN_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+                 max_header_depth: int = DEFAULT_MAX_HEADER_DEPTH):
         if not warn_interval_s >= 0:
             raise ValueError("warn_interval_s must be >= 0, got %r" % (warn_interval_s,))
         self._shapes = {arch: {name: tuple(int(d) for d in shape) for name, (shape, _) in spec.items()}
                         for arch, spec in expected_specs.items()}
         self.max_frame_bytes = int(max_frame_bytes)
+        self.max_header_bytes = int(max_header_bytes)
+        self.max_header_depth = int(max_header_depth)
         self.writable = writable
         self.rejected: Counter = Counter()
         self.accepted = 0
@@ -203,6 +195,7 @@ class Decoder:
         self._lock = threading.Lock()
         #: checked tensor layouts by (block header bytes, data length, class, arch id, dtype)
         self._plans: Dict[Tuple[bytes, int, type, Optional[str], str], List[Tuple]] = {}
+        self._plan_bytes = 0
 
     def try_decode(self, frame: bytes, source: str = "") -> Optional[Message]:
         """``decode`` that never raises: a bad frame is counted, logged (rate-limited) and gives None."""
@@ -251,12 +244,16 @@ class Decoder:
             raise ProtocolError("malformed", "bad magic %r" % (magic,))
         if fmt != FORMAT_VERSION:
             raise ProtocolError("bad_version", "frame format %d, expected %d" % (fmt, FORMAT_VERSION))
+        if header_len > self.max_header_bytes:
+            raise ProtocolError("oversize", "header of %d bytes > limit %d" % (header_len, self.max_header_bytes))
         block_start = _PREFIX.size + header_len
         if block_start > n:
             raise ProtocolError("malformed", "truncated header")
-        header = _loads(bytes(buf[_PREFIX.size:block_start]), _HEADER_DECODER, "header")
+        header = loads(bytes(buf[_PREFIX.size:block_start]), HEADER_DECODER, "header")
         if not isinstance(header, dict):
             raise ProtocolError("malformed", "header is not an object")
+        if not depth_at_most(header, self.max_header_depth):
+            raise ProtocolError("schema", "header nests deeper than %d" % self.max_header_depth)
         if header.keys() != {"type", "v", "body", "dtype"}:
             raise ProtocolError("schema", "header keys %s" % sorted(header))
         if type(header["v"]) is not int or header["v"] != PROTOCOL_VERSION:
@@ -273,16 +270,22 @@ class Decoder:
         (st_len,) = ST_LEN.unpack_from(buf, block_start)
         if st_len > n - block_start - ST_LEN.size:
             raise ProtocolError("malformed", "truncated tensor block header")
+        if st_len > self.max_header_bytes:
+            raise ProtocolError("oversize", "tensor block header of %d bytes > limit %d"
+                                % (st_len, self.max_header_bytes))
         data_start = block_start + ST_LEN.size + st_len
         st_json = bytes(buf[block_start + ST_LEN.size:data_start])
         arch_id = body["arch_id"] if cls in _TENSOR_TYPES else None
         key = (st_json, n - data_start, cls, arch_id, dtype_name)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plan(parse_block(_loads(st_json, _BLOCK_DECODER, "tensor block header"), n - data_start), cls, arch_id, WIRE_DTYPES[dtype_name])
-            if len(self._plans) >= _CACHE_SIZE:
+            plan = self._plan(parse_block(loads(st_json, BLOCK_DECODER, "tensor block header"), n - data_start), cls, arch_id, WIRE_DTYPES[dtype_name])
+            if len(self._plans) >= _CACHE_SIZE or self._plan_bytes + len(st_json) > _PLAN_CACHE_BYTES:
                 self._plans.clear()
-            self._plans[key] = plan
+                self._plan_bytes = 0
+            if len(st_json) <= _PLAN_CACHE_BYTES:
+                self._plans[key] = plan
+                self._plan_bytes += len(st_json)
         if arch_id is None:
             return cls(**body)
         tensors = self._materialize(buf, data_start, n - data_start, plan, WIRE_DTYPES[dtype_name])
@@ -368,5 +371,6 @@ class Decoder:
             "/".join(group) if group else "model", arch_id, ", ".join(wrong)))
 
 
-__all__ = ["MAGIC", "FORMAT_VERSION", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_WARN_INTERVAL_S", "REASONS", "WIRE_DTYPES",
+__all__ = ["MAGIC", "FORMAT_VERSION", "DEFAULT_MAX_FRAME_BYTES", "DEFAULT_MAX_HEADER_BYTES",
+           "DEFAULT_MAX_HEADER_DEPTH", "DEFAULT_WARN_INTERVAL_S", "REASONS", "WIRE_DTYPES",
            "TensorSpec", "Decoder", "encode"]

@@ -61,7 +61,10 @@ def register_extra(cls: Type[E]) -> Type[E]:
     return cls
 
 
+#: Unknown kinds already warned about; bounded (count and length), since any sender picks the kinds.
 _unknown_logged = set()
+_UNKNOWN_LOGGED_MAX = 64
+_UNKNOWN_KIND_MAX_CHARS = 64
 
 
 def parse_extras(fields: Mapping[str, Any], groups: Mapping[str, Dict[str, Tensors]]) -> Dict[str, Extra]:
@@ -70,9 +73,13 @@ def parse_extras(fields: Mapping[str, Any], groups: Mapping[str, Dict[str, Tenso
     for kind in sorted(set(fields) | set(groups)):
         cls = EXTRA_TYPES.get(kind)
         if cls is None:
-            if kind not in _unknown_logged:
+            if kind in _unknown_logged:
+                continue
+            if len(_unknown_logged) < _UNKNOWN_LOGGED_MAX and len(kind) <= _UNKNOWN_KIND_MAX_CHARS:
                 _unknown_logged.add(kind)
                 log.warning("dropping extra %r: no plug-in here knows it", kind)
+            else:
+                log.debug("dropping extra %.80r: no plug-in here knows it", kind)
             continue
         body = fields.get(kind, {})
         if not isinstance(body, Mapping):
@@ -107,7 +114,11 @@ def get_float(kind: str, fields: Mapping[str, Any], key: str, optional: bool = F
     value = fields.get(key, None if optional else default)
     if value is None and optional:
         return None
-    if type(value) not in (int, float) or not math.isfinite(value):
+    try:
+        ok = type(value) in (int, float) and math.isfinite(value)
+    except OverflowError:  # an integer beyond float range
+        ok = False
+    if not ok:
         raise _fail(kind, key, "a finite number", value)
     return float(value)
 

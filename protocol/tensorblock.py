@@ -19,6 +19,10 @@ F32, F16 = np.dtype("<f4"), np.dtype("<f2")
 _ST_NAMES = {F32: "F32", F16: "F16"}
 _ST_DTYPES = {"F32": F32, "F16": F16}
 _BLOCK_ENCODER = json.JSONEncoder(separators=(",", ":"))
+#: Element counts are capped here while multiplying a shape (safetensors' own u64 limit): linear
+#: time on a shape of huge dims, and a capped size still fails ``parse_block``'s coverage check,
+#: since no block holds 2**64 bytes.
+MAX_ELEMENTS = 2 ** 64
 
 
 def pad8(data: bytes, already: int = 0) -> bytes:
@@ -50,9 +54,11 @@ def _entry(name: str, info: Any) -> Entry:
         bad = len(info) != 3 or not isinstance(shape, list) or type(begin) is not int \
             or type(end) is not int or begin < 0
         size = 1
-        for dim in shape:
-            bad = bad or type(dim) is not int or dim < 0
-            size *= dim
+        for dim in shape:  # stop at the first bad dim: "x" * 10**9 would allocate by a claimed size
+            if type(dim) is not int or dim < 0:
+                bad = True
+                break
+            size = min(size * dim, MAX_ELEMENTS)
     except (TypeError, KeyError, ValueError):
         bad = True
     if bad:
