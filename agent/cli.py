@@ -1,7 +1,9 @@
 """``streamfl-agent``: run one board's agent (usually as the systemd service streamfl-agent).
 
 Flags override the YAML file. A configuration error prints one line on stderr and exits with code 2
-so systemd does not restart into it (RestartPreventExitStatus=2); SIGTERM/SIGINT stop cleanly
+so systemd does not restart into it (RestartPreventExitStatus=2), and so does a value this board
+cannot start with (``streamfl.agent.preflight``: a buffer larger than memory, a missing TLS file),
+checked by ``--check-config`` too; an error a flag causes names the flag. SIGTERM/SIGINT stop cleanly
 (exit 0). Logs go to stdout, which journald captures.
 
 The state directory (checkpoint, outbox) defaults to /var/lib/streamfl-agent when this user may
@@ -19,7 +21,8 @@ import yaml
 
 import streamfl
 from streamfl.agent.cli_common import PROG, SYSTEM_STATE_DIR, default_state_dir, fail
-from streamfl.config import to_dict
+from streamfl.agent.preflight import check_startup
+from streamfl.config import given_flags, load_with_flags, nest, to_dict
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.logs import setup_logging
 
@@ -52,30 +55,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
     p.add_argument("--check-config", action="store_true",
-                   help="validate the configuration, print it as YAML and exit")
+                   help="validate the configuration and what this board needs to start with it "
+                        "(memory, files), print it as YAML and exit")
     p.add_argument("--version", action="version", version="%(prog)s " + streamfl.__version__)
     return p
 
 
+#: Each flag's argparse ``dest`` -> the config key it overrides.
+FLAG_KEYS = {
+    "fleet": "fleet", "device_id": "device_id", "board": "board", "state_dir": "state_dir",
+    "broker": "mqtt.host", "port": "mqtt.port", "tls_ca": "mqtt.tls_ca", "tls_cert": "mqtt.tls_cert",
+    "tls_key": "mqtt.tls_key", "username": "mqtt.username", "password_file": "mqtt.password_file",
+    "sensor": "sensor.kind", "sensor_path": "sensor.path",
+}
+
+
 def overrides_from_args(args: argparse.Namespace) -> Dict[str, Any]:
-    """Flag values shaped like the YAML file; None marks a flag that was not given."""
-    return {
-        "fleet": args.fleet, "device_id": args.device_id, "board": args.board,
-        "state_dir": str(args.state_dir) if args.state_dir else None,
-        "mqtt": {"host": args.broker, "port": args.port,
-                 "tls_ca": str(args.tls_ca) if args.tls_ca else None,
-                 "tls_cert": str(args.tls_cert) if args.tls_cert else None,
-                 "tls_key": str(args.tls_key) if args.tls_key else None,
-                 "username": args.username,
-                 "password_file": str(args.password_file) if args.password_file else None},
-        "sensor": {"kind": args.sensor, "path": args.sensor_path},
-    }
+    """The given flags' values shaped like the YAML file (``{"mqtt": {"port": 1999}}``)."""
+    return nest({key: value for key, (_, value) in given_flags(args, FLAG_KEYS).items()})
+
+
+def load_from_args(args: argparse.Namespace):
+    """The ``AgentConfig`` of ``--config`` and the flags; an error a flag causes names the flag."""
+    from streamfl.agent.config import load_agent_config
+    return load_with_flags(lambda overrides: load_agent_config(args.config, overrides),
+                           given_flags(args, FLAG_KEYS))
 
 
 def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
     """Parse flags, load the config, and run the agent until SIGTERM/SIGINT; the exit code."""
-    from streamfl.agent.config import load_agent_config
-
     environ = os.environ if environ is None else environ
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["dvfs"]:
@@ -83,8 +91,9 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
         return dvfs_main(argv[1:], environ)
     args = build_parser().parse_args(argv)
     try:
-        cfg = load_agent_config(args.config, overrides_from_args(args))
+        cfg = load_from_args(args)
         settings = cfg.mqtt_settings(environ)
+        check_startup(cfg)
     except ConfigError as exc:
         return fail(exc, ConfigError.exit_code)
     if args.check_config:

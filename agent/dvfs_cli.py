@@ -3,15 +3,18 @@ measure them (``probe``: seconds per sample and watts per level, see ``streamfl.
 
 ``restore`` is what the systemd unit runs as ``ExecStopPost``: after a SIGKILL, an OOM kill or a
 crash, it writes back the settings the agent saved before its first clock change. It needs no
-broker and no model, only the state folder and the sysfs root, and exits 0 when nothing was saved.
+broker, no model and no torch, only the state folder and the sysfs root, and
+exits 0 when nothing was saved.
 """
 import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import List, Mapping, Optional
+from typing import List, Mapping, Optional, Tuple
 
 from streamfl.agent.cli_common import default_state_dir, fail
+from streamfl.config import build, given_flags, load_with_flags, merge, read_yaml
+from streamfl.dvfs.config import DvfsConfig
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.logs import setup_logging
 
@@ -39,30 +42,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Each flag's argparse ``dest`` -> the agent config key it overrides.
+FLAG_KEYS = {"state_dir": "state_dir", "sysfs_root": "dvfs.sysfs_root", "board": "dvfs.board"}
+
+
 def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
     """Run one action; exit 0 on success, 1 on a hardware error, 2 on a configuration error."""
-    from streamfl.agent.config import load_agent_config
-
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level, environ=environ)
+    if args.action == "restore":
+        return _restore_action(args)
+    from streamfl.agent.config import load_agent_config
     try:
-        cfg = load_agent_config(args.config, {
-            "state_dir": str(args.state_dir) if args.state_dir else None,
-            "dvfs": {"sysfs_root": args.sysfs_root, "board": args.board}})
+        cfg = load_with_flags(lambda overrides: load_agent_config(args.config, overrides),
+                              given_flags(args, FLAG_KEYS))
     except ConfigError as exc:
-        if args.action != "restore":
-            return fail(exc, ConfigError.exit_code)
-        # A config edited into something broken must not keep a killed agent's board throttled:
-        # restore needs only the state folder and the sysfs root, which the flags can give.
-        log.warning("%s; restoring from --state-dir/--sysfs-root (or their defaults) instead", exc)
-        try:
-            return _restore(args.sysfs_root or "/sys", args.state_dir or default_state_dir())
-        except StreamflError as exc2:
-            return fail(exc2, 1)
+        return fail(exc, ConfigError.exit_code)
     state_dir = cfg.state_dir or default_state_dir()
     try:
-        if args.action == "restore":
-            return _restore(cfg.dvfs.sysfs_root, state_dir)
         if args.action == "probe":
             from streamfl.agent.dvfs_probe import run_probe
             return run_probe(cfg, state_dir, args.out, args.steps, args.domain)
@@ -71,6 +68,38 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
         return fail(exc, ConfigError.exit_code)
     except StreamflError as exc:
         return fail(exc, 1)
+
+
+def _restore_action(args: argparse.Namespace) -> int:
+    """``restore``: from the flags, the file's ``state_dir`` and its ``dvfs`` section only."""
+    try:
+        sysfs_root, state_dir = _restore_paths(args)
+    except ConfigError as exc:
+        # A config edited into something broken must not keep a killed agent's board throttled:
+        # restore needs only the state folder and the sysfs root, which the flags can give.
+        log.warning("%s; restoring from --state-dir/--sysfs-root (or their defaults) instead", exc)
+        sysfs_root, state_dir = args.sysfs_root or "/sys", args.state_dir
+    try:
+        return _restore(sysfs_root, state_dir or default_state_dir())
+    except StreamflError as exc:
+        return fail(exc, 1)
+
+
+def _restore_paths(args: argparse.Namespace) -> Tuple[str, Optional[Path]]:
+    """The sysfs root and the state folder (None: the default), read without building the whole
+    agent config: that loads the models and torch, which a board being restored may lack the
+    memory or the time for (the systemd unit runs this as ExecStopPost)."""
+    data = read_yaml(args.config) if args.config else {}
+    source = str(args.config) if args.config else "defaults"
+    section = data.get("dvfs") or {}
+    if not isinstance(section, dict):
+        raise ConfigError("%s: key 'dvfs': expected a mapping, got %r" % (source, section))
+    dvfs = build(DvfsConfig, merge(section, {"sysfs_root": args.sysfs_root, "board": args.board}),
+                 "%s: key 'dvfs'" % source)
+    state_dir = args.state_dir or data.get("state_dir")
+    if state_dir is not None and not isinstance(state_dir, (str, Path)):
+        raise ConfigError("%s: key 'state_dir': expected a path, got %r" % (source, state_dir))
+    return dvfs.sysfs_root, Path(state_dir) if state_dir is not None else None
 
 
 def _restore(sysfs_root: str, state_dir: Path) -> int:

@@ -10,9 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import yaml
-
-from streamfl.config import build, read_yaml
+from streamfl.config import build, parse_value, read_yaml
 from streamfl.errors import ConfigError
 
 
@@ -139,7 +137,8 @@ def _device_spec_errors(groups) -> list:
 
 
 def parse_sets(items: Sequence[str]) -> List[Tuple[str, Any]]:
-    """``KEY=VALUE`` strings (``--set``) as ``(dotted key, value)``, each value read as YAML."""
+    """``KEY=VALUE`` strings (``--set``) as ``(dotted key, value)``, each value read as YAML
+    (``streamfl.config.parse_value``: ``1e9`` is a number, as in a scenario file)."""
     out = []
     for item in items:
         key, sep, text = item.partition("=")
@@ -147,11 +146,7 @@ def parse_sets(items: Sequence[str]) -> List[Tuple[str, Any]]:
         if not sep or not key or any(not part for part in key.split(".")):
             raise ConfigError("--set %r: expected KEY=VALUE with a dotted KEY (stream.params.beta=0.3)"
                               % item)
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError("--set %s: the value is not YAML: %s" % (key, exc)) from None
-        out.append((key, value))
+        out.append((key, parse_value(text, "--set %s" % key)))
     return out
 
 

@@ -8,12 +8,30 @@ from streamfl.errors import ConfigError, StreamflError
 from streamfl.logs import setup_logging
 
 
+#: The help texts: plain words, since argparse prints them as they are (a docstring's ``markup``
+#: would show).
+DESCRIPTION = ("Tools around a streamfl fleet: run a local demo fleet, simulate methods on a "
+               "virtual fleet, and report on a simulation run. The boards run streamfl-agent, the "
+               "server streamfl-coordinator.")
+DEMO_HELP = "run a broker, a coordinator and N agents on this machine"
+SIM_HELP = "run a scenario's methods on a simulated fleet in virtual time"
+REPORT_HELP = "PNG plots and an HTML page from a sim run folder"
+
+
+def _sub(sub, name: str, help_text: str, details: str) -> argparse.ArgumentParser:
+    """A sub-command whose own --help starts with its one-line help and ``details``."""
+    return sub.add_parser(name, help=help_text,
+                          description="%s%s. %s" % (help_text[0].upper(), help_text[1:], details))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="streamfl", description=__doc__)
+    parser = argparse.ArgumentParser(prog="streamfl", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version="streamfl " + __version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    demo = sub.add_parser("demo", help="run a broker, a coordinator and N agents on this machine")
+    demo = _sub(sub, "demo", DEMO_HELP,
+                "Separate processes over a real MQTT broker, running the very programs of a "
+                "deployment (streamfl-coordinator, streamfl-agent) on synthetic sensor streams.")
     demo.add_argument("--agents", type=int, default=3, help="number of agent processes (default 3)")
     demo.add_argument("--duration", type=float, default=120.0,
                       help="seconds of federated training after start-up (default 120)")
@@ -26,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                       choices=("none", "performance", "powersave", "clp-aware"),
                       help="clock policy of the simulated boards (default clp-aware)")
     demo.add_argument("--log-level", default="INFO")
-    sim = sub.add_parser("sim", help="run a scenario's methods on a simulated fleet in virtual time")
+    sim = _sub(sub, "sim", SIM_HELP,
+               "Every method runs the real coordinator and agent cores on the same streams and "
+               "devices; the output folder gets metrics and a summary.")
     sim.add_argument("scenario", help="scenario YAML (see configs/scenarios/)")
     sim.add_argument("--methods", help="comma-separated methods (default: the scenario's)")
     sim.add_argument("--seeds", type=int, help="number of seeds (default: the scenario's)")
@@ -42,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--out", help="output folder (default runs/sim-<scenario>-<time>)")
     sim.add_argument("--report", action="store_true", help="render the report when done")
     sim.add_argument("--log-level", default="WARNING")
-    report = sub.add_parser("report", help="PNG plots and an HTML page from a sim run folder")
+    report = _sub(sub, "report", REPORT_HELP,
+                  "Reads the folder written by 'streamfl sim' and writes the plots and the page "
+                  "into it.")
     report.add_argument("run_dir", help="folder written by 'streamfl sim'")
     report.add_argument("--markdown", action="store_true",
                         help="print the methods as a Markdown table instead of rendering the report")

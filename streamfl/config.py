@@ -1,12 +1,19 @@
 """Load YAML into frozen dataclasses, rejecting unknown keys and wrong types with the file and key named.
 
 Every configuration object in streamfl is a frozen dataclass whose fields have defaults; files and
-command-line flags only override. Errors are ``ConfigError`` (exit code 2, DESIGN.md section 9).
+command-line flags only override. Errors are ``ConfigError`` (exit code 2); an error that one
+flag causes names that flag (``load_with_flags``).
+
+Numbers are read the YAML 1.2 way, in files and in ``--set`` values alike (``Loader``,
+``parse_value``): PyYAML follows YAML 1.1, under which ``1e-3`` and ``1.0e9`` (no dot, or an
+unsigned exponent) are strings, so ``lr: 1e-3`` would be refused as "expected a number".
 """
 import dataclasses
+import re
+import shlex
 import typing
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Type, TypeVar
 
 import yaml
 
@@ -15,6 +22,29 @@ from streamfl.errors import ConfigError
 T = TypeVar("T")
 
 _NONE_TYPE = type(None)
+#: What PyYAML raises on a bad document: its own errors, and ValueError (``2001-02-30``, an int of
+#: more than 4300 digits), RecursionError (deep nesting) or OverflowError from its constructors.
+_YAML_ERRORS = (yaml.YAMLError, ValueError, RecursionError, OverflowError)
+
+
+class Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also reads ``1e-3``, ``1.0e9`` and ``5E+6`` as floats (YAML 1.2)."""
+
+
+#: YAML 1.2 core-schema floats that the YAML 1.1 rule misses: an exponent without a dot before it
+#: or without a sign; the 1.1 forms (``1.5``, ``.inf``, ``1.0e+9``) still resolve through the
+#: resolvers inherited from ``SafeLoader``, which are tried first.
+_FLOAT_1_2 = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_1_2, list("-+0123456789."))
+
+
+def parse_value(text: str, where: str) -> Any:
+    """A command-line value read as YAML with ``Loader`` (``3``, ``1e9``, ``true``, ``[1, 2]``,
+    ``null``, else the string); ``where`` (e.g. ``--set lr``) names it in the ``ConfigError``."""
+    try:
+        return yaml.load(text, Loader=Loader)  # noqa: S506 (a SafeLoader subclass)
+    except _YAML_ERRORS as exc:
+        raise ConfigError("%s: the value is not YAML: %s" % (where, " ".join(str(exc).split()))) from None
 
 
 def read_yaml(path) -> Dict[str, Any]:
@@ -30,8 +60,8 @@ def read_yaml(path) -> Dict[str, Any]:
 def parse_yaml(text: str, source: str) -> Dict[str, Any]:
     """A YAML mapping from ``text`` (an empty text is an empty mapping); ``source`` names it in errors."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        data = yaml.load(text, Loader=Loader)  # noqa: S506 (a SafeLoader subclass)
+    except _YAML_ERRORS as exc:
         raise ConfigError("%s is not valid YAML: %s" % (source, exc)) from exc
     if data is None:
         return {}
@@ -87,7 +117,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError("%s: expected a number, got %r" % (where, value))
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond float range
+            raise ConfigError("%s: %d digits is out of range for a number" % (where, len(str(abs(value))))) from None
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError("%s: expected an integer, got %r" % (where, value))
@@ -113,17 +146,22 @@ def build(cls: Type[T], values: Mapping[str, Any], source: str = "config") -> T:
     """Build dataclass ``cls`` from ``values``; unknown keys and wrong types raise ``ConfigError``."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(values) - set(fields))
+    if not isinstance(values, Mapping):
+        raise ConfigError("%s: expected a mapping, got %r" % (source, values))
+    unknown = sorted(set(values) - set(fields), key=repr)  # YAML keys may be numbers, null, ...
     if unknown:
         raise ConfigError("%s: unknown key %r (known keys: %s)" % (
             source, unknown[0], ", ".join(sorted(fields))))
-    kwargs = {name: _coerce(value, hints[name], "%s: key %r" % (source, name))
-              for name, value in values.items()}
     try:
-        obj = cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError("%s: %s" % (source, exc)) from exc
-    return obj
+        kwargs = {name: _coerce(value, hints[name], "%s: key %r" % (source, name))
+                  for name, value in values.items()}
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("%s: %s" % (source, exc)) from exc
+    except ConfigError as exc:
+        exc.source = source  # the outermost build sets it last: the prefix of the message
+        raise
 
 
 def load(cls: Type[T], path: Optional[Path] = None, overrides: Optional[Mapping[str, Any]] = None,
@@ -165,13 +203,87 @@ def merge(*layers: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def to_dict(obj: Any) -> Dict[str, Any]:
-    """A plain, YAML/JSON friendly dict of a config dataclass (paths as strings)."""
+    """A plain, YAML/JSON friendly dict of a config dataclass (paths as strings), with only the
+    keys a file can set (fields derived on load, ``init=False``, are left out)."""
     def plain(v):
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v) if f.init}
         if isinstance(v, Path):
             return str(v)
-        if isinstance(v, tuple):
+        if isinstance(v, (tuple, list)):
             return [plain(x) for x in v]
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
         return v
-    return {k: plain(v) for k, v in dataclasses.asdict(obj).items()}
+    return plain(obj)
+
+
+def nest(flat: Mapping[str, Any]) -> Dict[str, Any]:
+    """``{"mqtt.port": 1}`` as ``{"mqtt": {"port": 1}}``: dotted keys shaped like the YAML file."""
+    out: Dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def given_flags(args: Any, keys: Mapping[str, str]) -> Dict[str, Tuple[str, Any]]:
+    """``{dotted key: (flag, value)}`` of the flags given on the command line.
+
+    ``keys`` maps each argparse ``dest`` to the config key it overrides (``{"port": "mqtt.port"}``);
+    a flag whose value is None was not given. Paths become strings, as in a YAML file.
+    """
+    out: Dict[str, Tuple[str, Any]] = {}
+    for dest, key in keys.items():
+        value = getattr(args, dest)
+        if value is not None:
+            out[key] = ("--" + dest.replace("_", "-"), str(value) if isinstance(value, Path) else value)
+    return out
+
+
+def load_with_flags(load: Callable[[Mapping[str, Any]], T], flags: Mapping[str, Tuple[str, Any]]) -> T:
+    """``load(overrides)`` with the flags' values as overrides (``given_flags``).
+
+    A ``ConfigError`` that comes from a flag names the flag rather than the file (or "defaults"):
+    the culprit is a flag whose removal makes the rest load, or else the first flag that fails
+    alone over the file. The extra loads happen only on the error path.
+    """
+    def overrides(keys) -> Dict[str, Any]:
+        return nest({key: flags[key][1] for key in keys})
+
+    try:
+        return load(overrides(flags))
+    except ConfigError as exc:
+        if not flags:
+            raise
+        error = exc
+    for key in flags:
+        if _loads(load, overrides(k for k in flags if k != key)):
+            raise _flag_error(flags[key], error) from None
+    if _loads(load, {}):
+        for key in flags:
+            try:
+                load(overrides([key]))
+            except ConfigError as exc:
+                raise _flag_error(flags[key], exc) from None
+    raise error
+
+
+def _loads(load: Callable[[Mapping[str, Any]], Any], overrides: Mapping[str, Any]) -> bool:
+    try:
+        load(overrides)
+    except ConfigError:
+        return False
+    return True
+
+
+def _flag_error(flag: Tuple[str, Any], exc: ConfigError) -> ConfigError:
+    """``exc`` said of ``flag`` (``--port 0: key 'mqtt': ...``) instead of its file or "defaults"."""
+    detail = str(exc)
+    source = getattr(exc, "source", None)
+    if source and detail.startswith(source + ": "):
+        detail = detail[len(source) + 2:]
+    return ConfigError("%s %s: %s" % (flag[0], shlex.quote(str(flag[1])), detail))
