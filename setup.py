@@ -36,6 +36,8 @@ AGENT_REQUIRES = [
     "paho-mqtt>=2.0,<3",
     "safetensors>=0.4",
     "PyYAML>=5.3",
+    # Ed25519 signatures on global models and commands (pinned coordinator key on the agent).
+    "cryptography>=3.1",
     # torch is not pinned here: Jetsons use NVIDIA's wheels, CI installs the CPU build by version.
     "torch>=1.10",
 ]
@@ -64,6 +66,8 @@ setup(
             "matplotlib>=3.3",
             "pytest>=7",
             "pytest-timeout>=2",
+            # property-based fuzzing of the decoder, the schema and the config loader
+            "hypothesis>=6",
             "vermin>=1.5",
         ],
     },

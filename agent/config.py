@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from streamfl.agent.buffer_policies import POLICIES
+from streamfl.agent.hparams import hparam_limits
 from streamfl.agent.plugins import plugin_configs
 from streamfl.config import build, merge, read_yaml
+from streamfl.errors import ConfigError
 from streamfl.dvfs.config import DvfsConfig
 from streamfl.models import REGISTRY, ModelSpec
+from streamfl.protocol.signing import parse_public_key
 from streamfl.protocol.topics import NAME_RE, sanitize_name
 from streamfl.protocol.transport.base import MqttSettings
 from streamfl.protocol.transport.config import MqttConfig
@@ -46,6 +49,10 @@ class AgentConfig:
     #: Which windows a full buffer keeps (``streamfl.agent.buffer_policies``): ``fifo``, the most
     #: recent ones, or ``reservoir``, a uniform sample of the whole stream.
     buffer_policy: str = "fifo"
+    #: The most bytes the window buffer may take (capacity x window_len x channels x 4 + 8 per
+    #: label), checked before it is allocated (``streamfl.agent.preflight``), as is the memory
+    #: this board has free. 1 GiB: ~400 times the default buffer, half of a 2 GiB board.
+    max_buffer_bytes: int = 1024 * MIB
     min_buffer: int = 64
     round_interval_s: float = 5.0
     local_steps: int = 20
@@ -62,11 +69,24 @@ class AgentConfig:
     outbox_max_bytes: int = 256 * MIB
     #: Seconds between telemetry messages (QoS 0); 5 s shows a round's power in a dashboard.
     telemetry_interval_s: float = 5.0
+    #: Seconds without a global model (since start or the last one) before a WARNING naming the
+    #: model topic, repeated every 10 times as long; 0 = never. A board on the wrong fleet or
+    #: broker otherwise waits silently; 60 s is 12 rounds at the default interval.
+    model_wait_warn_s: float = 60.0
     checkpoint_every_rounds: int = 1
     float16_updates: bool = False
     max_frame_bytes: int = 64 * MIB
     #: None = derived from the device id (stable across restarts, different per device).
     seed: Optional[int] = None
+    #: The coordinator's public key (``ed25519:<base64>``, printed by ``streamfl-coordinator
+    #: keygen``). Set, the agent obeys only global models and commands signed with it; unset
+    #: (trial set-ups), anyone who may publish on the model or command topic is believed.
+    coordinator_public_key: Optional[str] = None
+    #: ``{hyper-parameter: [low, high]}``: how hard a coordinator may drive this board; merged
+    #: over ``streamfl.agent.hparams.DEFAULT_HPARAM_LIMITS`` (lr, batch_size, local_steps, dropout).
+    hparam_limits: Dict[str, Any] = field(default_factory=dict)
+    #: The most rounds one ``skip`` command may idle the board (100 rounds: ~8 minutes at 5 s).
+    max_skip_rounds: int = 100
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.fleet or ""):
@@ -87,7 +107,7 @@ class AgentConfig:
              "must be in 1..buffer_capacity (%d)" % self.buffer_capacity),
             ("round_interval_s", self.round_interval_s >= 0, "must be >= 0"),
             ("local_steps", self.local_steps >= 1, "must be at least 1"),
-            ("lr", self.lr > 0, "must be > 0"),
+            ("lr", 0 < self.lr < float("inf"), "must be finite and > 0"),
             ("batch_size", self.batch_size >= 1, "must be at least 1"),
             ("dropout", 0 <= self.dropout < 1, "must be in [0, 1)"),
             ("momentum", 0 <= self.momentum < 1, "must be in [0, 1)"),
@@ -95,14 +115,23 @@ class AgentConfig:
             ("outbox_max_items", self.outbox_max_items >= 1, "must be at least 1"),
             ("outbox_max_bytes", self.outbox_max_bytes >= 1024, "must be at least 1024"),
             ("telemetry_interval_s", self.telemetry_interval_s >= 0, "must be >= 0 (0 = off)"),
+            ("max_buffer_bytes", self.max_buffer_bytes >= 1, "must be at least 1"),
+            ("model_wait_warn_s", self.model_wait_warn_s >= 0, "must be >= 0 (0 = never)"),
             ("checkpoint_every_rounds", self.checkpoint_every_rounds >= 0,
              "must be >= 0 (0 = only at exit)"),
             ("max_frame_bytes", self.max_frame_bytes >= 1024, "must be at least 1024"),
+            ("max_skip_rounds", self.max_skip_rounds >= 0, "must be >= 0"),
         ]
         for key, ok, why in checks:
             if not ok:
                 raise ValueError("%s %s, got %r" % (key, why, getattr(self, key)))
         object.__setattr__(self, "plugins", plugin_configs(self.plugins))
+        hparam_limits(self.hparam_limits)  # ValueError naming the key
+        if self.coordinator_public_key is not None:
+            try:
+                parse_public_key(self.coordinator_public_key)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
         m, s = self.model, self.sensor
         if m.name not in REGISTRY:
             raise ValueError("model name %r is unknown (known: %s)" % (m.name, ", ".join(sorted(REGISTRY))))

@@ -22,6 +22,8 @@ import streamfl
 from streamfl.agent.buffer import Buffer
 from streamfl.agent.buffer_policies import ReplacementPolicy, make_buffer_policy
 from streamfl.agent.config import AgentConfig
+from streamfl.agent.hparams import clamp_hparams, hparam_limits
+from streamfl.agent.model_gate import RESYNC, STALE, ModelGate
 from streamfl.agent.plugins import AgentPlugin, RoundContext, make_plugins
 from streamfl.agent.trainer import LocalTrainer
 from streamfl.dvfs.policies.base import DomainView, PolicyInput
@@ -32,18 +34,6 @@ from streamfl.protocol.messages import COMMAND_KINDS, Command, GlobalModel, Hell
 from streamfl.sensors.window import Window
 
 log = logging.getLogger(__name__)
-
-#: Sane ranges for hyper-parameters received from the coordinator (GlobalModel.hparams or an
-#: "override" command) or refined by a plug-in, whose formulas can produce extreme values; a bad
-#: coordinator must not be able to make a board diverge or run out of memory.
-HPARAM_RANGES: Dict[str, Tuple[float, float]] = {
-    "lr": (1e-6, 1.0),
-    "batch_size": (1, 1024),
-    "local_steps": (1, 10000),
-    "dropout": (0.0, 0.9),
-}
-_INT_HPARAMS = ("batch_size", "local_steps")
-
 
 class NotReadyError(StreamflError):
     """``train_round`` was called before the core was ready (no global model or an empty buffer)."""
@@ -110,6 +100,10 @@ class AgentCore:
         #: The methods' device sides, each dormant until a global model asks for it.
         self.plugins = make_plugins(config.plugins)
         self._rng = np.random.default_rng(self.seed)
+        #: What this board accepts from the coordinator (``hparam_limits`` in its YAML).
+        self.hparam_limits = hparam_limits(config.hparam_limits)
+        #: Which global models and commands are followed (run identity, versions, replays).
+        self.gate = ModelGate()
         self.hparams: Dict[str, float] = {"lr": config.lr, "batch_size": config.batch_size,
                                           "local_steps": config.local_steps,
                                           "dropout": config.dropout}
@@ -152,11 +146,15 @@ class AgentCore:
             log.warning("ignoring global model v%d of architecture %s: this device runs %s",
                         gm.version, gm.arch_id, self.arch_id)
             return False
-        current = self.global_model.version if self.global_model is not None else None
-        if current is not None and gm.version <= current:
-            if gm.version < current:
-                log.info("ignoring stale global model v%d (have v%d)", gm.version, current)
+        verdict = self.gate.judge(gm)
+        if verdict == STALE:
+            if self.global_model is not None and gm.version < self.global_model.version:
+                log.info("ignoring stale global model v%d (have v%d)", gm.version,
+                         self.global_model.version)
             return False
+        self.gate.follow(gm, verdict)
+        if verdict == RESYNC:
+            self.base_version = -1  # the next round starts from the new run's model
         self.global_model = gm
         hparams = dict(gm.hparams)
         for plugin in self.plugins:
@@ -174,6 +172,8 @@ class AgentCore:
     def on_command(self, cmd: Command) -> bool:
         """Handle a coordinator command: skip n rounds, train now, override hyper-parameters, or a
         plug-in's own kind; False (logged) if nothing here handles it."""
+        if not self.gate.command_ok(cmd):
+            return False
         if cmd.kind not in COMMAND_KINDS:
             if any(plugin.on_command(cmd) for plugin in self.plugins):
                 return True
@@ -185,7 +185,9 @@ class AgentCore:
             except (TypeError, ValueError):
                 log.warning("ignoring skip command with bad rounds %r", cmd.params.get("rounds"))
                 return False
-            self._skip_rounds = max(0, min(n, 100000))
+            self._skip_rounds = max(0, min(n, self.config.max_skip_rounds))
+            if n > self.config.max_skip_rounds:
+                log.warning("skip of %d rounds bounded to max_skip_rounds=%d", n, self._skip_rounds)
             self._skip_until_s = None
             log.info("coordinator asks to skip %d round(s)", self._skip_rounds)
         elif cmd.kind == "train":
@@ -198,20 +200,8 @@ class AgentCore:
         return True
 
     def apply_hparams(self, values: Mapping[str, Any], source: str = "") -> Dict[str, float]:
-        """Set the known hyper-parameters from ``values``, clamped to ``HPARAM_RANGES``."""
-        applied = {}
-        for key, value in values.items():
-            if key not in HPARAM_RANGES:
-                log.debug("%s: hyper-parameter %r not used by the agent", source, key)
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-                log.warning("%s: ignoring non-numeric %s=%r", source, key, value)
-                continue
-            lo, hi = HPARAM_RANGES[key]
-            clamped = min(max(float(value), lo), hi)
-            if clamped != value:
-                log.warning("%s: %s=%r clamped to %r", source, key, value, clamped)
-            applied[key] = int(round(clamped)) if key in _INT_HPARAMS else clamped
+        """Set the known hyper-parameters from ``values``, clamped to this board's limits."""
+        applied = clamp_hparams(values, self.hparam_limits, source)
         self.hparams.update(applied)
         return applied
 
@@ -384,6 +374,7 @@ class AgentCore:
         """The local model and the meta a restart needs to continue from it."""
         meta = {"global_version": self.base_version, "round_index": self.rounds,
                 "device_id": self.device_id, "arch_id": self.arch_id}
+        meta.update(self.gate.state())
         return model_to_arrays(self.model), meta
 
     def restore(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
@@ -391,10 +382,13 @@ class AgentCore:
         arrays_to_model(self.model, arrays)
         self.base_version = int(meta.get("global_version", -1))
         self.rounds = int(meta.get("round_index", 0))
+        self.gate.load_state(dict(meta))
 
     def stats(self) -> Dict[str, Any]:
         """State for telemetry and tests."""
         return {"rounds": self.rounds, "base_version": self.base_version,
                 "global_version": self.global_model.version if self.global_model else None,
                 "buffer": self.buffer.stats(), "hparams": dict(self.hparams),
-                "rejected_models": self.rejected_models, "skipping": self.skipping}
+                "rejected_models": self.rejected_models, "skipping": self.skipping,
+                "run_id": self.gate.run_id, "resyncs": self.gate.resyncs,
+                "rejected_commands": self.gate.rejected_commands}

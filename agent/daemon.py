@@ -14,13 +14,15 @@ from typing import Callable, Dict, Optional
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore, RoundInterrupted, RoundMeasurement
 from streamfl.agent.dvfs import AgentDvfs
+from streamfl.agent.model_wait import ModelWait
 from streamfl.notify import SystemdNotifier
 from streamfl.agent.outbox import Outbox
 from streamfl.agent.state import StateDir
-from streamfl.errors import SensorError, StorageError, StreamflError
+from streamfl.errors import ProtocolError, SensorError, StorageError, StreamflError
 from streamfl.models import tensor_spec
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import Command, GlobalModel, Offline, Telemetry
+from streamfl.protocol.signing import BAD_SIGNATURE, ENVELOPE_BYTES, UNSIGNED, make_verifier
 from streamfl.protocol.topics import Topics
 from streamfl.protocol.transport.base import Transport
 
@@ -57,7 +59,9 @@ class AgentDaemon:
         self.command_topic = self.topics.device(self.device_id, "command")
         self.telemetry_topic = self.topics.device(self.device_id, "telemetry")
         self.decoder = Decoder({self.core.arch_id: tensor_spec(config.model)},
-                               max_frame_bytes=config.max_frame_bytes)
+                               max_frame_bytes=config.max_frame_bytes + ENVELOPE_BYTES)
+        #: Checks the coordinator's signature on models and commands (a null check without a key).
+        self.verifier = make_verifier(config.coordinator_public_key)
         self.outbox = Outbox(self.state.outbox_path, config.outbox_max_items,
                              config.outbox_max_bytes, writer=outbox_writer)
         self._lock = threading.RLock()
@@ -72,7 +76,7 @@ class AgentDaemon:
         self._counts = {"rounds": 0, "updates_sent": 0, "updates_queued": 0, "round_errors": 0,
                         "windows": 0, "models_received": 0, "commands_received": 0,
                         "unexpected_messages": 0, "telemetry_sent": 0, "checkpoints": 0,
-                        "checkpoint_errors": 0, "connects": 0}
+                        "checkpoint_errors": 0, "connects": 0, UNSIGNED: 0, BAD_SIGNATURE: 0}
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -112,9 +116,12 @@ class AgentDaemon:
         if self.notifier.watchdog_interval_s:
             tick_s = min(tick_s, self.notifier.watchdog_interval_s)
         next_telemetry = self._clock()
+        model_wait = ModelWait(self.config.model_wait_warn_s, self.topics.model, self.config.fleet,
+                               next_telemetry)
         try:
             while not self._stop.is_set():
                 now = self._clock()
+                model_wait.check(self._counts["models_received"], now)
                 if self.config.telemetry_interval_s > 0 and now >= next_telemetry:
                     next_telemetry = now + self.config.telemetry_interval_s
                     self.send_telemetry()
@@ -349,7 +356,14 @@ class AgentDaemon:
             else:
                 self._counts["unexpected_messages"] += 1
             return
-        msg = self.decoder.try_decode(payload, source=topic)
+        try:
+            frame = self.verifier.open(topic, payload)
+        except ProtocolError as exc:  # unsigned or forged: never decoded, never obeyed
+            self._counts[exc.reason] += 1
+            if self._counts[exc.reason] & (self._counts[exc.reason] - 1) == 0:  # 1st, 2nd, 4th, ...
+                log.warning("dropped a frame on %s: %s (%d so far)", topic, exc, self._counts[exc.reason])
+            return
+        msg = self.decoder.try_decode(frame, source=topic)
         if msg is None:
             return
         if topic == self.topics.model and isinstance(msg, GlobalModel):
@@ -359,8 +373,7 @@ class AgentDaemon:
         elif topic == self.command_topic and isinstance(msg, Command):
             self._counts["commands_received"] += 1
             with self._lock:
-                self.core.on_command(msg)
-            accepted = True
+                accepted = self.core.on_command(msg)
         else:
             self._counts["unexpected_messages"] += 1
             log.warning("ignoring %s on %s", type(msg).__name__, topic)
@@ -379,6 +392,8 @@ class AgentDaemon:
         out["outbox_dropped"] = self.outbox.counters["dropped"]
         out["outbox_write_errors"] = self.outbox.counters["write_errors"]
         out["rejected_frames"] = sum(self.decoder.rejected.values())
+        out["run_resyncs"] = self.core.gate.resyncs
+        out["rejected_commands"] = self.core.gate.rejected_commands
         out["buffer_fill"] = len(self.core.buffer)
         out["dvfs_errors"] = self.dvfs.errors
         return out

@@ -1,16 +1,22 @@
-"""Coordinator throughput: FedAsync updates per second through the codec (decode + aggregate).
+"""Coordinator throughput: FedAsync updates per second through the codec (decode + admit + aggregate).
 
 Each measured update is a pre-encoded Update frame decoded by the real ``Decoder`` and handed to
-``CoordinatorCore.on_message`` (FedAsync aggregation, version bump, history, dedup). Publishing,
-evaluation and persistence are excluded. Prints JSON; goal: >= 300 updates/s for a 2.1 MB model
-(ModelSpec(name="lstm", in_channels=900, hidden=128)), with a memory-copy baseline of the same
-model measured in the same run for comparison across machines.
+``CoordinatorCore.on_message`` (admission's value cap and norm bound, FedAsync aggregation, version
+bump, history, dedup). ``updates_per_s_durable`` adds what durable publishing costs the worker
+thread at most: a snapshot (``global_model()`` + ``state()``) after every aggregation; the save
+itself (write, fsync, rename: ``save_ms``) runs in the publisher thread, at most every
+``persist_interval_s``, so it bounds how fresh the published model is, not the update rate.
+Evaluation and MQTT are excluded. Prints JSON; goal: >= 300 updates/s for a 2.1 MB model
+(ModelSpec(name="lstm", in_channels=900, hidden=128)) with durable publishing, with a memory-copy
+baseline of the same model measured in the same run for comparison across machines.
 """
 import json
 import os
 import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 # "On one core": numpy's BLAS and torch's OpenMP pools too, set before either is imported.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -21,9 +27,10 @@ import torch
 
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
+from streamfl.coordinator.persistence import StateStore
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.protocol.codec import Decoder, encode
-from streamfl.protocol.messages import Update
+from streamfl.protocol.messages import Hello, Update
 
 GOAL_UPDATES_PER_S = 300.0
 #: Distinct frames cycled through; the dedup window is smaller so no frame counts as a duplicate.
@@ -60,6 +67,9 @@ def bench_case(label, spec):
     config = CoordinatorConfig(model=spec, strategy="fedasync", staleness="polynomial",
                                dedup_window=DEDUP_WINDOW, eval_path=None)
     core = CoordinatorCore(config)
+    for i in range(8):                              # admission counts only devices that said Hello
+        core.on_message(Hello(device_id="dev%d" % i, board="bench", software_version="0",
+                              arch_id=spec.arch_id, buffer_capacity=1), now=0.0)
     rng = np.random.default_rng(0)
     frames = make_frames(core, spec, rng)
     decoder = Decoder({spec.arch_id: tensor_spec(spec)})
@@ -69,15 +79,31 @@ def bench_case(label, spec):
         msg = decoder.decode(frames[i % FRAMES])
         core.on_message(msg, now=float(i))
 
+    def one_durable_update(i):
+        one_update(i)
+        core.global_model()
+        core.state()
+
     one_update(FRAMES - 1)                          # warm-up (not in the dedup window later)
     rate, n = timed_loop(one_update, SECONDS_PER_CASE)
     assert core.counters["duplicates"] == 0 and core.counters["aggregated"] == n + 1
+    assert core.admission.counters["clipped"] == 0
+    durable_rate, _ = timed_loop(one_durable_update, SECONDS_PER_CASE)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = StateStore(Path(tmp))
+        save_s = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            store.save(core.model, core.state())
+            save_s.append(time.perf_counter() - t0)
     decode_rate, _ = timed_loop(lambda i: decoder.decode(frames[i % FRAMES]), SECONDS_PER_CASE / 3)
     flat = np.concatenate([v.ravel() for v in core.model.values()])
     dst = np.empty_like(flat)
     copy_rate, _ = timed_loop(lambda i: np.copyto(dst, flat), SECONDS_PER_CASE / 6)
     return {"model": label, "arch_id": spec.arch_id, "model_bytes": model_bytes,
             "frame_bytes": len(frames[0]), "updates": n, "updates_per_s": round(rate, 1),
+            "updates_per_s_durable": round(durable_rate, 1),
+            "save_ms": round(1e3 * float(np.median(save_s)), 2),
             "decode_only_per_s": round(decode_rate, 1),
             "memcpy_per_s": round(copy_rate, 1),
             "update_cost_in_memcpys": round(copy_rate / rate, 2)}
@@ -88,10 +114,10 @@ def main() -> int:
     cases = [bench_case("default lstm", ModelSpec()),
              bench_case("2.1 MB lstm", ModelSpec(name="lstm", in_channels=900, hidden=128))]
     big = cases[1]
-    passed = big["updates_per_s"] >= GOAL_UPDATES_PER_S
+    passed = big["updates_per_s_durable"] >= GOAL_UPDATES_PER_S
     print(json.dumps({"benchmark": "coordinator_fedasync_updates_per_s", "cases": cases,
                       "goal_updates_per_s": GOAL_UPDATES_PER_S,
-                      "measured_updates_per_s": big["updates_per_s"],
+                      "measured_updates_per_s": big["updates_per_s_durable"],
                       "pass": passed}, indent=2))
     return 0 if passed else 1
 

@@ -1,9 +1,10 @@
 """``streamfl-coordinator``: run the coordinator daemon against an MQTT broker (or an embedded one).
 
-Flags override the YAML config; a configuration error prints one line and exits 2 (so systemd does
-not restart into it); SIGTERM/SIGINT stop cleanly (state persisted, offline status published) and
-exit 0. Logs go to stdout for journald. Under systemd ``Type=notify`` it reports READY and pings the
-watchdog while its worker threads are alive.
+Flags override the YAML config; a configuration error prints one line (naming the flag when a flag
+caused it) and exits 2 (so systemd does not restart into it); ``--check-config`` prints the
+effective configuration and exits 0, or that line and 2. SIGTERM/SIGINT stop cleanly (state
+persisted, offline status published) and exit 0. Logs go to stdout for journald. Under systemd
+``Type=notify`` it reports READY and pings the watchdog while its worker threads are alive.
 """
 import argparse
 import logging
@@ -15,6 +16,10 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+import yaml
+
+import streamfl
+from streamfl.config import given_flags, load_with_flags, to_dict
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.logs import setup_logging
 from streamfl.notify import SystemdNotifier
@@ -47,20 +52,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start an embedded MQTT broker on --broker/--port in this process")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default %(default)s")
+    p.add_argument("--check-config", action="store_true",
+                   help="validate the configuration, print it as YAML and exit")
+    p.add_argument("--version", action="version", version="%(prog)s " + streamfl.__version__)
     return p
 
 
+#: Each flag's argparse ``dest`` -> the config key it overrides.
+FLAG_KEYS = {
+    "fleet": "fleet", "eval_data": "eval_path", "broker": "mqtt.host", "port": "mqtt.port",
+    "tls_ca": "mqtt.tls_ca", "tls_cert": "mqtt.tls_cert", "tls_key": "mqtt.tls_key",
+    "username": "mqtt.username", "password_file": "mqtt.password_file",
+}
+
+
 def load_from_args(args):
-    """The CoordinatorConfig from ``--config`` plus flag overrides."""
+    """The CoordinatorConfig from ``--config`` plus flag overrides; an error a flag causes names it."""
     from streamfl.coordinator.config import load_config
-    overrides = {
-        "fleet": args.fleet,
-        "eval_path": args.eval_data,
-        "mqtt": {"host": args.broker, "port": args.port, "tls_ca": args.tls_ca,
-                 "tls_cert": args.tls_cert, "tls_key": args.tls_key, "username": args.username,
-                 "password_file": args.password_file},
-    }
-    return load_config(args.config, overrides)
+    return load_with_flags(lambda overrides: load_config(args.config, overrides),
+                           given_flags(args, FLAG_KEYS))
 
 
 def _watchdog_loop(server, notifier: SystemdNotifier, stop: threading.Event) -> None:
@@ -71,7 +81,33 @@ def _watchdog_loop(server, notifier: SystemdNotifier, stop: threading.Event) -> 
             log.error("coordinator threads are not healthy: withholding the watchdog ping")
 
 
+def keygen(argv: List[str]) -> int:
+    """``streamfl-coordinator keygen``: the Ed25519 key pair that signs models and commands."""
+    p = argparse.ArgumentParser(
+        prog="streamfl-coordinator keygen",
+        description="Make the key pair that signs global models and commands. The private key stays "
+                    "with the coordinator (signing_key_file); the public key goes into every agent's "
+                    "config (coordinator_public_key).")
+    p.add_argument("--out", type=Path, default=Path("."), help="folder for the two files (default .)")
+    p.add_argument("--name", default="coordinator-signing",
+                   help="file name stem: NAME.key and NAME.pub (default %(default)s)")
+    args = p.parse_args(argv)
+    from streamfl.protocol.signing import generate_key_pair
+    try:
+        key_path, pub_path, public = generate_key_pair(args.out, args.name)
+    except ConfigError as exc:
+        print("streamfl-coordinator keygen: %s" % exc, file=sys.stderr)
+        return exc.exit_code
+    print("private key: %s (mode 0600; coordinator YAML: signing_key_file: %s)" % (key_path, key_path))
+    print("public key:  %s" % pub_path)
+    print("every agent's YAML:\ncoordinator_public_key: %s" % public)
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["keygen"]:
+        return keygen(argv[1:])
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level, environ=os.environ)
     try:
@@ -80,6 +116,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ConfigError as exc:
         print("streamfl-coordinator: configuration error: %s" % exc, file=sys.stderr)
         return exc.exit_code
+    if args.check_config:
+        sys.stdout.write(yaml.safe_dump(to_dict(config), sort_keys=False))
+        return 0
     run_dir = args.run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
 
     import torch  # only after config errors have had their fast exit

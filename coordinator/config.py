@@ -9,7 +9,9 @@ from typing import Any, Dict, Mapping, Optional
 
 from streamfl.config import build, merge, read_yaml
 from streamfl.coordinator.plugins import plugin_configs
+from streamfl.coordinator.admission import AdmissionConfig
 from streamfl.coordinator.strategies import STALENESS_NAMES, STRATEGY_NAMES
+from streamfl.coordinator.strategies.fedavg import COMBINE_NAMES
 from streamfl.errors import ConfigError
 from streamfl.models import ModelSpec
 from streamfl.protocol.topics import validate_name
@@ -26,8 +28,8 @@ class HParams:
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
-        if not self.lr > 0:
-            raise ValueError("hparams.lr must be > 0, got %r" % self.lr)
+        if not 0 < self.lr < float("inf"):
+            raise ValueError("hparams.lr must be finite and > 0, got %r" % self.lr)
         if self.batch_size < 1 or self.local_steps < 1:
             raise ValueError("hparams.batch_size and hparams.local_steps must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
@@ -44,11 +46,16 @@ class FedAvgConfig:
 
     clients_per_round: close a round once this many devices reported (null: every device online
       at round start); plug-ins such as CriticalFL or client sampling set it as they go.
+    combine: ``mean`` (sample-weighted, McMahan et al.), or robust to a minority of hostile
+      devices: ``median`` (coordinate-wise) or ``trimmed_mean`` (drops ``trim_ratio`` of the
+      values at each end per coordinate; 0.1 tolerates one bad device in ten).
     """
 
     deadline_s: float = 30.0
     min_updates: int = 1
     clients_per_round: Optional[int] = None
+    combine: str = "mean"
+    trim_ratio: float = 0.1
 
     def __post_init__(self) -> None:
         if not self.deadline_s > 0:
@@ -58,6 +65,10 @@ class FedAvgConfig:
         if self.clients_per_round is not None and self.clients_per_round < 1:
             raise ValueError("fedavg.clients_per_round must be >= 1 or null, got %r"
                              % (self.clients_per_round,))
+        if self.combine not in COMBINE_NAMES:
+            raise ValueError("fedavg.combine must be one of %s, got %r" % (", ".join(COMBINE_NAMES), self.combine))
+        if not 0.0 <= self.trim_ratio < 0.5:
+            raise ValueError("fedavg.trim_ratio must be in [0, 0.5), got %r" % (self.trim_ratio,))
 
 
 @dataclass(frozen=True)
@@ -87,10 +98,19 @@ class CoordinatorConfig:
     eval_path: Optional[str] = None
     eval_every_versions: int = 5
     eval_batch_size: int = 512
-    #: Persist at most this often after aggregations (bounds fsync load at hundreds of updates/s).
-    persist_interval_s: float = 2.0
-    #: Minimum seconds between two global-model publishes (0 = as fast as encode + send allow).
+    #: A version is published only once it is durable in the state folder, and saved at most this
+    #: often: the model topic lags the newest aggregation by up to this much plus one save
+    #: (0.5 s: fresh enough for rounds of seconds, few enough fsyncs at hundreds of updates/s).
+    persist_interval_s: float = 0.5
+    #: Minimum seconds between two global-model publishes (0 = as fast as saving and sending allow).
     publish_min_interval_s: float = 0.0
+    #: Without held-out data (``eval_path``), log versions/s and devices online this often.
+    progress_interval_s: float = 60.0
+    #: How updates are bounded before mixing (known senders, value cap, adaptive norm bound).
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    #: The Ed25519 private key (PEM, from ``streamfl-coordinator keygen``) that signs every global
+    #: model and command; null = unsigned (agents that pin a key then refuse them).
+    signing_key_file: Optional[str] = None
     seed: int = 0
     float16: bool = False
     max_frame_bytes: int = 64 * 2 ** 20
@@ -111,7 +131,7 @@ class CoordinatorConfig:
             raise ValueError("alpha must be in (0, 1], got %r" % self.alpha)
         for key in ("staleness_a", "staleness_b"):
             value = getattr(self, key)
-            if value is not None and value < 0:
+            if value is not None and not value >= 0:  # NaN too
                 raise ValueError("%s must be >= 0, got %r" % (key, value))
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError("max_staleness must be >= 0 or null, got %r" % self.max_staleness)
@@ -119,9 +139,17 @@ class CoordinatorConfig:
                     "max_frame_bytes"):
             if getattr(self, key) < 1:
                 raise ValueError("%s must be >= 1, got %r" % (key, getattr(self, key)))
-        if self.persist_interval_s < 0 or self.publish_min_interval_s < 0:
+        if not (self.persist_interval_s >= 0 and self.publish_min_interval_s >= 0):  # NaN too
             raise ValueError("persist_interval_s and publish_min_interval_s must be >= 0")
+        if not self.progress_interval_s > 0:
+            raise ValueError("progress_interval_s must be > 0, got %r" % (self.progress_interval_s,))
         object.__setattr__(self, "plugins", plugin_configs(self.plugins, self.strategy))
+        if self.signing_key_file is not None:
+            from streamfl.protocol.signing import load_private_key
+            try:
+                load_private_key(self.signing_key_file)
+            except ConfigError as exc:
+                raise ValueError("signing_key_file: %s" % exc) from None
 
 
 

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from streamfl.coordinator.admission import UpdateAdmission
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.history import ModelHistory
 from streamfl.coordinator.plugins import Addressed, Aggregation, CoordinatorPlugin, FleetView, make_plugins
@@ -58,7 +59,7 @@ class UpdateRecord:
 
     def as_event(self) -> Dict[str, Any]:
         event = {"event": "update", "time_s": self.time_s, "device": self.device,
-                 "base_version": self.base_version, "version": self.version,
+                 "update_id": self.update_id, "base_version": self.base_version, "version": self.version,
                  "staleness": self.staleness, "loss": self.loss, "num_samples": self.num_samples,
                  "aggregated": self.aggregated, "outcome": self.outcome,
                  "energy_j": self.energy_j, "clock_levels": dict(self.clock_levels),
@@ -100,8 +101,11 @@ class CoordinatorCore:
     """Registry + versioned global model + strategy + plug-ins; single-threaded, time passed in."""
 
     def __init__(self, config: CoordinatorConfig, strategy: Optional[Aggregator] = None, now: float = 0.0,
-                 tensors: Optional[Tensors] = None):
+                 tensors: Optional[Tensors] = None, run_id: str = ""):
         self.config = config
+        #: The identity of this coordinator's state folder, named in every global model ("" in
+        #: the simulator): agents compare versions only within one run.
+        self.run_id = run_id
         self.arch_id = config.model.arch_id
         self.registry = DeviceRegistry()
         self.strategy = strategy if strategy is not None else make_strategy(config, self.registry.online)
@@ -111,6 +115,8 @@ class CoordinatorCore:
         self.history = ModelHistory(config.history_size)
         self.history.add(self.version, self._model, now)
         self.counters: Dict[str, int] = {name: 0 for name in COUNTER_NAMES}
+        #: Bounds every update before a plug-in or the strategy sees it.
+        self.admission = UpdateAdmission(config.admission)
         self._seen: "OrderedDict[str, None]" = OrderedDict()
         self._future_warned = set()
 
@@ -130,18 +136,22 @@ class CoordinatorCore:
             self.registry.on_offline(msg, now)
         elif isinstance(msg, Telemetry):
             self.counters["telemetry"] += 1
-            self.registry.seen(msg.device_id, now)
+            if self.registry.greeted(msg.device_id):
+                self.registry.seen(msg.device_id, now)
         else:
             self.counters["ignored"] += 1
             log.debug("ignoring %s message", type(msg).__name__)
         return self._step(Step())
 
     def on_update(self, update: Update, now: float) -> Step:
-        """Dedup, check, show the plug-ins, hand to the strategy; a new version if it aggregated."""
+        """Dedup, check, admit, show the plug-ins, hand to the strategy; a new version if it aggregated."""
         self.counters["updates_received"] += 1
-        info = self.registry.seen(update.device_id, now)
         staleness = staleness_of(self.version, update.base_version)
         step = Step()
+        greeted = self.registry.greeted(update.device_id)
+        if not self.admission.known(update.device_id, greeted):
+            return self._reject(update, now, staleness, self.admission.check(update, self._model, greeted))
+        info = self.registry.seen(update.device_id, now)
         if update.update_id in self._seen:
             self.counters["duplicates"] += 1
             log.debug("duplicate update %s from %s dropped", update.update_id, update.device_id)
@@ -152,8 +162,13 @@ class CoordinatorCore:
             self.counters["rejected"] += 1
             log.warning("rejected update %s from %s: model %s does not match the fleet's %s",
                         update.update_id, update.device_id, update.arch_id, self.arch_id)
-            step.update = self._record(update, now, staleness, False, REJECTED)
+            step.update = self._record(update, now, staleness, False, REJECTED, reason="wrong_arch")
             return self._step(step)
+        base = self.history.get(update.base_version)
+        verdict = self.admission.check(update, base.tensors if base is not None else self._model, greeted)
+        if verdict.update is None:
+            return self._reject(update, now, staleness, verdict)
+        update = verdict.update
         if update.base_version > self.version:
             self.counters["future_base"] += 1
             if update.device_id not in self._future_warned:
@@ -171,7 +186,14 @@ class CoordinatorCore:
         if new is not None:
             self._install(new, now, step)
             outcome = AGGREGATED
-        step.update = self._record(update, now, staleness, new is not None, outcome)
+        step.update = self._record(update, now, staleness, new is not None, outcome,
+                                   clipped=verdict.clipped, delta_norm=verdict.delta_norm)
+        return self._step(step)
+
+    def _reject(self, update: Update, now: float, staleness: int, verdict) -> Step:
+        self.counters["rejected"] += 1
+        step = Step(update=self._record(update, now, staleness, False, REJECTED, reason=verdict.reason,
+                                        delta_norm=verdict.delta_norm))
         return self._step(step)
 
     def tick(self, now: float) -> Step:
@@ -192,7 +214,7 @@ class CoordinatorCore:
             for extra in plugin.extras():
                 extras[extra.KIND] = extra
         return GlobalModel(version=self.version, arch_id=self.arch_id, tensors=self._model,
-                           hparams=self.config.hparams.as_dict(), extras=extras)
+                           hparams=self.config.hparams.as_dict(), extras=extras, run_id=self.run_id)
 
     @property
     def model(self) -> Tensors:
@@ -220,7 +242,8 @@ class CoordinatorCore:
                 "history_versions": self.history.versions(), "strategy": self.strategy.name,
                 "strategy_state": self.strategy.state(), "plugins": plugins,
                 "recent_update_ids": list(self._seen)[-PERSISTED_IDS:],
-                "counters": dict(self.counters)}
+                "counters": dict(self.counters), "run_id": self.run_id,
+                "known_devices": self.registry.greeted_ids(), "admission": self.admission.state()}
 
     def restore(self, tensors: Tensors, state: Dict[str, Any], now: float) -> None:
         """Continue from a saved state: same version, same model, same counters, same plug-ins."""
@@ -240,6 +263,11 @@ class CoordinatorCore:
         self._seen.clear()
         for update_id in state.get("recent_update_ids") or []:
             self._remember(str(update_id))
+        self.registry.restore_greeted(state.get("known_devices") or [])
+        if isinstance(state.get("admission"), dict):
+            self.admission.load_state(state["admission"])
+        if isinstance(state.get("run_id"), str):
+            self.run_id = state["run_id"]
 
     # ---- internals ----------------------------------------------------------------------------
     def _install(self, tensors: Tensors, now: float, step: Step) -> None:
@@ -266,10 +294,18 @@ class CoordinatorCore:
             self._seen.popitem(last=False)
 
     def _record(self, update: Update, now: float, staleness: int, aggregated: bool,
-                outcome: str) -> UpdateRecord:
+                outcome: str, reason: str = "", clipped: bool = False,
+                delta_norm: Optional[float] = None) -> UpdateRecord:
         fields: Dict[str, Any] = {}
-        for plugin in self.plugins:
-            fields.update(plugin.record_fields(update))
+        if reason:
+            fields["reason"] = reason
+        if clipped:
+            fields["clipped"] = True
+        if delta_norm is not None:
+            fields["delta_norm"] = round(delta_norm, 6)
+        if outcome != REJECTED:
+            for plugin in self.plugins:
+                fields.update(plugin.record_fields(update))
         return UpdateRecord(time_s=now, device=update.device_id, update_id=update.update_id,
                             base_version=update.base_version, version=self.version,
                             staleness=staleness, loss=float(update.loss),

@@ -4,8 +4,10 @@ Two files, each written atomically (temp file, fsync, rename): ``model.safetenso
 model; its metadata carries version and arch id) and ``state.json`` (version, arch id, history
 versions, strategy state, recent update ids, counters). The model is written first; if a crash falls
 between the two renames, the checkpoint's version wins (the version must describe the model).
-Saving is rate-limited by ``Persister`` (``persist_interval_s``, default 2 s): at hundreds of updates
-per second an fsync per aggregation would cost more than the aggregation itself.
+``state.json`` also holds the run identity (``run_id``, made when the folder is first used), the
+devices that said Hello and the admission norms. Saves happen in the publisher thread before each
+publish (``publisher.py``), at most every ``persist_interval_s``: at hundreds of updates per second
+an fsync per aggregation would cost more than the aggregation itself.
 """
 import json
 import logging
@@ -107,39 +109,28 @@ class StateStore:
 
 
 class Persister:
-    """Saves the core after aggregations at most every ``interval_s``, and always on ``flush``."""
+    """Saves the core's model and state, counting failures instead of raising (a full disk must
+    not kill the coordinator; what was not saved is simply not published)."""
 
-    def __init__(self, store: StateStore, interval_s: float = 2.0):
+    def __init__(self, store: StateStore):
         self.store = store
-        self.interval_s = float(interval_s)
         self.saves = 0
         self.errors = 0
+        #: The version last saved (None: nothing yet).
         self.saved_version: Optional[int] = None
-        self._last_save_s: Optional[float] = None
 
-    def dirty(self, core) -> bool:
-        return self.saved_version != core.version
-
-    def maybe_save(self, core, now: float) -> bool:
-        """Save if the version changed and the interval passed; True if it saved."""
-        if not self.dirty(core):
-            return False
-        if self._last_save_s is not None and now - self._last_save_s < self.interval_s:
-            return False
-        return self._save(core, now)
-
-    def flush(self, core, now: float) -> bool:
-        """Save now whatever the interval (clean shutdown); True if it saved."""
-        return self._save(core, now)
-
-    def _save(self, core, now: float) -> bool:
-        self._last_save_s = now
+    def save(self, tensors: Tensors, state: Dict[str, Any]) -> bool:
+        """Write ``tensors`` and ``state`` durably; True if it worked."""
         try:
-            self.store.save(core.model, core.state())
+            self.store.save(tensors, state)
         except StorageError as exc:
             self.errors += 1
-            log.error("cannot persist coordinator state (version %d): %s", core.version, exc)
+            log.error("cannot persist coordinator state (version %d): %s", state["version"], exc)
             return False
         self.saves += 1
-        self.saved_version = core.version
+        self.saved_version = int(state["version"])
         return True
+
+    def flush(self, core, now: float = 0.0) -> bool:
+        """Save the core now (clean shutdown, start-up); only from the thread that owns the core."""
+        return self.save(core.model, core.state())

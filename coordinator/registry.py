@@ -5,7 +5,7 @@ share of time a device has been online since first seen) feeds future schedulers
 """
 import logging
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Set
 
 from streamfl.protocol.messages import Hello, Offline
 
@@ -41,6 +41,8 @@ class DeviceRegistry:
 
     def __init__(self) -> None:
         self._devices: Dict[str, DeviceInfo] = {}
+        #: Devices that ever said Hello to this state folder (persisted): only their updates count.
+        self._greeted: Set[str] = set()
 
     def _get(self, device_id: str, now: float, online: bool) -> DeviceInfo:
         info = self._devices.get(device_id)
@@ -63,6 +65,7 @@ class DeviceRegistry:
         """A device announced itself (retained status on connect)."""
         online = bool(hello.online)
         info = self._get(hello.device_id, now, online)
+        self._greeted.add(hello.device_id)
         if online and not info.online:
             log.info("device %s is back online", hello.device_id)
         self._set_online(info, online, now)
@@ -78,6 +81,17 @@ class DeviceRegistry:
         self._set_online(info, False, now)
         info.offline_reason = offline.reason
         # The will is sent by the broker, not the device: it does not refresh last_seen.
+
+    def greeted(self, device_id: str) -> bool:
+        """True if ``device_id`` said Hello, in this run or an earlier one of the same state."""
+        return device_id in self._greeted
+
+    def greeted_ids(self) -> List[str]:
+        return sorted(self._greeted)
+
+    def restore_greeted(self, device_ids) -> None:
+        """Devices that said Hello before a restart (their queued updates may arrive first)."""
+        self._greeted.update(str(d) for d in device_ids)
 
     def seen(self, device_id: str, now: float) -> DeviceInfo:
         """Any message from the device: refresh last_seen (an unknown sender is registered online)."""

@@ -1,25 +1,33 @@
-"""The coordinator daemon runtime: MQTT in, one worker feeding the core, coalesced model publishing.
+"""The coordinator daemon runtime: MQTT in, one worker feeding the core, durable coalesced publishing.
 
 Threads: the transport's network thread only decodes and validates frames (a bad frame is counted
 and logged and never reaches the core) and queues them; ONE worker thread feeds ``CoordinatorCore``
-and does evaluation, metrics and persistence; a publisher thread publishes the newest global model
-retained whenever it changed. When aggregations outpace encode + send, intermediate versions are
-skipped (coalesced): devices always fetch the newest model anyway, so publishing older ones is waste.
+and does evaluation and metrics; the publisher thread (``publisher.py``) saves the newest version
+durably, signs it and publishes it retained. When aggregations outpace save + send, intermediate
+versions are skipped (coalesced): devices always fetch the newest model anyway.
+
+The state folder's run identity (``run_id``) is made on first use and saved before anything is
+published; every global model and command names it, and every command gets a growing ``seq``.
 """
 import logging
 import queue
 import threading
 import time
+import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
 from streamfl.coordinator.core import CoordinatorCore, Step
 from streamfl.coordinator.evaluation import Evaluator, make_evaluator
 from streamfl.coordinator.metrics import MetricsWriter
+from streamfl.coordinator.admission import admission_counters
 from streamfl.coordinator.persistence import Persister, StateStore
+from streamfl.coordinator.publisher import DurablePublisher
 from streamfl.models import tensor_spec
 from streamfl.protocol.codec import REASONS, Decoder, encode
-from streamfl.protocol.messages import Command, CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry, Update
+from streamfl.protocol.messages import Command, CoordinatorStatus, Hello, Offline, Telemetry, Update
+from streamfl.protocol.signing import make_signer
 from streamfl.protocol.topics import Topics
 from streamfl.protocol.transport.base import Transport
 
@@ -33,6 +41,8 @@ QUEUE_MAX = 256
 KIND_TYPES = {"status": (Hello, Offline), "update": (Update,), "telemetry": (Telemetry,)}
 
 _STOP = object()
+#: Queued by the publisher when it took a snapshot: the worker may offer the next version.
+_WAKE = object()
 
 
 class CoordinatorServer:
@@ -46,7 +56,8 @@ class CoordinatorServer:
         self.topics = Topics(config.fleet)
         self.run_dir = Path(run_dir)
         self.store = StateStore(Path(state_dir))
-        self.persister = Persister(self.store, config.persist_interval_s)
+        self.persister = Persister(self.store)
+        self.signer = make_signer(config.signing_key_file)
         self.evaluator = evaluator if evaluator is not None else make_evaluator(config)
         self.metrics = MetricsWriter.in_run_dir(self.run_dir)
         self.decoder = Decoder({config.model.arch_id: tensor_spec(config.model)},
@@ -55,35 +66,43 @@ class CoordinatorServer:
         self._t0 = now
         loaded = self.store.load(config.model)
         if loaded is None:
-            self.core = CoordinatorCore(config, now=now)
-            log.info("starting fresh at version 0 (model %s)", config.model.arch_id)
+            self.core = CoordinatorCore(config, now=now, run_id=uuid.uuid4().hex)
+            self.store.save(self.core.model, self.core.state())  # the run exists before it is named
+            log.info("starting fresh at version 0 (model %s, run %s)", config.model.arch_id, self.core.run_id)
         else:
             tensors, state = loaded
             self.core = CoordinatorCore(config, now=now, tensors=tensors)
             self.core.restore(tensors, state, now)
-            self.persister.saved_version = self.core.version
-            log.info("continuing from %s at version %d", self.store.state_dir, self.core.version)
+            if not self.core.run_id:
+                self.core.run_id = uuid.uuid4().hex
+                self.store.save(self.core.model, self.core.state())
+                log.info("state in %s had no run identity: it is now run %s", self.store.state_dir,
+                         self.core.run_id)
+            log.info("continuing from %s at version %d (run %s)", self.store.state_dir,
+                     self.core.version, self.core.run_id)
+        self.persister.saved_version = self.core.version
         self._counts: Dict[str, int] = {k: 0 for k in (
             "frames", "bad_topic", "wrong_kind", "topic_mismatch", "publishes", "coalesced",
-            "publish_failures", "publish_offline", "evaluations", "worker_errors", "commands_sent",
-            "command_failures")}
+            "publish_failures", "publish_offline", "publish_not_durable", "evaluations",
+            "worker_errors", "commands_sent", "command_failures")}
         self._count_lock = threading.Lock()
         self._queue: "queue.Queue" = queue.Queue(maxsize=QUEUE_MAX)
-        self._cond = threading.Condition()
-        self._latest: GlobalModel = self.core.global_model()
-        self._want_publish = True
-        self._publisher_exit = False
-        self._published_version: Optional[int] = None
-        self._last_publish_s = float("-inf")
+        self.publisher = DurablePublisher(
+            transport, self.topics.model, self.persister, self.signer, self._count,
+            float16=config.float16,
+            min_interval_s=max(config.persist_interval_s, config.publish_min_interval_s),
+            on_idle=self._wake_worker)
+        #: The newest version not yet handed to the publisher.
+        self._dirty = True
+        self._command_seq = 0
         self._last_eval_version: Optional[int] = None
+        self._progress = (time.monotonic(), self.core.version)
         self._accepting = True
         self._started = False
         self._stopped = False
         self._stop_lock = threading.Lock()
         self._stop_requested = threading.Event()
         self._worker = threading.Thread(target=self._work_loop, name="coordinator-worker", daemon=True)
-        self._publisher = threading.Thread(target=self._publish_loop, name="coordinator-publisher",
-                                           daemon=True)
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -94,13 +113,13 @@ class CoordinatorServer:
         self.transport.on_message = self.on_message
         self.transport.on_connect = self._on_connect
         self.transport.on_disconnect = self._on_disconnect
-        self.transport.set_will(self.topics.coordinator_status,
-                                encode(CoordinatorStatus(online=False, version=self.core.version)),
+        self.transport.set_will(self.topics.coordinator_status, self._status(online=False),
                                 qos=1, retain=True)
         for kind in ("status", "update", "telemetry"):
             self.transport.subscribe(self.topics.all_devices(kind), qos=1)
+        self._offer_snapshot()
         self._worker.start()
-        self._publisher.start()
+        self.publisher.start()
         self.transport.connect()
 
     def run(self) -> None:
@@ -114,36 +133,38 @@ class CoordinatorServer:
         self._stop_requested.set()
 
     def stop(self) -> None:
-        """Drain queued messages, persist, publish the newest model and offline status, disconnect."""
+        """Say offline, disconnect, then handle every message already taken and save the newest state.
+
+        The order loses nothing: MQTT acknowledges a message as soon as it is handed to us, so the
+        network keeps feeding the queue until the connection is closed, and the worker drains the
+        queue after that; what arrives later waits in the broker for this persistent session. The
+        versions made while draining are saved and published by the next start.
+        """
         with self._stop_lock:
             if self._stopped:
                 return
             self._stopped = True
         self._stop_requested.set()
+        if self._started and self.transport.connected:
+            self.transport.publish(self.topics.coordinator_status, self._status(online=False),
+                                   qos=1, retain=True)
+        self.transport.close()
         self._accepting = False
         if self._started:
             self._queue.put(_STOP)
             self._worker.join()
-        self.persister.flush(self.core, self.clock())
-        with self._cond:
-            self._publisher_exit = True
-            self._cond.notify_all()
-        if self._started:
-            self._publisher.join()
-            self.transport.publish(self.topics.coordinator_status,
-                                   encode(CoordinatorStatus(online=False, version=self.core.version)),
-                                   qos=1, retain=True)
-        self.transport.close()
+            self.publisher.stop()
+        self.persister.flush(self.core)
         self.metrics.close()
         log.info("coordinator stopped at version %d: %s", self.core.version, self.counters())
 
     def healthy(self) -> bool:
         """True while the worker and publisher threads run (for the systemd watchdog)."""
-        return self._worker.is_alive() and self._publisher.is_alive()
+        return self._worker.is_alive() and self.publisher.alive()
 
     @property
     def published_version(self) -> Optional[int]:
-        return self._published_version
+        return self.publisher.published_version
 
     def counters(self) -> Dict[str, int]:
         """Core, decoder, server, persistence and metrics counters in one flat dict."""
@@ -156,6 +177,7 @@ class CoordinatorServer:
         rejected = dict(self.decoder.rejected)
         for reason in set(REASONS) | set(rejected):
             out["rejected_" + reason] = rejected.get(reason, 0)
+        out.update(admission_counters(self.core.admission))
         out["persist_saves"] = self.persister.saves
         out["persist_errors"] = self.persister.errors
         out["metrics_errors"] = self.metrics.errors
@@ -191,14 +213,16 @@ class CoordinatorServer:
             return
         self._queue.put(msg)
 
+    def _status(self, online: bool) -> bytes:
+        version = self.persister.saved_version  # durable, so it may be named
+        return encode(CoordinatorStatus(online=online, version=version if version is not None else 0,
+                                        run_id=self.core.run_id))
+
     def _on_connect(self, session_present: bool) -> None:
         log.info("connected to the broker (session present: %s)", session_present)
-        self.transport.publish(self.topics.coordinator_status,
-                               encode(CoordinatorStatus(online=True, version=self._latest.version)),
-                               qos=1, retain=True)
-        with self._cond:  # the broker may have lost the retained model: publish it again
-            self._want_publish = True
-            self._cond.notify_all()
+        self.transport.publish(self.topics.coordinator_status, self._status(online=True), qos=1,
+                               retain=True)
+        self.publisher.republish()  # the broker may have lost the retained model
 
     def _on_disconnect(self, reason: str) -> None:
         log.warning("disconnected from the broker: %s", reason)
@@ -220,8 +244,9 @@ class CoordinatorServer:
                 break
             try:
                 now = self.clock()
-                if item is not None:
+                if item is not None and item is not _WAKE:
                     self._handle(item, now)
+                self._offer_snapshot()
                 if time.monotonic() >= next_tick:
                     next_tick = time.monotonic() + TICK_S
                     self._tick(now)
@@ -234,7 +259,31 @@ class CoordinatorServer:
 
     def _tick(self, now: float) -> None:
         self._apply(self.core.tick(now), now)
-        self.persister.maybe_save(self.core, now)
+        self._log_progress()
+
+    def _wake_worker(self) -> None:
+        try:
+            self._queue.put_nowait(_WAKE)
+        except queue.Full:  # the worker is busy and offers the next snapshot on its next message
+            pass
+
+    def _offer_snapshot(self) -> None:
+        """Hand the newest version to the publisher once it took the previous one (worker thread)."""
+        if self._dirty and self.publisher.wants_snapshot():
+            self._dirty = False
+            self.publisher.offer(self.core.global_model(), self.core.state())
+
+    def _log_progress(self) -> None:
+        """Without held-out data nothing else shows a running fleet: versions/s and devices online."""
+        started_s, version = self._progress
+        elapsed_s = time.monotonic() - started_s
+        if self.evaluator is not None or elapsed_s < self.config.progress_interval_s:
+            return
+        self._progress = (time.monotonic(), self.core.version)
+        c = self.core.counters
+        log.info("version %d (%.2f versions/s), %d device(s) online, %d updates received, %d rejected",
+                 self.core.version, (self.core.version - version) / elapsed_s, len(self.core.online()),
+                 c["updates_received"], c["rejected"])
 
     def _apply(self, step: Step, now: float) -> None:
         """Do the I/O a core step asks for: log its records, publish a new version, send commands."""
@@ -252,7 +301,10 @@ class CoordinatorServer:
         for a device with a persistent session that is away), never retained (a command is for
         now, not for whoever subscribes next)."""
         topic = self.topics.device(device_id, "command")
-        if self.transport.connected and self.transport.publish(topic, encode(command), qos=1):
+        self._command_seq = max(self._command_seq + 1, int(time.time() * 1e6))
+        command = replace(command, run_id=self.core.run_id, seq=self._command_seq)
+        frame = self.signer.sign(topic, encode(command))
+        if self.transport.connected and self.transport.publish(topic, frame, qos=1):
             self._count("commands_sent")
             log.debug("sent %s command to %s", command.kind, device_id)
         else:
@@ -260,14 +312,10 @@ class CoordinatorServer:
             log.warning("could not send the %s command to %s (broker unreachable)", command.kind, device_id)
 
     def _after_aggregation(self, now: float) -> None:
-        with self._cond:
-            self._latest = self.core.global_model()
-            self._want_publish = True
-            self._cond.notify_all()
+        self._dirty = True
         if (self._last_eval_version is None
                 or self.core.version - self._last_eval_version >= self.config.eval_every_versions):
             self._evaluate(now)
-        self.persister.maybe_save(self.core, now)
 
     def _evaluate(self, now: float) -> None:
         self._last_eval_version = self.core.version
@@ -282,40 +330,3 @@ class CoordinatorServer:
                             "updates": self.core.counters["updates_received"],
                             "devices_online": len(self.core.online())})
 
-    # ---- publisher thread ---------------------------------------------------------------------
-    def _publish_loop(self) -> None:
-        interval = self.config.publish_min_interval_s
-        while True:
-            with self._cond:
-                while not self._want_publish and not self._publisher_exit:
-                    self._cond.wait()
-                if not self._want_publish:
-                    return
-            delay = self._last_publish_s + interval - time.monotonic()
-            if delay > 0 and not self._publisher_exit:
-                time.sleep(delay)
-            with self._cond:
-                self._want_publish = False
-                model = self._latest
-            try:
-                self._publish_model(model)
-            except Exception:
-                self._count("publish_failures")
-                log.exception("publishing global model version %d failed", model.version)
-
-    def _publish_model(self, model: GlobalModel) -> None:
-        if not self.transport.connected:
-            self._count("publish_offline")  # republished by _on_connect
-            return
-        frame = encode(model, float16=self.config.float16)
-        self._last_publish_s = time.monotonic()
-        if not self.transport.publish(self.topics.model, frame, qos=1, retain=True):
-            self._count("publish_failures")
-            log.warning("could not hand global model version %d to the transport", model.version)
-            return
-        previous = self._published_version
-        if previous is not None and model.version > previous + 1:
-            self._count("coalesced", model.version - previous - 1)
-        self._count("publishes")
-        self._published_version = model.version
-        log.debug("published global model version %d (%d bytes)", model.version, len(frame))

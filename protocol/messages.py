@@ -42,6 +42,8 @@ class CoordinatorStatus:
 
     online: bool
     version: int = 0
+    #: The run whose versions these are (see ``GlobalModel.run_id``).
+    run_id: str = ""
 
 
 @dataclass
@@ -54,6 +56,10 @@ class GlobalModel:
     hparams: Dict[str, float] = field(default_factory=dict)
     #: Plug-ins' typed payloads by kind (``streamfl.protocol.extras``), e.g. the CLP state.
     extras: Dict[str, Any] = field(default_factory=dict)
+    #: The coordinator run (its state folder) that made this version: versions are compared only
+    #: within one run, so a coordinator restarted on a fresh state is followed, not ignored.
+    #: "" = unknown (the simulator, older coordinators): plain version order.
+    run_id: str = ""
 
 
 @dataclass
@@ -84,6 +90,10 @@ class Command:
 
     kind: str
     params: Dict[str, Any] = field(default_factory=dict)
+    #: The coordinator run that sent it and a number that grows with every command of that run:
+    #: an agent drops a command of another run or one it has seen (a replay). "" = unstamped.
+    run_id: str = ""
+    seq: int = 0
 
 
 #: The kinds every agent core handles: train now, skip rounds, override hyper-parameters.

@@ -24,7 +24,9 @@ DEVICE_ID_FIELDS = {(Hello, "device_id"), (Offline, "device_id"), (Update, "devi
 #: Integer fields that are counts or versions and so never negative.
 NON_NEGATIVE = {(GlobalModel, "version"), (CoordinatorStatus, "version"), (Update, "base_version"),
                 (Update, "num_samples"), (Hello, "buffer_capacity"), (Telemetry, "buffer_fill"),
-                (Telemetry, "buffer_capacity")}
+                (Telemetry, "buffer_capacity"), (Command, "seq")}
+#: A run identity: "" (unknown) or up to 64 characters of a topic-safe name.
+_RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
 
 
 def _fail(path: str, expected: str, value: Any) -> ProtocolError:
@@ -62,7 +64,10 @@ def _check_count(value: Any, path: str) -> Any:
 def _check_float(value: Any, path: str) -> Any:
     if type(value) not in (int, float):
         raise _fail(path, "number", value)
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float range (JSON spells any size)
+        raise ProtocolError("schema", "%s: number out of float range" % path) from None
 
 
 def _check_int_key(key: str, path: str) -> int:
@@ -165,6 +170,8 @@ def check_body(cls: type, body: Any) -> Dict[str, Any]:
                 raise ProtocolError("schema", "%s: %s" % (path, exc)) from None
     if cls in (GlobalModel, Update) and "extras" not in out:
         out["extras"] = {}
+    if not _RUN_ID.match(out.get("run_id", "")):
+        raise ProtocolError("schema", "%s.run_id %r is not a run identity" % (cls.__name__, out["run_id"]))
     if cls is Command and not _COMMAND_KIND.match(out["kind"]):
         raise ProtocolError("schema", "Command.kind %r is not a valid command name" % (out["kind"],))
     return out

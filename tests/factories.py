@@ -61,3 +61,15 @@ def make_hello(device_id: str = "d1", like: Template = SPEC, **overrides: Any) -
                   buffer_capacity=16)
     fields.update(overrides)
     return Hello(**fields)
+
+
+#: Admission that bounds nothing, for tests of aggregation arithmetic with synthetic weights (all
+#: 2.0, say) that a real fleet's norm bound would clip; tests of admission use the defaults.
+UNBOUNDED_ADMISSION = {"max_abs_value": 1e30, "initial_norm_ratio": 1e30, "norm_multiplier": 1e30}
+
+
+def greet(core, *device_ids: str, now: float = 0.0):
+    """Feed ``core`` a Hello from each device (only greeted devices' updates count); returns it."""
+    for device_id in device_ids:
+        core.on_message(make_hello(device_id), now)
+    return core

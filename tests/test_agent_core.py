@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from streamfl.agent.config import AgentConfig
-from streamfl.agent.core import HPARAM_RANGES, AgentCore, NotReadyError
+from streamfl.agent.core import AgentCore, NotReadyError
+from streamfl.agent.hparams import DEFAULT_HPARAM_LIMITS as HPARAM_RANGES
 from streamfl.models import ModelSpec, build_model, model_to_arrays, tensor_spec
 from streamfl.protocol.messages import Command, GlobalModel
 from streamfl.sensors.window import UNLABELLED, Window
@@ -186,7 +187,7 @@ def test_checkpoint_restore_continues_local_model():
     core.train_round()
     arrays, meta = core.checkpoint()
     assert meta == {"global_version": 3, "round_index": 1, "device_id": "dev-1",
-                    "arch_id": SPEC.arch_id}
+                    "arch_id": SPEC.arch_id, "run_id": "", "command_seq": 0}
     fresh = make_core()
     fresh.restore(arrays, meta)
     fill(fresh)

@@ -7,6 +7,8 @@ import re
 import numpy as np
 import pytest
 
+from factories import greet
+
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore
 from streamfl.config import build
@@ -32,7 +34,8 @@ def _agent(**over):
 
 
 def _coordinator(**clp):
-    return CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "plugins": {"clp": clp}}, "test"))
+    core = CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "plugins": {"clp": clp}}, "test"))
+    return greet(core, "d1")
 
 
 def test_updates_carry_a_fisher_trace_and_the_probe_broadcasts_it():

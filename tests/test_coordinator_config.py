@@ -25,6 +25,7 @@ def test_example_yaml_loads_and_documents_the_defaults():
                 "deadline_s", "min_updates", "lr", "batch_size", "local_steps", "dropout",
                 "history_size", "dedup_window", "eval_path", "eval_every_versions",
                 "eval_batch_size", "persist_interval_s", "publish_min_interval_s", "seed", "float16",
+                "enrollment_file", "max_abs_value", "norm_multiplier", "signing_key_file", "combine",
                 "max_frame_bytes", "keepalive_s", "tls_ca", "password_file", "reconnect_max_s"):
         assert "%s:" % key in text, key
 
@@ -32,7 +33,7 @@ def test_example_yaml_loads_and_documents_the_defaults():
 def test_defaults():
     c = CoordinatorConfig()
     assert (c.strategy, c.alpha, c.history_size, c.eval_every_versions) == ("fedasync", 0.6, 10, 5)
-    assert c.persist_interval_s == 2.0 and c.hparams.lr == 0.01 and c.hparams.local_steps == 20
+    assert c.persist_interval_s == 0.5 and c.hparams.lr == 0.01 and c.hparams.local_steps == 20
 
 
 def test_nested_values_and_overrides(tmp_path):

@@ -4,7 +4,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from factories import SPEC, make_hello, make_update
+from factories import SPEC, UNBOUNDED_ADMISSION, greet, make_hello, make_update
+from streamfl.coordinator.admission import AdmissionConfig
 from streamfl.coordinator.config import CoordinatorConfig, FedAvgConfig, HParams
 from streamfl.coordinator.core import CoordinatorCore, initial_model
 from streamfl.protocol.messages import Offline, Telemetry
@@ -12,7 +13,13 @@ from streamfl.protocol.messages import Offline, Telemetry
 
 def config(**kw):
     kw.setdefault("model", SPEC)
+    kw.setdefault("admission", AdmissionConfig(**UNBOUNDED_ADMISSION))
     return CoordinatorConfig(**kw)
+
+
+def make_core(**kw):
+    """A core with open admission that has heard device d1's Hello."""
+    return greet(CoordinatorCore(config(**kw)), "d1")
 
 
 def test_initial_model_is_seeded():
@@ -25,7 +32,7 @@ def test_initial_model_is_seeded():
 
 
 def test_each_fedasync_update_increments_version():
-    core = CoordinatorCore(config(alpha=0.5, staleness="constant"))
+    core = make_core(alpha=0.5, staleness="constant")
     before = {k: v.copy() for k, v in core.model.items()}
     rec = core.on_message(make_update(update_id="u1", value=2.0), now=1.0).update
     assert core.version == 1 and rec.aggregated and rec.outcome == "aggregated"
@@ -38,7 +45,7 @@ def test_each_fedasync_update_increments_version():
 
 
 def test_duplicate_update_ids_dropped():
-    core = CoordinatorCore(config())
+    core = make_core()
     core.on_message(make_update(update_id="same"), now=0.0)
     rec = core.on_message(make_update(update_id="same"), now=1.0).update
     assert rec.outcome == "duplicate" and not rec.aggregated
@@ -46,7 +53,7 @@ def test_duplicate_update_ids_dropped():
 
 
 def test_dedup_window_is_bounded():
-    core = CoordinatorCore(config(dedup_window=2))
+    core = make_core(dedup_window=2)
     for uid in ("a", "b", "c"):
         core.on_message(make_update(update_id=uid), now=0.0)
     core.on_message(make_update(update_id="a"), now=0.0)     # forgotten: accepted again
@@ -55,7 +62,7 @@ def test_dedup_window_is_bounded():
 
 
 def test_wrong_architecture_rejected_and_counted():
-    core = CoordinatorCore(config())
+    core = make_core()
     rec = core.on_message(make_update(arch_id="lstm-c6-w50-k6-h128"), now=0.0).update
     assert rec.outcome == "rejected" and core.version == 0 and core.counters["rejected"] == 1
     bad = make_update(update_id="u2")
@@ -65,7 +72,7 @@ def test_wrong_architecture_rejected_and_counted():
 
 
 def test_history_bounded():
-    core = CoordinatorCore(config(history_size=3))
+    core = make_core(history_size=3)
     for i in range(5):
         core.on_message(make_update(update_id="u%d" % i, base_version=i), now=float(i))
     assert core.history.versions() == [3, 4, 5]
@@ -74,7 +81,7 @@ def test_history_bounded():
 
 
 def test_future_base_version_is_staleness_zero(caplog):
-    core = CoordinatorCore(config(max_staleness=0))
+    core = make_core(max_staleness=0)
     rec = core.on_message(make_update(base_version=7), now=0.0).update
     assert rec.staleness == 0 and rec.aggregated
     assert core.counters["future_base"] == 1
@@ -82,7 +89,7 @@ def test_future_base_version_is_staleness_zero(caplog):
 
 
 def test_stale_drop_counted_in_core():
-    core = CoordinatorCore(config(max_staleness=1))
+    core = make_core(max_staleness=1)
     for i in range(3):
         core.on_message(make_update(update_id="u%d" % i, base_version=i), now=0.0)
     rec = core.on_message(make_update(update_id="old", base_version=0), now=0.0).update
@@ -102,7 +109,7 @@ def test_registry_fed_by_status_and_traffic():
 
 
 def test_global_model_carries_hparams():
-    core = CoordinatorCore(config(hparams=HParams(lr=0.05, batch_size=16, local_steps=5, dropout=0.1)))
+    core = make_core(hparams=HParams(lr=0.05, batch_size=16, local_steps=5, dropout=0.1))
     gm = core.global_model()
     assert gm.version == 0 and gm.arch_id == SPEC.arch_id
     assert gm.hparams == {"lr": 0.05, "batch_size": 16, "local_steps": 5, "dropout": 0.1}

@@ -1,10 +1,11 @@
-"""State directory: round trip, restart at the same version, corrupt state, other arch, rate limit."""
+"""State directory: round trip, restart at the same version and run, corrupt state, other arch."""
 import json
 
 import numpy as np
 import pytest
 
-from factories import SPEC, make_update
+from factories import SPEC, UNBOUNDED_ADMISSION, greet, make_update
+from streamfl.coordinator.admission import AdmissionConfig
 from streamfl.models import ModelSpec
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
@@ -12,14 +13,15 @@ from streamfl.coordinator.persistence import Persister, StateStore
 from streamfl.errors import ConfigError, StorageError
 
 def trained_core(n=3, **kw):
-    core = CoordinatorCore(CoordinatorConfig(model=SPEC, **kw))
+    core = greet(CoordinatorCore(CoordinatorConfig(model=SPEC, admission=AdmissionConfig(**UNBOUNDED_ADMISSION),
+                                                   **kw), run_id="run-a"), "d1")
     for i in range(n):
         core.on_message(make_update(update_id="u%d" % i, base_version=i, value=float(i)), now=float(i))
     return core
 
 
 def restarted(state_dir, **kw):
-    config = CoordinatorConfig(model=SPEC, **kw)
+    config = CoordinatorConfig(model=SPEC, admission=AdmissionConfig(**UNBOUNDED_ADMISSION), **kw)
     loaded = StateStore(state_dir).load(config.model)
     assert loaded is not None
     tensors, state = loaded
@@ -42,7 +44,8 @@ def test_round_trip_and_restart_continues_at_same_version(tmp_path):
     assert state["counters"]["aggregated"] == 3
 
     again = restarted(tmp_path)
-    assert again.version == 3
+    assert again.version == 3 and again.run_id == "run-a"
+    assert again.registry.greeted("d1")      # its queued updates may arrive before its Hello
     assert all(np.array_equal(again.model[k], core.model[k]) for k in core.model)
     assert again.counters["aggregated"] == 3
     # an outbox resend of an update already aggregated before the restart is still a duplicate
@@ -98,21 +101,18 @@ def test_crash_between_the_two_writes_trusts_the_model(tmp_path):
     Persister(store).flush(core, now=1.0)
     (tmp_path / "state.json").write_bytes(old_state)      # as if the second rename never happened
     again = restarted(tmp_path)
-    assert again.version == 3
+    assert again.version == 3 and again.run_id == "run-a"
+    assert again.registry.greeted("d1")      # its queued updates may arrive before its Hello
     assert all(np.array_equal(again.model[k], core.model[k]) for k in core.model)
 
 
-def test_persister_rate_limits_but_flush_always_saves(tmp_path):
-    store = StateStore(tmp_path)
-    persister = Persister(store, interval_s=2.0)
+def test_persister_saves_every_time_and_remembers_the_version(tmp_path):
+    persister = Persister(StateStore(tmp_path))
     core = trained_core(1)
-    assert persister.maybe_save(core, now=10.0)
-    assert not persister.maybe_save(core, now=10.1)       # nothing new
+    assert persister.flush(core) and persister.saved_version == 1
     core.on_message(make_update(update_id="x", base_version=1), now=10.5)
-    assert not persister.maybe_save(core, now=11.0)       # too soon
-    assert persister.maybe_save(core, now=12.1)
-    assert persister.flush(core, now=12.2)
-    assert persister.saves == 3
+    assert persister.save(core.model, core.state()) and persister.saved_version == 2
+    assert persister.saves == 2
     assert json.loads((tmp_path / "state.json").read_text())["version"] == 2
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from polling import wait_for
 
-from factories import make_update
+from factories import UNBOUNDED_ADMISSION, make_hello, make_update
+from streamfl.coordinator.admission import AdmissionConfig
 from streamfl.coordinator.config import CoordinatorConfig, FedAvgConfig
 from streamfl.coordinator.evaluation import Evaluator, load_eval_data
 from streamfl.coordinator.metrics import MetricsWriter
@@ -41,6 +42,7 @@ class Device:
         self.decoder = Decoder({SPEC.arch_id: _tensor_spec()})
         self.models = []
         self.status = []
+        self._greeted = False
         self._lock = threading.Lock()
         self.transport.on_message = self._on_message
         self.transport.set_will(TOPICS.device(device_id, "status"), encode(Offline(device_id)))
@@ -62,10 +64,13 @@ class Device:
             return self.models[-1].version if self.models else None
 
     def hello(self):
+        self._greeted = True
         self.publish("status", Hello(device_id=self.device_id, board="fake", software_version="0",
                                      arch_id=SPEC.arch_id, buffer_capacity=16))
 
     def publish(self, kind, msg_or_frame):
+        if kind == "update" and not self._greeted:  # like an agent: Hello on connect, then updates
+            self.hello()
         frame = msg_or_frame if isinstance(msg_or_frame, bytes) else encode(msg_or_frame)
         return self.transport.publish(TOPICS.device(self.device_id, kind), frame, qos=1)
 
@@ -78,6 +83,7 @@ def make_server(broker, tmp_path, **kw):
     kw.setdefault("model", SPEC)
     kw.setdefault("fleet", FLEET)
     kw.setdefault("persist_interval_s", 0.0)
+    kw.setdefault("admission", AdmissionConfig(**UNBOUNDED_ADMISSION))
     config = CoordinatorConfig(**kw)
     transport = MemoryTransport(broker, "coordinator-%s" % FLEET)
     server = CoordinatorServer(config, transport, tmp_path / "state", tmp_path / "run")
@@ -175,10 +181,12 @@ def test_restart_continues_at_same_version_and_model(tmp_path):
     dev = Device(broker)
     for i in range(3):
         dev.publish("update", dev.update(base_version=i, uid="u%d" % i, value=float(i)))
-    assert wait_for(lambda: dev.latest_version() == 3)
-    model = {k: v.copy() for k, v in dev.models[-1].tensors.items()}
-    server.stop()                                           # clean stop persists despite 60 s
+    assert wait_for(lambda: server.core.version == 3)
+    assert dev.latest_version() == 0                      # saved at most every 60 s, so unpublished
+    model = {k: v.copy() for k, v in server.core.model.items()}
+    server.stop()                                           # a clean stop saves anyway
     assert json.loads((tmp_path / "state" / "state.json").read_text())["version"] == 3
+    assert dev.latest_version() == 0                        # and the next start publishes it
 
     again = make_server(broker, tmp_path)
     try:
@@ -328,7 +336,11 @@ def test_cli_against_real_broker_aggregates_and_stops_cleanly_on_sigterm(tmp_pat
         def versions(kind):
             return [m.version for m in received if isinstance(m, kind) and getattr(m, "online", True)]
         assert wait_for(lambda: 0 in versions(GlobalModel), timeout_s=30), proc.poll()
-        device.publish(TOPICS.device("dev1", "update"), encode(make_update(SPEC, device_id="dev1")), qos=1)
+        base = next(m for m in received if isinstance(m, GlobalModel))
+        device.publish(TOPICS.device("dev1", "status"), encode(make_hello("dev1", SPEC)), qos=1)
+        update = make_update(SPEC, device_id="dev1",
+                             tensors={k: v + np.float32(0.01) for k, v in base.tensors.items()})
+        device.publish(TOPICS.device("dev1", "update"), encode(update), qos=1)
         assert wait_for(lambda: 1 in versions(GlobalModel), timeout_s=15)
         notes = [notify.recv(256).decode() for _ in range(3)]
         assert notes[0].startswith("READY=1") and "WATCHDOG=1" in notes[1:]
@@ -345,3 +357,14 @@ def test_cli_against_real_broker_aggregates_and_stops_cleanly_on_sigterm(tmp_pat
             proc.communicate()
     assert json.loads((tmp_path / "state" / "state.json").read_text())["version"] == 1
     assert "coordinator stopped at version 1" in out
+
+
+def test_without_eval_data_progress_is_logged(tmp_path, caplog):
+    broker = MemoryBroker()
+    server = make_server(broker, tmp_path, progress_interval_s=0.2)
+    try:
+        dev = Device(broker)
+        dev.publish("update", dev.update(base_version=0))
+        assert wait_for(lambda: "versions/s" in caplog.text and "1 device(s) online" in caplog.text)
+    finally:
+        server.stop()

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from factories import make_update
+from factories import greet, make_update
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
@@ -63,8 +63,7 @@ def test_criticalfl_doubles_inside_the_clp_and_halves_after():
 def test_criticalfl_follows_the_coordinators_clp_flag_and_keeps_device_hparams():
     core = CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "strategy": "fedavg", "plugins": {
         "clp": {"refine_hparams": False}, "criticalfl": {}}}, "test"))
-    for d in "abcdef":
-        core.registry.seen(d, 0.0)
+    greet(core, *"abcdef")
     arch, tensors = core.arch_id, core.model
     sizes = []
     for rnd, trace in enumerate([1.0, 4.0, 16.0, 0.1, 0.1, 0.1]):   # the trace rises, then falls

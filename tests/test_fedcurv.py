@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from factories import make_update
+from factories import greet, make_update
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore
 from streamfl.agent.plugins.fedcurv import FedCurvAgentPlugin
@@ -123,8 +123,8 @@ def _agent(device):
 
 
 def test_fleet_through_the_codec_builds_sums_and_devices_train_with_them():
-    coord = CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "plugins": {"fedcurv": {
-        "lambda2": 1.5, "fisher_samples": 6}}}, "test"))
+    coord = greet(CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "plugins": {"fedcurv": {
+        "lambda2": 1.5, "fisher_samples": 6}}}, "test")), "d1", "d2")
     dec = Decoder({coord.arch_id: tensor_spec(ModelSpec(**SPEC))})
     agents = [_agent("d1"), _agent("d2")]
     sent = {}

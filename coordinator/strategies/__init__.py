@@ -20,7 +20,8 @@ def make_strategy(config, online_devices: Callable[[], Collection[str]] = lambda
     if config.strategy == "fedavg":
         return FedAvgAggregator(deadline_s=config.fedavg.deadline_s,
                                 min_updates=config.fedavg.min_updates, online_devices=online_devices,
-                                clients_per_round=config.fedavg.clients_per_round)
+                                clients_per_round=config.fedavg.clients_per_round,
+                                combine=config.fedavg.combine, trim_ratio=config.fedavg.trim_ratio)
     raise ValueError("unknown strategy %r (known: %s)" % (config.strategy, ", ".join(STRATEGY_NAMES)))
 
 

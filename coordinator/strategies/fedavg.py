@@ -6,6 +6,9 @@ at round start has reported (and at least ``min_updates`` did), or once ``deadli
 least ``min_updates``; otherwise the deadline restarts. A device reporting twice in one round
 replaces its earlier update, so fast devices do not count double. With ``clients_per_round`` a round
 closes once that many devices reported; plug-ins (CriticalFL, client sampling) set it as they go.
+A round opened before any device was online waits for whoever is online when it is next checked,
+not for the deadline. ``combine`` picks how a round is merged: the weighted ``mean``, or a robust
+``median`` / ``trimmed_mean`` (``strategies/robust.py``) when some devices may be hostile.
 """
 import logging
 from typing import Any, Callable, Collection, Dict, Optional, Set
@@ -13,6 +16,7 @@ from typing import Any, Callable, Collection, Dict, Optional, Set
 import numpy as np
 
 from streamfl.coordinator.strategies.base import AGGREGATED, BUFFERED, STALE, Aggregator
+from streamfl.coordinator.strategies.robust import ROBUST_NAMES, coordinate_median, trimmed_mean
 from streamfl.protocol.messages import Tensors, Update
 
 log = logging.getLogger(__name__)
@@ -41,6 +45,10 @@ def weighted_average(updates: Collection[Update]) -> Tensors:
     return out
 
 
+#: How a round's updates are merged.
+COMBINE_NAMES = ("mean",) + ROBUST_NAMES
+
+
 class FedAvgAggregator(Aggregator):
     """Deadline-bounded synchronous rounds; ``online_devices`` is the registry's view at round start."""
 
@@ -48,8 +56,13 @@ class FedAvgAggregator(Aggregator):
 
     def __init__(self, deadline_s: float = 30.0, min_updates: int = 1,
                  online_devices: Callable[[], Collection[str]] = lambda: (),
-                 clients_per_round: Optional[int] = None):
+                 clients_per_round: Optional[int] = None, combine: str = "mean",
+                 trim_ratio: float = 0.1):
         super().__init__()
+        if combine not in COMBINE_NAMES:
+            raise ValueError("fedavg combine must be one of %s, got %r" % (", ".join(COMBINE_NAMES), combine))
+        self.combine = combine
+        self.trim_ratio = float(trim_ratio)
         if deadline_s <= 0:
             raise ValueError("fedavg deadline_s must be > 0, got %r" % deadline_s)
         if min_updates < 1:
@@ -74,6 +87,8 @@ class FedAvgAggregator(Aggregator):
             self.pending = {}
 
     def _complete(self) -> bool:
+        if not self.expected:  # opened before any device was online: wait for who is online now
+            self.expected = set(self.online_devices())
         if len(self.pending) < self.min_updates:
             return False
         if self.clients_per_round is not None and len(self.pending) >= self.clients_per_round:
@@ -90,6 +105,10 @@ class FedAvgAggregator(Aggregator):
         self.round_version = None
         self.pending = {}
         self.last_aggregated = updates
+        if self.combine == "median":
+            return coordinate_median(updates)
+        if self.combine == "trimmed_mean":
+            return trimmed_mean(updates, self.trim_ratio)
         return weighted_average(updates)
 
     def on_update(self, model: Tensors, version: int, update: Update, now: float) -> Optional[Tensors]:

@@ -1,0 +1,211 @@
+"""Hostile frames over a real broker: a poisoned or scaled update leaves accuracy where an honest run
+has it; with a pinned key, forged models and commands are refused and a reset coordinator followed.
+
+Everything here goes through mosquitto with the real server, transports and agent code; the honest
+devices are ``AgentCore``s the test drives round by round (each waits for the model its previous
+update produced), so the attacked and the clean run see the same sequence of versions.
+"""
+import threading
+
+import numpy as np
+
+from factories import make_global_model, make_hello, make_update
+from polling import wait_for, wait_until
+from streamfl.agent.config import AgentConfig
+from streamfl.agent.core import AgentCore
+from streamfl.agent.daemon import AgentDaemon
+from streamfl.config import build
+from streamfl.coordinator.config import CoordinatorConfig
+from streamfl.coordinator.server import CoordinatorServer
+from streamfl.models import ModelSpec, tensor_spec
+from streamfl.protocol.codec import Decoder, encode
+from streamfl.protocol.messages import Command, GlobalModel
+from streamfl.protocol.signing import Ed25519Signer, generate_key_pair
+from streamfl.protocol.topics import Topics
+from streamfl.protocol.transport.base import MqttSettings
+from streamfl.protocol.transport.paho import PahoTransport
+from streamfl.sensors import make_source
+from streamfl.sensors.datasets import save_npz
+from streamfl.sensors.window import Window
+
+SPEC = ModelSpec(name="mlp", in_channels=3, window_len=8, num_classes=3, hidden=16)
+FLEET = "hostile"
+TOPICS = Topics(FLEET)
+FAST = {"reconnect_min_s": 0.2, "reconnect_max_s": 1.0}
+
+
+def windows(n, seed):
+    """Class c lifts channel c: easy to learn, so a poisoned model shows as a drop to chance."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, n)
+    x = rng.standard_normal((n, 8, 3)).astype(np.float32) * 0.5
+    x[np.arange(n), :, y] += 1.5
+    return x, y.astype(np.int64)
+
+
+class Client:
+    """A paho client of the test: publishes on its device topics, keeps the newest global model."""
+
+    def __init__(self, broker, client_id, spec=SPEC):
+        self.client_id = client_id
+        self.decoder = Decoder({spec.arch_id: tensor_spec(spec)})
+        self.model = None
+        self.cond = threading.Condition()
+        self.t = PahoTransport(MqttSettings(host=broker.host, port=broker.port, client_id=client_id, **FAST))
+        self.t.on_message = self._on_message
+        self.t.subscribe(TOPICS.model, qos=1)
+        self.t.connect()
+        wait_until(lambda: self.t.connected, what="%s connected" % client_id)
+
+    def _on_message(self, topic, payload):
+        msg = self.decoder.try_decode(payload[payload.find(b"SFL"):], source=topic)
+        if isinstance(msg, GlobalModel):
+            with self.cond:
+                if self.model is None or msg.version > self.model.version or msg.run_id != self.model.run_id:
+                    self.model = msg
+
+    def version(self):
+        with self.cond:
+            return self.model.version if self.model is not None else None
+
+    def send(self, kind, msg, device_id=None):
+        topic = TOPICS.device(device_id or self.client_id, kind)
+        assert self.t.publish(topic, msg if isinstance(msg, bytes) else encode(msg), qos=1)
+
+    def close(self):
+        self.t.close()
+
+
+def coordinator(broker, tmp_path, name, **over):
+    x, y = windows(300, seed=99)
+    eval_path = save_npz(tmp_path / "eval.npz", x, y, np.zeros(len(y), np.int64), ["a", "b", "c"])
+    values = dict(fleet=FLEET, model=SPEC, alpha=0.6, staleness="constant", persist_interval_s=0.0,
+                  eval_path=str(eval_path), eval_every_versions=1000,
+                  mqtt=dict(host=broker.host, port=broker.port, **FAST))
+    values.update(over)
+    config = build(CoordinatorConfig, values, "test")
+    transport = PahoTransport(config.mqtt.settings("coordinator-%s" % name, {}))
+    server = CoordinatorServer(config, transport, tmp_path / ("state-" + name), tmp_path / ("run-" + name))
+    server.start()
+    return server
+
+
+def run_fleet(broker, tmp_path, name, attack):
+    """Three honest devices take turns for 12 rounds; ``attack`` also sends the poison. Accuracy."""
+    server = coordinator(broker, tmp_path, name)
+    devices = []
+    try:
+        agents = []
+        for i in range(3):
+            cfg = build(AgentConfig, dict(device_id="pi-%d" % i, model=SPEC, min_buffer=8, local_steps=10,
+                                          batch_size=16, lr=0.1, sensor={"channels": 3, "window_len": 8,
+                                                                         "num_classes": 3}), "test")
+            agent = AgentCore(cfg, clock=lambda: 0.0, seed=i)
+            x, y = windows(200, seed=i)
+            for xi, yi in zip(x, y):
+                agent.add_window(Window(xi, int(yi)))
+            agents.append(agent)
+            devices.append(Client(broker, "%s-pi-%d" % (name, i)))
+        mallory = Client(broker, "%s-mallory" % name)
+        ghost = Client(broker, "%s-ghost" % name)
+        devices += [mallory, ghost]
+        for agent, dev in zip(agents, devices):
+            dev.send("status", make_hello(agent.device_id, SPEC), agent.device_id)
+        mallory.send("status", make_hello("mallory", SPEC), "mallory")    # registered, then hostile
+        wait_until(lambda: len(server.core.online()) == 4, what="devices registered")
+        assert wait_for(lambda: devices[0].version() == 0, timeout_s=10)
+        for rnd in range(12):
+            for k, (agent, dev) in enumerate(zip(agents, devices)):
+                version = server.core.version
+                assert wait_for(lambda: dev.version() == version, timeout_s=10), (dev.version(), version)
+                agent.on_global_model(dev.model)
+                dev.send("update", agent.train_round(), agent.device_id)
+                assert wait_for(lambda: server.core.version == version + 1, timeout_s=10)
+                if attack and rnd in (2, 6) and k == 0:
+                    base = dev.model
+                    received = server.core.counters["updates_received"]
+                    mallory.send("update", make_update(SPEC, 1e30, device_id="mallory",
+                                                       base_version=base.version), "mallory")
+                    scaled = {n: t * np.float32(1000) for n, t in base.tensors.items()}
+                    mallory.send("update", make_update(SPEC, device_id="mallory", tensors=scaled,
+                                                       base_version=base.version), "mallory")
+                    ghost.send("update", make_update(SPEC, 1e30, device_id="ghost"), "ghost")
+                    assert wait_for(lambda: server.core.counters["updates_received"] == received + 3)
+        accuracy, _ = server.evaluator.evaluate(server.core.model)
+        return accuracy, server.counters()
+    finally:
+        for dev in devices:
+            dev.close()
+        server.stop()
+
+
+def test_poisoned_and_scaled_updates_leave_accuracy_where_an_honest_run_has_it(mqtt_broker, tmp_path):
+    clean, _ = run_fleet(mqtt_broker, tmp_path, "clean", attack=False)
+    attacked, counters = run_fleet(mqtt_broker, tmp_path, "attacked", attack=True)
+    assert clean > 0.9, clean                                   # the fleet learns the task at all
+    assert abs(attacked - clean) <= 0.02, (clean, attacked)
+    assert counters["admission_rejected_magnitude"] == 2        # 1e30 from mallory, twice
+    assert counters["admission_rejected_norm"] == 2             # x1000 from mallory, twice
+    assert counters["admission_rejected_unknown_device"] == 2   # ghost never said Hello
+
+
+# ---- signed models and commands --------------------------------------------------------------
+
+AGENT_SPEC = ModelSpec(name="mlp", hidden=16)   # the sensor defaults: 6 channels, 50 samples
+
+
+def test_a_pinned_key_refuses_forgeries_and_follows_a_reset_coordinator(mqtt_broker, tmp_path):
+    key_path, _, public = generate_key_pair(tmp_path / "keys")
+    agent_cfg = build(AgentConfig, dict(
+        fleet=FLEET, device_id="pi-01", model=AGENT_SPEC, min_buffer=16, buffer_capacity=256,
+        round_interval_s=0.2, local_steps=2, batch_size=8, coordinator_public_key=public,
+        sensor={"windows_per_s": 400.0, "schedule": "all"},
+        mqtt=dict(host=mqtt_broker.host, port=mqtt_broker.port, **FAST)), "test")
+    attacker = Client(mqtt_broker, "attacker", spec=AGENT_SPEC)
+    forged = make_global_model(AGENT_SPEC, 10 ** 12, 0.0, run_id="forged",
+                               hparams={"lr": 1.0, "batch_size": 1024, "local_steps": 10000})
+    attacker.t.publish(TOPICS.model, encode(forged), qos=1, retain=True)    # waiting for every board
+    transport = PahoTransport(agent_cfg.mqtt_settings({}))
+    daemon = AgentDaemon(agent_cfg, transport, make_source(agent_cfg.sensor, "pi-01"), tmp_path / "agent")
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    server = None
+    thread.start()
+    try:
+        wait_until(lambda: daemon.counters["unsigned"] >= 1, what="the forged model refused")
+        assert daemon.core.global_model is None
+        server = coordinator(mqtt_broker, tmp_path, "a", model=AGENT_SPEC, eval_path=None,
+                             signing_key_file=str(key_path))
+        wait_until(lambda: daemon.counters["updates_sent"] >= 2, what="training on the signed model")
+        assert daemon.core.gate.run_id == server.core.run_id and daemon.core.hparams["lr"] == 0.01
+        topic = TOPICS.device("pi-01", "command")
+        attacker.t.publish(topic, encode(Command("skip", {"rounds": 100000})), qos=1)
+        wait_until(lambda: daemon.counters["unsigned"] >= 2, what="the forged command refused")
+        foreign = Ed25519Signer.from_file(generate_key_pair(tmp_path / "other")[0])
+        attacker.t.publish(topic, foreign.sign(topic, encode(Command("skip", {"rounds": 5}))), qos=1)
+        wait_until(lambda: daemon.counters["bad_signature"] >= 1, what="another key's command refused")
+        assert not daemon.core.skipping
+        real = Ed25519Signer.from_file(key_path)       # what the coordinator's plug-ins would send
+        stamped = Command("skip", {"rounds": 100000}, run_id=server.core.run_id, seq=1)
+        attacker.t.publish(topic, real.sign(topic, encode(stamped)), qos=1)
+        wait_until(lambda: daemon.core.skipping, what="the signed skip obeyed")
+        assert daemon.core._skip_rounds == agent_cfg.max_skip_rounds          # and bounded
+        attacker.t.publish(topic, real.sign(topic, encode(stamped)), qos=1)    # replayed
+        wait_until(lambda: daemon.counters["rejected_commands"] >= 1, what="the replay refused")
+        attacker.t.publish(topic, real.sign(topic, encode(Command("train", run_id=server.core.run_id,
+                                                                  seq=2))), qos=1)
+        wait_until(lambda: not daemon.core.skipping, what="train obeyed")
+        old_run, reached = server.core.run_id, server.core.version
+        wait_until(lambda: daemon.core.global_model.version >= 1, what="a few versions")
+        server.stop()
+        server = coordinator(mqtt_broker, tmp_path, "fresh", model=AGENT_SPEC, eval_path=None,
+                             signing_key_file=str(key_path))     # a new state folder: version 0
+        assert server.core.run_id != old_run
+        wait_until(lambda: daemon.core.gate.run_id == server.core.run_id, what="resync to the new run")
+        assert daemon.core.gate.resyncs == 1 and reached >= 1
+        wait_until(lambda: server.core.counters["aggregated"] >= 1, what="updates to the new run")
+    finally:
+        daemon.stop()
+        thread.join(30)
+        if server is not None:
+            server.stop()
+        attacker.close()
