@@ -84,10 +84,6 @@ class DurablePublisher:
         if self._thread.is_alive():
             self._thread.join()
 
-    def publish_now(self, model: GlobalModel, state: Dict[str, Any]) -> bool:
-        """Save and publish in the caller's thread (after ``stop``, for the final version)."""
-        return self._save_and_publish((model, state))
-
     # ---- the publisher thread -----------------------------------------------------------------
     def _loop(self) -> None:
         while True:

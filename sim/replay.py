@@ -33,7 +33,13 @@ class ReplayRun(SimRun):
         self.end_s = 0.0
 
     def feed(self, frames: Iterable[bytes]) -> List[Tuple[int, Tensors]]:
-        """Frame k arrives at virtual time ``(k + 1) * step_s``; ``[(version, tensors)]`` published."""
+        """Frame k arrives at virtual time ``(k + 1) * step_s``; ``[(version, tensors)]`` published.
+
+        The recorded devices said Hello to the real coordinator (retained status frames, not
+        recorded here), so the replayed coordinator knows them from the start.
+        """
+        frames = [bytes(f) for f in frames]
+        self.coordinator.registry.restore_greeted({self.decoder.decode(f).device_id for f in frames})
         k = -1
         for k, frame in enumerate(frames):
             self.queue.push((k + 1) * self.step_s, "update", (k, bytes(frame), 0.0, 0.0, 0.0))
