@@ -1,7 +1,7 @@
-"""MQTT topic names of one fleet (DESIGN.md section 3), with the fleet and device names validated.
+"""MQTT topic names of one fleet, with the fleet and device names validated.
 
 Names are restricted to ``[A-Za-z0-9_.-]{1,64}`` so that no wildcard (``+``, ``#``) or level
-separator (``/``) can sneak into a topic, and a broker ACL on ``%c`` (client id = device id) works.
+separator (``/``) can sneak into a topic, and the shipped broker ACL (``configs/mosquitto/acl``, ``%u`` = device id) works.
 """
 import re
 from typing import Optional, Tuple

@@ -41,7 +41,7 @@ class MqttConfig:
         return read_password(self.password_file, PASSWORD_ENV, environ if environ is not None else {})
 
     def settings(self, client_id: str, environ: Optional[Mapping[str, str]] = None) -> MqttSettings:
-        """Transport settings for client ``client_id`` (the device id, so broker ACLs on %c work)."""
+        """Transport settings for client ``client_id`` (the device id; the shipped ACL keys on the user name, which must equal it)."""
         return MqttSettings(host=self.host, port=self.port, client_id=client_id,
                             keepalive_s=self.keepalive_s, reconnect_min_s=self.reconnect_min_s,
                             reconnect_max_s=self.reconnect_max_s, tls_ca=self.tls_ca,
