@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Optional
 from streamfl.agent.buffer_policies import POLICIES
 from streamfl.agent.hparams import hparam_limits
 from streamfl.agent.plugins import plugin_configs
-from streamfl.config import build, merge, read_yaml
+from streamfl.config import load
 from streamfl.errors import ConfigError
 from streamfl.dvfs.config import DvfsConfig
 from streamfl.models import REGISTRY, ModelSpec
@@ -154,11 +154,5 @@ def load_agent_config(path: Optional[Path] = None,
 
     ``overrides`` is shaped like the file (``{"mqtt": {"host": ...}}``); ``None`` means "not given".
     """
-    values: Dict[str, Any] = {}
-    source = "defaults"
-    if path is not None:
-        values = read_yaml(path)
-        source = str(path)
-    values = merge(values, overrides or {})
-    return build(AgentConfig, values, source)
+    return load(AgentConfig, path, overrides)
 

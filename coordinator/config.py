@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-from streamfl.config import build, merge, read_yaml
+from streamfl.config import load
 from streamfl.coordinator.plugins import plugin_configs
 from streamfl.coordinator.admission import AdmissionConfig
 from streamfl.coordinator.strategies import STALENESS_NAMES, STRATEGY_NAMES
@@ -160,15 +160,4 @@ def load_config(path: Optional[Path] = None, overrides: Optional[Mapping[str, An
     ``overrides`` may nest, e.g. ``{"fleet": "lab", "mqtt": {"host": "broker"}}``; None means "flag not
     given". Raises ``ConfigError`` naming the file and key on any problem.
     """
-    values: Dict[str, Any] = {}
-    source = "coordinator config"
-    if path is not None:
-        values = read_yaml(path)
-        source = str(path)
-        if section is not None:
-            values = values.get(section) or {}
-            source = "%s [%s]" % (path, section)
-            if not isinstance(values, dict):
-                raise ConfigError("%s: section must be a mapping" % source)
-    values = merge(values, overrides or {})
-    return build(CoordinatorConfig, values, source)
+    return load(CoordinatorConfig, path, overrides, section, source="coordinator config")

@@ -165,26 +165,22 @@ def build(cls: Type[T], values: Mapping[str, Any], source: str = "config") -> T:
 
 
 def load(cls: Type[T], path: Optional[Path] = None, overrides: Optional[Mapping[str, Any]] = None,
-         section: Optional[str] = None) -> T:
-    """Load ``cls`` from an optional YAML file (or one ``section`` of it), then apply flag ``overrides``.
+         section: Optional[str] = None, source: str = "defaults") -> T:
+    """Load ``cls`` from an optional YAML file (or one ``section`` of it), then merge flag ``overrides``.
 
-    Overrides whose value is ``None`` (a flag that was not given) are ignored.
+    ``overrides`` nest like the file (``{"mqtt": {"host": ...}}``); a ``None`` value (a flag that
+    was not given) is skipped. ``source`` names the values in errors when there is no file.
     """
     values: Dict[str, Any] = {}
-    source = "defaults"
     if path is not None:
-        data = read_yaml(path)
+        values = read_yaml(path)
         source = str(path)
         if section is not None:
-            data = data.get(section, {}) or {}
+            values = values.get(section, {}) or {}
             source = "%s [%s]" % (path, section)
-            if not isinstance(data, dict):
+            if not isinstance(values, dict):
                 raise ConfigError("%s: section must be a mapping" % source)
-        values.update(data)
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            values[key] = value
-    return build(cls, values, source)
+    return build(cls, merge(values, overrides or {}), source)
 
 
 def merge(*layers: Mapping[str, Any]) -> Dict[str, Any]:
