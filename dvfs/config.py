@@ -50,6 +50,25 @@ class DvfsConfig:
         from streamfl.dvfs.policies.factory import make_policy
         from streamfl.errors import ConfigError
         try:  # a bad policy or option fails at load time (exit 2), not at the first round
-            make_policy(self.policy, **self.policy_options)
+            make_policy(self.policy, **self.policy_kwargs())
         except ConfigError as exc:
             raise ValueError("dvfs %s" % exc) from None
+
+    def policy_kwargs(self) -> Dict[str, Any]:
+        """``policy_options``, with the clp-aware energy options' ``power_w`` filled in from the
+        board profile's power model when the options ask for it and do not give it (board watts
+        per level while training, ``streamfl.dvfs.profiles.power_table``)."""
+        options = dict(self.policy_options)
+        wants_power = (options.get("clp_level") == "efficient"
+                       or options.get("climb_energy_ratio") is not None)
+        if self.policy == "clp-aware" and wants_power and "power_w" not in options:
+            from streamfl.dvfs.profiles import (load_profile, load_profile_file, power_table,
+                                                training_utilization)
+            from streamfl.errors import ConfigError
+            if self.profile_path is None and self.board is None:
+                raise ConfigError("clp-aware clp_level efficient / climb_energy_ratio need power_w, "
+                                  "or a dvfs board or profile_path whose power model gives it")
+            profile = (load_profile_file(self.profile_path) if self.profile_path is not None
+                       else load_profile(self.board))
+            options["power_w"] = power_table(profile, training_utilization(profile))
+        return options

@@ -56,12 +56,19 @@ class DomainSpec:
     paths: Tuple[str, ...] = ()
     #: Ascending; kHz for every domain, devfreq tables converted from Hz.
     levels_khz: Tuple[int, ...] = ()
+    #: CPU domains: the CPUs of this cpufreq policy (its ``related_cpus``), which the per-level
+    #: watts of the power model load all at once; None where unknown (a discovered domain).
+    cores: Optional[int] = None
 
     def __post_init__(self):
         if not self.name:
             raise ValueError("missing or empty key 'name'")
         if self.kind not in KINDS:
             raise ValueError("key 'kind': %r is not one of %s" % (self.kind, ", ".join(KINDS)))
+        if self.cores is not None and self.kind != "cpu":
+            raise ValueError("key 'cores': only a cpu domain has cores")
+        if self.cores is not None and self.cores < 1:
+            raise ValueError("key 'cores': must be at least 1, got %r" % (self.cores,))
         if self.driver != DRIVERS[self.kind]:
             raise ValueError("key 'driver': a %s domain uses %r, not %r" % (
                 self.kind, DRIVERS[self.kind], self.driver))
@@ -248,6 +255,68 @@ class BoardProfile:
         for name, index in levels.items():
             total += self.power_model.watts_per_level[name][index]
         return total
+
+    def utilized_w(self, levels: Mapping[str, int], utilization: Mapping[str, float]) -> float:
+        """Modeled board power while each named domain, at level index ``levels[name]``, draws the
+        share ``utilization[name]`` (default 1.0) of its full-load watts: a training round's power
+        (see ``training_utilization``); all shares 1.0 give ``modeled_w``."""
+        total = self.power_model.idle_w
+        for name, index in levels.items():
+            total += self.power_model.watts_per_level[name][index] * utilization.get(name, 1.0)
+        return total
+
+
+def training_utilization(profile: BoardProfile, gpu: float = 1.0,
+                         cpu_with_gpu: Optional[float] = None,
+                         cpu_without_gpu: float = 1.0) -> Dict[str, float]:
+    """Domain name -> the share of its full-load watts a training round draws.
+
+    The profiles' per-level watts are whole-domain, full-load figures (every core of a cluster
+    busy; see the board YAMLs), and billing every domain at them charges a GPU-bound round for
+    CPUs it leaves idle, so a lower GPU clock that stretches the round seemed to cost more. The
+    shares chosen here (a modeling choice, no paper fixes it):
+
+    - Board with a GPU: the GPU at ``gpu`` (1.0: the round is GPU-bound) and each CPU domain at
+      ``cpu_with_gpu``; None means one core of that cluster, ``1/cores``. About one core feeds the
+      GPU (the Python training loop launching kernels) [U: not measured on these boards]. Charged
+      per cluster, a board with several clusters pays one core in each (Orin Nano two, Xavier NX
+      and AGX Orin three), an upper bound that also covers each cluster's shared power (L2, clock
+      tree) which one busy core keeps up; ``cpu_with_gpu = 1/(all cores)`` charges one core spread
+      over the board instead.
+    - CPU-only board: every CPU domain at ``cpu_without_gpu`` (1.0: PyTorch's intra-op threads use
+      every core).
+    - A CPU domain without ``cores`` (a discovered one) on a GPU board: 1.0, the full-load figure,
+      since its share is unknown.
+    - A measured power model (``dvfs probe``): 1.0 everywhere, since the probe measured the whole
+      board while it trained and its watts already hold what training used.
+    """
+    if isinstance(profile.power_model, MeasuredPowerModel):
+        return {d.name: 1.0 for d in profile.domains}
+    has_gpu = any(d.kind == "gpu" for d in profile.domains)
+    out = {}
+    for dom in profile.domains:
+        if dom.kind == "gpu":
+            out[dom.name] = float(gpu)
+        elif not has_gpu:
+            out[dom.name] = float(cpu_without_gpu)
+        elif cpu_with_gpu is not None:
+            out[dom.name] = float(cpu_with_gpu)
+        else:
+            out[dom.name] = 1.0 / dom.cores if dom.cores else 1.0
+    return out
+
+
+def power_table(profile: BoardProfile,
+                utilization: Mapping[str, float]) -> Dict[str, Tuple[float, ...]]:
+    """Domain name -> board power while training with that domain at each of its levels and every
+    other domain at its top: what the ``clp-aware`` policy's ``power_w`` option takes."""
+    top = {d.name: len(d.levels_khz) - 1 for d in profile.domains}
+    table = {}
+    for dom in profile.domains:
+        table[dom.name] = tuple(
+            round(profile.utilized_w(dict(top, **{dom.name: i}), utilization), 4)
+            for i in range(len(dom.levels_khz)))
+    return table
 
 
 def model_watts(levels_khz: Sequence[int], top_w: float) -> Tuple[float, ...]:

@@ -6,7 +6,10 @@ what it draws meanwhile, and when it is there at all.
   ``noise_scale = 1/(a*mu)``: the exponential part's mean as a fraction of the shift.
 - Clocks: timings at the top levels scale with the frequency ratio ``f_top/f`` of the domains
   AdaCLP s4.2.2 scales (GPUs if any, else CPUs), or follow a ``dvfs probe``'s measured walk.
-- Power: the board profile's power model (idle + watts per level), as ``ModeledMeter`` reports it.
+- Power: the board profile's power model, weighted by what a round uses: idle + each domain's
+  full-load watts at its level times the round's utilization of it (``DeviceModel.train_w``):
+  GPU boards the GPU at 1.0 and about one core per CPU cluster, CPU-only boards every core
+  (``streamfl.dvfs.profiles.training_utilization``; the shares are ``DeviceSpec`` fields).
 - Network: a fixed bandwidth, or the Shannon rate ``B*log2(1 + P*|H|^2/(B*N0))`` of FedTeddi
   III-B2 with its V-A path loss ``128.1 + 37.6*log10(d_km)`` dB (the session paper, eqs. 24-25,
   uses the same rate with the server's power on the downlink).
@@ -23,7 +26,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from streamfl.dvfs.profiles import (PROFILE_NAMES, BoardProfile, load_profile,
-                                    load_profile_file)
+                                    load_profile_file, training_utilization)
 from streamfl.errors import ConfigError
 
 CPU, GPU = "cpu", "gpu"
@@ -73,6 +76,14 @@ class DeviceSpec:
     #: training. bench/bench_fisher.py: 50 per-window passes took 49.8% of a 250-sample lstm round,
     #: i.e. 2.5 samples each; AdaCLP's trace (one backward over n windows) costs n samples.
     per_window_backward_samples: float = 2.5
+    #: Share of each domain's full-load watts (the profile's per-level figures) a training round
+    #: draws; see ``streamfl.dvfs.profiles.training_utilization`` for the choice and its reasons.
+    #: On a GPU board: the GPU's share (1.0: GPU-bound), and every CPU domain's (None: one core of
+    #: that cluster, 1/cores; 1/(all cores) bills one core spread over the board).
+    gpu_utilization: float = 1.0
+    cpu_utilization_with_gpu: Optional[float] = None
+    #: On a CPU-only board: every CPU domain's share (1.0: PyTorch's threads use every core).
+    cpu_utilization_without_gpu: float = 1.0
     #: "fixed" (``up_mbps``/``down_mbps``) or "shannon" (the radio fields below).
     channel: str = "fixed"
     #: Fixed rates [U: a shared Wi-Fi link; near the Shannon default's 12.6 Mbps below].
@@ -111,6 +122,11 @@ class DeviceSpec:
             _finite("seconds_per_sample_s", self.seconds_per_sample_s, 0.0, strict=True)
         _finite("noise_scale", self.noise_scale, 0.0)
         _finite("per_window_backward_samples", self.per_window_backward_samples, 0.0)
+        for key in ("gpu_utilization", "cpu_utilization_with_gpu", "cpu_utilization_without_gpu"):
+            value = getattr(self, key)
+            if value is not None and _finite(key, value, 0.0) > 1.0:
+                raise DeviceSpecError("key %r: a share of full load, within [0, 1], got %r"
+                                      % (key, value))
         if self.channel not in CHANNELS:
             raise DeviceSpecError("key 'channel': %r is not one of %s"
                                   % (self.channel, ", ".join(CHANNELS)))
@@ -160,6 +176,10 @@ class DeviceModel:
         self.scaled_domains: Tuple[str, ...] = gpus or tuple(
             d.name for d in profile.domains if d.kind == CPU)
         self.kind = GPU if gpus else CPU
+        #: Domain name -> share of its full-load watts a training round draws.
+        self.utilization: Dict[str, float] = training_utilization(
+            profile, gpu=spec.gpu_utilization, cpu_with_gpu=spec.cpu_utilization_with_gpu,
+            cpu_without_gpu=spec.cpu_utilization_without_gpu)
         compute, participation, channel = np.random.SeedSequence(int(seed)).spawn(3)
         self._compute_rng = np.random.default_rng(compute)
         self._participation_rng = np.random.default_rng(participation)
@@ -248,7 +268,13 @@ class DeviceModel:
         return float(self.profile.power_model.idle_w)
 
     def train_w(self, levels: Mapping[str, int]) -> float:
-        """Board power while training at ``levels``: idle + each domain's watts (ModeledMeter's sum)."""
+        """Board power while training at ``levels`` (missing = top), what every round is billed:
+        idle + each domain's full-load watts at its level times ``utilization`` of it."""
+        return float(self.profile.utilized_w(self._levels(levels), self.utilization))
+
+    def full_load_w(self, levels: Mapping[str, int]) -> float:
+        """Board power with every domain fully loaded at ``levels`` (ModeledMeter's sum): the
+        bound ``train_w`` weights down, kept for comparison."""
         return float(self.profile.modeled_w(self._levels(levels)))
 
     # --- network -------------------------------------------------------------------------------

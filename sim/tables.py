@@ -1,14 +1,15 @@
 """A simulator run's methods as tables, from its ``summary.json``: HTML for ``streamfl report``'s
 page, Markdown for ``streamfl report DIR --markdown`` (docs/results.md).
 
-HTML (``methods_table``): one row per method, final accuracy, fleet energy, time to each accuracy
-threshold and every further numeric figure of the summary, as mean ± std over seeds.
+HTML (``methods_table``): one row per method, final accuracy, fleet energy and its training and
+idle parts, time to each accuracy threshold and every further numeric figure of the summary, as
+mean ± std over seeds.
 
 Markdown (``markdown_table``): one row per method: final accuracy, the run's mean accuracy
-(AdaCLP's "average accuracy over a period"), fleet energy in kJ, each as mean ± standard deviation
-over seeds, and energy and mean accuracy against a reference method (FedAsync by default, the
-paper's asynchronous baseline), so tables in the docs are printed from ``summary.json`` rather than
-copied by hand.
+(AdaCLP's "average accuracy over a period"), fleet energy and its training and idle parts in kJ,
+each as mean ± standard deviation over seeds, and energy and mean accuracy against a reference
+method (FedAsync by default, the paper's asynchronous baseline), so tables in the docs are printed
+from ``summary.json`` rather than copied by hand.
 """
 import html
 import math
@@ -22,7 +23,8 @@ from streamfl.errors import StreamflError
 from streamfl.sim.summary import read_summary
 
 DEFAULT_REFERENCE = "fedasync"
-KNOWN_METHOD_KEYS = ("final_accuracy", "energy_j", "time_to_accuracy_s", "runs")
+KNOWN_METHOD_KEYS = ("final_accuracy", "energy_j", "train_energy_j", "idle_energy_j",
+                     "time_to_accuracy_s", "runs")
 
 
 def is_number(x) -> bool:
@@ -107,12 +109,14 @@ def methods_table(summary: Dict) -> str:
     """Methods × metrics, mean ± std over seeds, as an HTML table."""
     methods = summary.get("methods", {})
     t2a, extras = _thresholds(methods), _extra_keys(methods)
-    header = (["method", "final accuracy", "fleet energy (J)"]
+    header = (["method", "final accuracy", "fleet energy (J)", "training energy (J)",
+               "idle energy (J)"]
               + ["time to %s accuracy (s)" % k for k in t2a] + extras)
     rows = []
     for name, entry in methods.items():
         n = len(entry.get("runs") or []) or len(summary.get("seeds") or [])
-        rows.append([name, _cell(entry, "final_accuracy", n), _cell(entry, "energy_j", n)]
+        rows.append([name, _cell(entry, "final_accuracy", n), _cell(entry, "energy_j", n),
+                     _cell(entry, "train_energy_j", n), _cell(entry, "idle_energy_j", n)]
                     + [_t2a_cell(entry, k, n) for k in t2a] + [_cell(entry, k, n) for k in extras])
     return html_table(header, rows)
 
@@ -127,6 +131,17 @@ def _pm(entry: Dict, key: str, scale: float = 1.0, pattern: str = "%.3f") -> str
     return text if std is None else "%s ± %s" % (text, pattern % (std * scale))
 
 
+def _target(summary: Dict) -> Optional[str]:
+    """The accuracy the energy-to-target column uses: the highest threshold every method reached
+    (in some seed), else the highest any did; None for runs from before the figure existed."""
+    entries = list((summary.get("methods") or {}).values())
+    reached = [{t for t, v in (e.get("energy_to_accuracy_j") or {}).items() if v is not None}
+               for e in entries]
+    every = set.intersection(*reached) if reached else set()
+    found = every or set().union(*reached) if reached else set()
+    return max(found, key=float) if found else None
+
+
 def markdown_table(summary: Dict, reference: Optional[str] = DEFAULT_REFERENCE) -> str:
     """The methods of ``summary`` (a ``summary.json``) as a Markdown table; the two "vs" columns
     appear when ``reference`` is one of them."""
@@ -134,13 +149,23 @@ def markdown_table(summary: Dict, reference: Optional[str] = DEFAULT_REFERENCE) 
     if not methods:
         raise StreamflError("the run has no methods to tabulate")
     ref = methods.get(reference) if reference else None
-    header = ["method", "final accuracy", "mean accuracy over the run", "energy (kJ)"]
+    target = _target(summary)
+    header = ["method", "final accuracy", "mean accuracy over the run", "energy (kJ)",
+              "training energy (kJ)", "idle energy (kJ)"]
+    if target is not None:
+        header.append("energy to %s accuracy (kJ, seeds reaching it)" % target)
     if ref is not None:
         header += ["mean accuracy vs `%s` (points)" % reference, "energy vs `%s`" % reference]
     rows: List[List[str]] = []
     for name, entry in methods.items():
         row = ["`%s`" % name, _pm(entry, "final_accuracy"), _pm(entry, "mean_accuracy"),
-               _pm(entry, "energy_j", 1e-3, "%.1f")]
+               _pm(entry, "energy_j", 1e-3, "%.1f"), _pm(entry, "train_energy_j", 1e-3, "%.1f"),
+               _pm(entry, "idle_energy_j", 1e-3, "%.1f")]
+        if target is not None:
+            joules = (entry.get("energy_to_accuracy_j") or {}).get(target)
+            reached = (entry.get("reached") or {}).get(target, 0)
+            row.append("–" if joules is None else "%.1f (%d/%d)" % (joules * 1e-3, reached,
+                                                                    entry.get("seeds", 0)))
         if ref is not None:
             mean, ref_mean = entry.get("mean_accuracy"), ref.get("mean_accuracy")
             energy, ref_energy = entry.get("energy_j"), ref.get("energy_j")

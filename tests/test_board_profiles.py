@@ -1,5 +1,6 @@
 """Board profiles load and validate; detection picks the right one from a model string, and the
 generic fallback discovers cpufreq policies from a sysfs tree built under tmp_path."""
+import dataclasses
 import importlib.resources
 import logging
 import os
@@ -13,7 +14,8 @@ from streamfl.dvfs.fake.tree import build_tree
 from streamfl.dvfs.detect import (GENERIC_CPU_TOP_W, detect_board, discover_cpufreq,
                                   match_model, read_model)
 from streamfl.dvfs.profiles import (DRIVERS, METERS, PROFILE_NAMES, load_profile,
-                                    load_profile_file, model_watts)
+                                    load_profile_file, model_watts, power_table,
+                                    training_utilization)
 from streamfl.errors import ConfigError
 
 # (device-tree model string, profile). Confirmed strings first; the others are [U] variants.
@@ -121,6 +123,52 @@ def test_modeled_power_stays_plausible():
     assert 7 <= orin_nano.modeled_w({"cpu0": 10, "cpu4": 10, "gpu": 0}) <= 9
 
 
+# Cores per cpufreq policy (related_cpus, ref s1.5 and s8): (profile, {domain: cores}).
+CORES = [
+    ("jetson-nano", {"cpu0": 4}), ("jetson-xavier-nx", {"cpu0": 2, "cpu2": 2, "cpu4": 2}),
+    ("jetson-agx-orin", {"cpu0": 4, "cpu4": 4, "cpu8": 4}),
+    ("jetson-orin-nano", {"cpu0": 4, "cpu4": 2}),
+    ("jetson-orin-nano-super", {"cpu0": 4, "cpu4": 2}),
+    ("raspberry-pi-4", {"cpu0": 4}), ("raspberry-pi-5", {"cpu0": 4}),
+]
+
+
+@pytest.mark.parametrize("name,cores", CORES)
+def test_cpu_domains_carry_their_cores(name, cores):
+    profile = load_profile(name)
+    assert {d.name: d.cores for d in profile.domains if d.kind == "cpu"} == cores
+    assert all(d.cores is None for d in profile.domains if d.kind == "gpu")
+
+
+def test_training_utilization_bills_one_core_per_cluster_beside_a_gpu_and_every_core_without():
+    orin = load_profile("jetson-orin-nano")
+    assert training_utilization(orin) == {"cpu0": 0.25, "cpu4": 0.5, "gpu": 1.0}
+    assert training_utilization(orin, gpu=0.8, cpu_with_gpu=1 / 6.0) == pytest.approx(
+        {"cpu0": 1 / 6.0, "cpu4": 1 / 6.0, "gpu": 0.8})
+    pi4 = load_profile("raspberry-pi-4")
+    assert training_utilization(pi4) == {"cpu0": 1.0}
+    assert training_utilization(pi4, cpu_with_gpu=0.25, cpu_without_gpu=0.5) == {"cpu0": 0.5}
+    # A CPU domain whose cores are unknown (discovered) keeps its full-load figure.
+    unknown = dataclasses.replace(orin, domains=tuple(
+        dataclasses.replace(d, cores=None) if d.kind == "cpu" else d for d in orin.domains))
+    assert training_utilization(unknown) == {"cpu0": 1.0, "cpu4": 1.0, "gpu": 1.0}
+
+
+def test_utilized_power_weights_each_domain_and_all_ones_is_the_full_load_figure():
+    orin = load_profile("jetson-orin-nano")
+    watts = orin.power_model.watts_per_level
+    levels = {"cpu0": 19, "cpu4": 19, "gpu": 2}
+    share = training_utilization(orin)
+    assert orin.utilized_w(levels, share) == pytest.approx(
+        orin.power_model.idle_w + 0.25 * watts["cpu0"][19] + 0.5 * watts["cpu4"][19]
+        + watts["gpu"][2])
+    assert orin.utilized_w(levels, {}) == pytest.approx(orin.modeled_w(levels))
+    table = power_table(orin, share)
+    assert sorted(table) == ["cpu0", "cpu4", "gpu"] and len(table["gpu"]) == 5
+    assert table["gpu"][2] == pytest.approx(orin.utilized_w(levels, share), abs=1e-4)
+    assert list(table["gpu"]) == sorted(table["gpu"])
+
+
 def test_gpu_paths_cover_both_orin_bsps():
     gpu = load_profile("jetson-agx-orin").domain("gpu")
     assert gpu.paths[0] == "devices/platform/bus@0/17000000.gpu/devfreq/17000000.gpu"
@@ -224,6 +272,9 @@ BROKEN = [
     ("repeated rails", _set(["power", "rails"], ["POM_5V_IN", "POM_5V_IN"]), "rails"),
     ("empty pattern", _set(["model_patterns"], [""]), "model_patterns"),
     ("no name", _set(["name"], ""), "name"),
+    ("cores on a gpu", _set(["domains", 1, "cores"], 128), "cores"),
+    ("no cores", _set(["domains", 0, "cores"], 0), "cores"),
+    ("cores a float", _set(["domains", 0, "cores"], 2.5), "cores"),
 ]
 
 

@@ -8,6 +8,7 @@ from streamfl.dvfs.policies.extremes import PerformancePolicy, PowersavePolicy
 from streamfl.dvfs.policies.factory import POLICIES, make_policy, policy_options
 from streamfl.dvfs.policies.fixed import FixedPolicy
 from streamfl.dvfs.policies.none import NonePolicy
+from streamfl.dvfs.profiles import load_profile, power_table, training_utilization
 from streamfl.errors import ConfigError
 
 CPU_LEVELS = (115200, 422400, 729600, 1036800, 1344000, 1510400)
@@ -320,6 +321,117 @@ def test_clp_aware_absolute_threshold_may_exceed_one_second():
     assert ClpAwarePolicy(threshold=2, saving="absolute").threshold == 2.0
 
 
+# --- clp-aware: the energy options (clp_level, power_w, climb_energy_ratio) ----------------------
+
+#: Board watts while training with the GPU at each of GPU_LEVELS. Compute-bound (t ~ 1/f), the
+#: energy per sample W/f falls to level 3 and rises after it: 10/306 > 12/408 > 14/510 > 16/612,
+#: then 19/714, 22/816, 25/918 are 1.8%, 3.1% and 4.2% above level 3's.
+GPU_W = (10.0, 12.0, 14.0, 16.0, 19.0, 22.0, 25.0)
+#: Compute-bound seconds per sample: every step saves 11-25%, so the paper's climb never stops.
+GPU_T_BOUND = tuple(0.1 * GPU_LEVELS[-1] / f for f in GPU_LEVELS)
+
+
+def efficient(**kw):
+    return ClpAwarePolicy(clp_level="efficient", power_w={"gpu": GPU_W}, **kw)
+
+
+def gpu_top():
+    """The CPU+GPU view with every domain at its top (a board as it boots)."""
+    return cpu_only(len(CPU_LEVELS) - 1) + (
+        DomainView("gpu", "gpu", GPU_LEVELS, len(GPU_LEVELS) - 1),)
+
+
+def test_clp_aware_defaults_are_the_papers():
+    policy = ClpAwarePolicy()
+    assert (policy.clp_level, policy.power_w, policy.climb_energy_ratio) == ("lowest", {}, None)
+
+
+def test_clp_aware_efficient_runs_the_clp_at_the_first_energy_minimum():
+    policy = efficient()
+    times = {"gpu": GPU_T_BOUND}
+    assert policy.efficient_level(cpu_gpu()[-1]) == 3
+    assert run_rounds(policy, gpu_top(), 3, in_clp=True, times=times) == [{"gpu": 3}] * 3
+    # After the CLP the climb starts from there, one level per round while it pays.
+    assert [p["gpu"] for p in run_rounds(policy, cpu_gpu(), 5, times=times)] == [4, 5, 6, 6, 6]
+    # A renewed CLP goes back to the efficient level, not to the lowest.
+    assert run_rounds(policy, cpu_gpu(), 1, in_clp=True, times=times) == [{"gpu": 3}]
+    # Without a CLP first, the climb also starts at the CLP's level.
+    assert efficient().plan(inp(gpu_top())) == {"gpu": 3}
+
+
+def test_clp_aware_efficient_level_follows_measured_timings():
+    policy = efficient()
+    # Levels 1 and 2 measured alike (memory-bound there): level 2 costs more per sample than 1.
+    policy.observe("gpu", 1, 0.3)
+    policy.observe("gpu", 2, 0.3)
+    assert policy.efficient_level(cpu_gpu()[-1]) == 1
+    assert policy.plan(inp(cpu_gpu(), in_clp=True)) == {"gpu": 1}
+
+
+def test_clp_aware_efficient_on_a_real_profile_is_the_modeled_optimum():
+    nano = load_profile("jetson-nano")
+    share = training_utilization(nano)
+    table = power_table(nano, share)
+    gpu = nano.domain("gpu")
+    energy = [w / f for w, f in zip(table["gpu"], gpu.levels_khz)]     # W x (t ~ 1/f)
+    views = tuple(DomainView(d.name, d.kind, d.levels_khz, len(d.levels_khz) - 1)
+                  for d in nano.domains)
+    policy = ClpAwarePolicy(clp_level="efficient", power_w=table)
+    assert policy.plan(inp(views, in_clp=True)) == {"gpu": energy.index(min(energy))}
+
+
+@pytest.mark.parametrize("cap, top_reached", [(1.02, 4), (1.035, 5), (1.1, 6)])
+def test_clp_aware_climb_energy_ratio_stops_the_climb(cap, top_reached):
+    policy = efficient(climb_energy_ratio=cap)
+    times = {"gpu": GPU_T_BOUND}
+    run_rounds(policy, cpu_gpu(), 2, in_clp=True, times=times)
+    levels = [p["gpu"] for p in run_rounds(policy, cpu_gpu(), 6, times=times)]
+    assert levels[-1] == top_reached and levels == sorted(levels)
+    # It caps the climb only: a level above the cap is not stepped down from.
+    high = efficient(climb_energy_ratio=1.0, start_at_current=True)
+    assert run_rounds(high, gpu_top(), 2, times=times) == [{"gpu": 6}] * 2
+
+
+def test_clp_aware_climb_energy_ratio_with_the_lowest_clp_level():
+    # The cap is relative to the efficient level whatever level the CLP ran at.
+    policy = ClpAwarePolicy(power_w={"gpu": GPU_W}, climb_energy_ratio=1.02)
+    times = {"gpu": GPU_T_BOUND}
+    assert run_rounds(policy, cpu_gpu(), 1, in_clp=True, times=times) == [{"gpu": 0}]
+    assert [p["gpu"] for p in run_rounds(policy, cpu_gpu(), 7, times=times)] == [
+        1, 2, 3, 4, 4, 4, 4]
+
+
+def test_clp_aware_power_w_must_fit_the_board():
+    with pytest.raises(ConfigError, match="power_w has no watts for domain 'gpu'"):
+        ClpAwarePolicy(clp_level="efficient", power_w={"cpu0": (1.0,) * 6}).plan(
+            inp(cpu_gpu(), in_clp=True))
+    with pytest.raises(ConfigError, match=r"power_w\[gpu\] has 3 figures for 7 levels"):
+        ClpAwarePolicy(clp_level="efficient", power_w={"gpu": (1.0, 2.0, 3.0)}).plan(
+            inp(cpu_gpu(), in_clp=True))
+    # The paper's setting never reads it.
+    assert ClpAwarePolicy(power_w={"npu": [1.0]}).plan(inp(cpu_gpu(), in_clp=True)) == {"gpu": 0}
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(clp_level="middle"), "clp_level must be one of lowest, efficient"),
+    (dict(clp_level="efficient"), "clp_level efficient needs power_w"),
+    (dict(climb_energy_ratio=1.1), "climb_energy_ratio needs power_w"),
+    (dict(climb_energy_ratio=0.9, power_w={"gpu": [1.0]}),
+     "climb_energy_ratio must be a number >= 1"),
+    (dict(climb_energy_ratio="10%", power_w={"gpu": [1.0]}), "climb_energy_ratio must be a number"),
+    (dict(climb_energy_ratio=True, power_w={"gpu": [1.0]}), "climb_energy_ratio must be a number"),
+    (dict(power_w=[1.0, 2.0]), "power_w must map domain names"),
+    (dict(power_w={"gpu": []}), r"power_w\[gpu\] must be a list of watts"),
+    (dict(power_w={"gpu": "12"}), r"power_w\[gpu\] must be a list of watts"),
+    (dict(power_w={"gpu": [1.0, -2.0]}), r"power_w\[gpu\] must hold finite watts > 0"),
+    (dict(power_w={"gpu": [True]}), r"power_w\[gpu\] must hold finite watts > 0"),
+    (dict(power_w={"": [1.0]}), "bad domain name"),
+])
+def test_clp_aware_rejects_bad_energy_options(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        ClpAwarePolicy(**kwargs)
+
+
 # --- factory ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, cls", [
@@ -336,6 +448,10 @@ def test_make_policy_passes_options():
     assert fixed.plan(inp(cpu_gpu())) == {"gpu": 0}
     clp = make_policy("clp-aware", threshold=0.1, saving="relative", drop_on_clp=False)
     assert (clp.threshold, clp.drop_on_clp) == (0.1, False)
+    # As YAML hands them over: lists of watts.
+    clp = make_policy("clp-aware", clp_level="efficient", power_w={"gpu": list(GPU_W)},
+                      climb_energy_ratio=1.1)
+    assert (clp.clp_level, clp.power_w["gpu"], clp.climb_energy_ratio) == ("efficient", GPU_W, 1.1)
 
 
 def test_make_policy_lists_the_valid_names_and_options():
@@ -347,7 +463,7 @@ def test_make_policy_lists_the_valid_names_and_options():
         make_policy(None)
     with pytest.raises(ConfigError, match=r"clp-aware: unknown option thresh \(valid: threshold, "
                                           "saving, probe_unmeasured, drop_on_clp, start_at_current, "
-                                          r"window\)"):
+                                          r"window, clp_level, power_w, climb_energy_ratio\)"):
         make_policy("clp-aware", thresh=0.1)
     with pytest.raises(ConfigError, match=r"none: unknown options a, b \(valid: none\)"):
         make_policy("none", b=1, a=2)

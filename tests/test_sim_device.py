@@ -1,6 +1,7 @@
 """The simulator's device model and event queue: seeded draws repeat, timings follow FedTeddi eq. 4
-and the clock ladder (or a probe's measured walk), watts are the profile's, the Shannon rate falls
-with distance, and availability follows the scenario's windows."""
+and the clock ladder (or a probe's measured walk), watts are the profile's weighted by what a round
+uses (or a probe's measured ones), the Shannon rate falls with distance, and availability follows
+the scenario's windows."""
 import math
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import yaml
 
 from streamfl.config import build
 from streamfl.dvfs.factory import watts_for
-from streamfl.dvfs.profiles import load_profile
+from streamfl.dvfs.profiles import load_profile, training_utilization
 from streamfl.errors import ConfigError
 from streamfl.sim.device import (DEFAULT_SECONDS_PER_SAMPLE_S, DeviceModel, DeviceSpec,
                                  make_devices)
@@ -18,6 +19,7 @@ from streamfl.sim.events import Event, EventQueue
 
 PI4 = load_profile("raspberry-pi-4")
 ORIN = load_profile("jetson-orin-nano")
+AGX = load_profile("jetson-agx-orin")
 BOARDS = Path(__file__).resolve().parents[1] / "configs" / "boards"
 
 
@@ -172,28 +174,97 @@ def test_measured_lockstep_walk_maps_levels_to_its_steps(tmp_path):
     assert orin.expected_seconds_per_sample({"cpu0": 10}) == pytest.approx(walk[10])
     # Off the walk the lower step is the bottleneck.
     assert orin.expected_seconds_per_sample({"cpu0": 10, "gpu": 2}) == pytest.approx(walk[2])
-    # No measured watts: the declared power model stays.
-    assert orin.train_w({}) == pytest.approx(ORIN.modeled_w(device(profile=ORIN).top_levels))
+    # No measured watts: the declared power model stays, weighted as for a modeled board.
+    top = device(profile=ORIN).top_levels
+    assert orin.train_w({}) == pytest.approx(ORIN.utilized_w(top, training_utilization(ORIN)))
+
+
+def test_measured_watts_on_a_gpu_board_are_billed_as_measured(tmp_path):
+    """The probe measured the whole board while training: no utilization share applies, even
+    though its watts sit on a CPU domain (the longest ladder of the lockstep walk)."""
+    walk = [0.02 / (1 + 0.1 * k) for k in range(20)]
+    watts = [6.0 + 0.3 * k for k in range(20)]
+    path = probe_file(tmp_path, "jetson-orin-nano", {
+        "cpu0": {"seconds_per_sample": walk, "train_w": watts},
+        "gpu": {"seconds_per_sample": walk[:5], "train_w": watts[:5]}}, idle_w=4.0)
+    (orin,) = make_devices([DeviceSpec(profile_path=str(path))], seed=0)
+    assert set(orin.utilization.values()) == {1.0}
+    for k in (0, 7, 19):
+        assert orin.train_w({"cpu0": k}) == pytest.approx(watts[k], abs=1e-3)
 
 
 # --- power -----------------------------------------------------------------------------------
 
-def test_watts_are_the_profile_power_model():
+def test_watts_are_the_profile_power_model_weighted_by_utilization():
     orin = device(profile=ORIN)
     model = ORIN.power_model
     assert orin.idle_w == model.idle_w
+    # GPU board: the GPU in full, one core of each CPU cluster (cpu0 has 4 cores, cpu4 2).
+    assert orin.utilization == {"cpu0": 0.25, "cpu4": 0.5, "gpu": 1.0}
     levels = {"cpu0": 3, "gpu": 1}
-    expected = (model.idle_w + model.watts_per_level["cpu0"][3] + model.watts_per_level["gpu"][1]
-                + model.watts_per_level["cpu4"][-1])  # left out: at its top, uncapped
+    watts = model.watts_per_level
+    expected = (model.idle_w + watts["cpu0"][3] / 4 + watts["gpu"][1]
+                + watts["cpu4"][-1] / 2)  # left out: at its top, uncapped
     assert orin.train_w(levels) == pytest.approx(expected)
-    # The same figures the modeled meter gets (factory.make_meter interpolates with watts_for).
+    # Every domain at full load: the modeled meter's sum, the old bound.
+    full = model.idle_w + watts["cpu0"][3] + watts["gpu"][1] + watts["cpu4"][-1]
+    assert orin.full_load_w(levels) == pytest.approx(full) == pytest.approx(ORIN.modeled_w(
+        dict(orin.top_levels, **levels)))
+    # The same figures the modeled meter gets (factory.make_meter interpolates with watts_for),
+    # times the round's share of the domain.
+    top = {d.name: len(d.levels_khz) - 1 for d in ORIN.domains}
     for dom in ORIN.domains:
-        meter_watts = watts_for(dom.levels_khz, dom.levels_khz, model.watts_per_level[dom.name])
-        top = {d.name: len(d.levels_khz) - 1 for d in ORIN.domains}
+        meter_watts = watts_for(dom.levels_khz, dom.levels_khz, watts[dom.name])
         for i, w in enumerate(meter_watts):
             extra = (orin.train_w(dict(top, **{dom.name: i}))
                      - orin.train_w(dict(top, **{dom.name: 0})))
-            assert extra == pytest.approx(w - meter_watts[0], abs=1e-3)
+            assert extra == pytest.approx((w - meter_watts[0]) * orin.utilization[dom.name],
+                                          abs=1e-3)
+
+
+def test_cpu_only_boards_are_billed_every_core():
+    for profile in (PI4, load_profile("raspberry-pi-5")):
+        pi = device(profile=profile)
+        assert pi.utilization == {"cpu0": 1.0}
+        for i in range(len(profile.domain("cpu0").levels_khz)):
+            assert pi.train_w({"cpu0": i}) == pytest.approx(profile.modeled_w({"cpu0": i}))
+            assert pi.train_w({"cpu0": i}) == pytest.approx(pi.full_load_w({"cpu0": i}))
+
+
+def energy_per_sample_j(dev, watts, gpu_level):
+    """Joules per sample of a round with the GPU at ``gpu_level`` under ``watts`` (levels -> W)."""
+    levels = {"gpu": gpu_level}
+    return watts(levels) * dev.expected_seconds_per_sample(levels)
+
+
+@pytest.mark.parametrize("profile, gpu_level", [(ORIN, 2), (AGX, 3)])
+def test_a_lower_gpu_clock_costs_less_training_energy_when_compute_bound(profile, gpu_level):
+    """The race-to-idle artefact is gone: billing the CPUs at full load for the stretched round
+    made the lower GPU clock cost more; one core feeding the GPU makes it cost less."""
+    dev = device(profile=profile)
+    top = len(profile.domain("gpu").levels_khz) - 1
+    # Compute-bound: the round is longer by the clock ratio.
+    assert dev.expected_seconds_per_sample({"gpu": gpu_level}) > \
+        1.2 * dev.expected_seconds_per_sample({"gpu": top})
+    new_low, new_top = (energy_per_sample_j(dev, dev.train_w, lv) for lv in (gpu_level, top))
+    old_low, old_top = (energy_per_sample_j(dev, dev.full_load_w, lv) for lv in (gpu_level, top))
+    assert new_low < new_top
+    assert old_low > old_top
+
+
+def test_utilization_is_configurable_per_device():
+    # One core spread over the Orin Nano's six: each cluster at 1/6.
+    one_core = device(profile=ORIN, cpu_utilization_with_gpu=1 / 6.0)
+    watts = ORIN.power_model.watts_per_level
+    assert one_core.train_w({}) == pytest.approx(
+        ORIN.power_model.idle_w + (watts["cpu0"][-1] + watts["cpu4"][-1]) / 6 + watts["gpu"][-1])
+    half_gpu = device(profile=ORIN, gpu_utilization=0.5)
+    assert half_gpu.train_w({}) == pytest.approx(device(profile=ORIN).train_w({})
+                                                 - 0.5 * watts["gpu"][-1])
+    two_cores = device(cpu_utilization_without_gpu=0.5)
+    pi_watts = PI4.power_model.watts_per_level["cpu0"]
+    assert two_cores.train_w({"cpu0": 9}) == pytest.approx(PI4.power_model.idle_w
+                                                           + 0.5 * pi_watts[9])
 
 
 # --- network ---------------------------------------------------------------------------------
@@ -263,6 +334,9 @@ def test_participation_rate(p):
     ({"leave_s": 5.0, "join_s": 5.0}, "leave_s"),
     ({"noise_scale": -0.1}, "noise_scale"),
     ({"distance_m": 0.0}, "distance_m"),
+    ({"gpu_utilization": 1.5}, "gpu_utilization"),
+    ({"cpu_utilization_with_gpu": -0.1}, "cpu_utilization_with_gpu"),
+    ({"cpu_utilization_without_gpu": float("nan")}, "cpu_utilization_without_gpu"),
 ])
 def test_bad_values_are_config_errors(kw, match):
     with pytest.raises(ConfigError, match=match):

@@ -6,7 +6,8 @@ import pytest
 from streamfl.errors import StreamflError
 from streamfl.sim.plots import band_over_seeds
 from streamfl.sim.report_html import render_report
-from streamfl.sim.tables import fmt_value
+from streamfl.sim.summary import method_summary, run_figures
+from streamfl.sim.tables import fmt_value, markdown_table, methods_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("accuracy_vs_time.png", "accuracy_vs_energy.png", "clock_levels.png")
@@ -79,6 +80,61 @@ def test_report_writes_plots_and_a_page_with_mean_and_spread(tmp_path):
     for name in PLOTS:
         assert page.count('<img src="%s"' % name) == 1
     assert page.count("<img ") == 3 and "How to read" in page
+
+
+def _energy_split(method, train, idle, train_std, idle_std):
+    """``method`` with training and idle energy (mean, std and per run) as the summary gives them."""
+    method.update(train_energy_j=train, train_energy_j_std=train_std, idle_energy_j=idle,
+                  idle_energy_j_std=idle_std)
+    for run in method["runs"]:
+        run.update(train_energy_j=train, idle_energy_j=idle)
+    return method
+
+
+def test_tables_show_training_and_idle_energy_beside_the_total(tmp_path):
+    methods = _two_methods()
+    _energy_split(methods["fedasync"], 9345.6, 3000.0, 200.0, 50.0)
+    _energy_split(methods["adaclp"], 6000.0, 3000.0, 80.0, 40.0)
+    summary = {"seeds": [1, 2], "methods": methods}
+    table = methods_table(summary)
+    header = table.split("</thead>")[0]
+    assert ("<th>fleet energy (J)</th><th>training energy (J)</th><th>idle energy (J)</th>"
+            in header)
+    assert "9346 ± 200" in table and "3000 ± 50" in table and "6000 ± 80" in table
+    assert "train_energy_j" not in table and "idle_energy_j" not in table   # not again as extras
+    lines = markdown_table(summary).splitlines()
+    assert lines[0].startswith("| method | final accuracy | mean accuracy over the run | "
+                               "energy (kJ) | training energy (kJ) | idle energy (kJ) |")
+    row = next(line for line in lines if line.startswith("| `fedasync`"))
+    assert "| 12.3 ± 0.2 | 9.3 ± 0.2 | 3.0 ± 0.1 |" in row
+    # A run from before the split (no such figures) shows dashes, not an error.
+    del methods["adaclp"]["train_energy_j"], methods["adaclp"]["idle_energy_j"]
+    assert "| – | – |" in next(line for line in markdown_table(summary).splitlines()
+                                 if line.startswith("| `adaclp`"))
+    page = render_report(_write_run(tmp_path / "run", _two_methods())).read_text(encoding="utf-8")
+    assert "training energy (J)" in page
+
+
+def test_summary_carries_training_and_idle_energy_per_run_and_method():
+    def evals(train, idle):
+        return [{"event": "eval", "time_s": 0.0, "accuracy": 0.1, "energy_j": 0.0,
+                 "train_energy_j": 0.0, "idle_energy_j": 0.0, "version": 0},
+                {"event": "eval", "time_s": 10.0, "accuracy": 0.5, "energy_j": train + idle,
+                 "train_energy_j": train, "idle_energy_j": idle, "version": 3}]
+    totals = {"dev-000": {"train_s": 1.0, "idle_s": 9.0, "round_latency_s": 0.5, "energy_j": 5.0}}
+    runs = [run_figures(evals(t, i), [], totals, [0.5], 10.0) for t, i in ((30.0, 10.0), (50.0, 12.0))]
+    assert [(r["train_energy_j"], r["idle_energy_j"], r["energy_j"]) for r in runs] == [
+        (30.0, 10.0, 40.0), (50.0, 12.0, 62.0)]
+    summary = method_summary(runs, [0.5])
+    assert (summary["train_energy_j"], summary["train_energy_j_std"]) == (40.0, 10.0)
+    assert (summary["idle_energy_j"], summary["idle_energy_j_std"]) == (11.0, 1.0)
+    assert summary["train_energy_j"] + summary["idle_energy_j"] == summary["energy_j"]
+    # Events from before the split: the figures are None and the summary leaves them out.
+    old = [dict(e) for e in evals(30.0, 10.0)]
+    for e in old:
+        del e["train_energy_j"], e["idle_energy_j"]
+    figures = run_figures(old, [], totals, [0.5], 10.0)
+    assert figures["train_energy_j"] is None and "train_energy_j" not in method_summary([figures], [0.5])
 
 
 def test_clp_plot_appears_with_clp_events_and_out_dir_is_honoured(tmp_path):
