@@ -3,7 +3,7 @@
 Each function returns one sorted int64 index array into ``ds`` per device; the same seed gives the
 same split. Temporal heterogeneity (which classes arrive when) is ``sim.streams``' job.
 """
-from typing import List
+from typing import List, Optional, Sequence
 
 import numpy as np
 
@@ -78,14 +78,44 @@ def _shards(ds: Dataset, n_devices: int, per_device: int, rng: np.random.Generat
             for d in range(n_devices)]
 
 
+def keep_class_subsets(ds: Dataset, parts: List[np.ndarray], classes_per_device: Sequence[int],
+                       seed: int) -> List[np.ndarray]:
+    """Each device keeps only a random subset of the classes its part holds (AdaCLP sec. 5.1).
+
+    The paper's HARBox users each recorded only some of the activities, so a device lacks what
+    others hold; where a dataset's users recorded every class (the smartwatch subjects did all
+    seven exercises), this makes them class-incomplete the same way. Device d keeps
+    ``k ~ U{lo..hi}`` (``classes_per_device = (lo, hi)``) of the classes present in its part, drawn
+    from ``seed`` and d alone; a part with at most k classes is kept whole. Devices sharing a
+    subject (fewer subjects than devices) draw their subsets independently.
+    """
+    lo, hi = (int(v) for v in classes_per_device)
+    if not 1 <= lo <= hi:
+        raise ConfigError("classes_per_device must be [lo, hi] with 1 <= lo <= hi, got %r"
+                          % (list(classes_per_device),))
+    out = []
+    for d, part in enumerate(parts):
+        rng = np.random.default_rng([int(seed) & 0xFFFFFFFFFFFFFFFF, 21, 5, d])
+        present = np.unique(ds.y[part])
+        k = int(rng.integers(lo, hi + 1))
+        if len(present) > k:
+            keep = rng.choice(present, k, replace=False)
+            part = part[np.isin(ds.y[part], keep)]
+        out.append(part)
+    return out
+
+
 def partition(ds: Dataset, n_devices: int, how: str, seed: int, beta: float = 0.5,
-              shards_per_device: int = 2) -> List[np.ndarray]:
+              shards_per_device: int = 2,
+              classes_per_device: Optional[Sequence[int]] = None) -> List[np.ndarray]:
     """Index arrays (sorted int64), one per device: "subject", "dirichlet", "shards" or "iid".
 
     "subject": whole subjects per device (devices share a subject's pool when there are fewer
     subjects than devices, see ``_by_subject``). "dirichlet": per-class Dirichlet(``beta``) shares,
     every device >= 1 window. "shards": ``shards_per_device`` class-sorted shards each. "iid": a
     shuffled equal split. Only "subject" may give the same index to two devices.
+    ``classes_per_device = (lo, hi)``: then each device keeps a random subset of its classes
+    (``keep_class_subsets``).
     """
     if n_devices < 1:
         raise ConfigError("n_devices must be >= 1, got %r" % (n_devices,))
@@ -102,7 +132,10 @@ def partition(ds: Dataset, n_devices: int, how: str, seed: int, beta: float = 0.
         parts = np.array_split(_rng(seed, 4).permutation(n), n_devices)
     else:
         raise ConfigError("unknown partition %r (choose one of %s)" % (how, ", ".join(HOWS)))
-    return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+    parts = [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+    if classes_per_device is not None:
+        parts = keep_class_subsets(ds, parts, classes_per_device, seed)
+    return parts
 
 
-__all__ = ["HOWS", "partition"]
+__all__ = ["HOWS", "keep_class_subsets", "partition"]

@@ -33,6 +33,7 @@ from streamfl.sim.events import EventQueue
 from streamfl.sim.methods import Method
 from streamfl.sim.scenario import Scenario
 from streamfl.sim.scenario_data import SimData
+from streamfl.sim.stream_timeline import AggregationClock
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class DeviceState:
     fed_until_s: float = 0.0
     online: bool = False
     busy_s: float = 0.0
+    #: Whole-board joules of every round it ran (finished, lost or diverged): ``train_w`` x time.
     train_j: float = 0.0
     rounds: int = 0
     lost_rounds: int = 0
@@ -81,13 +83,16 @@ class SimRun:
                               hidden=scenario.model.hidden)
         plugins = {name: merge(scenario.plugins.get(name, {}), settings)
                    for name, settings in method.plugins.items()}
+        lr = scenario.method_lr.get(method.name)
+        self._lr_agent = {} if lr is None else {"plugins": {"clp": {"eta0": lr, "lr_max": lr}}}
         ccfg = merge({"fleet": FLEET, "seed": int(seed), "model": dataclasses.asdict(self.spec)},
-                     scenario.coordinator, method.coordinator, {"plugins": plugins})
+                     scenario.coordinator, method.coordinator, {"plugins": plugins},
+                     {} if lr is None else {"hparams": {"lr": lr}})
         self._start(build(CoordinatorConfig, ccfg, "%s: coordinator" % scenario.name), method, seed,
                     emit, progress)
         policy = method.dvfs_policy or scenario.dvfs_policy
         models = make_devices(device_specs(scenario), self.seed)
-        streams = data.streams(self.seed)
+        streams = data.streams(self.seed, self.clock)
         for i, dev in enumerate(models):
             self.devices.append(self._device(i, dev, streams[i], policy))
         self.evaluator = Evaluator(self.spec, *data.eval_set(self.seed))
@@ -103,6 +108,8 @@ class SimRun:
         self.emit = emit
         self.progress = progress
         self.queue = EventQueue()
+        #: When each version was made: streams whose periods count aggregations read it.
+        self.clock = AggregationClock()
         self.coordinator = CoordinatorCore(config)
         self.decoder = Decoder({config.model.arch_id: tensor_spec(config.model)})
         self.devices: List[DeviceState] = []
@@ -122,7 +129,7 @@ class SimRun:
                         "sensor": {"kind": "mqtt", "window_len": T, "channels": C, "num_classes": K},
                         "dvfs": {"backend": "simulated", "board": dev.profile.name, "policy": policy},
                         "seed": self.seed * 100003 + i, "round_interval_s": 1.0, "min_buffer": 32},
-                       self.scenario.agent, self.method.agent)
+                       self.scenario.agent, self.method.agent, self._lr_agent)
         cfg = build(AgentConfig, values, "%s: agent" % self.scenario.name)
         agent = AgentCore(cfg, clock=self._now, timer=lambda: 0.0)
         backend = SimulatedBackend([SimulatedDomain(s.name, s.kind, s.levels_khz, clock=self._now)
@@ -259,6 +266,7 @@ class SimRun:
         """Do what the coordinator's step asks: publish each new version and record what it
         merged (deadline rounds included), log the plug-ins' events, send the commands."""
         for aggregation in step.aggregations:
+            self.clock.record(t)
             self._publish(t)
             version, merged = aggregation.version, aggregation.merged
             self.emit({"event": "aggregate", "method": self.method.name, "seed": self.seed,
@@ -309,13 +317,19 @@ class SimRun:
 
     # ---- measuring ----------------------------------------------------------------------------
 
+    def energy_split_j(self, t: float) -> Tuple[float, float]:
+        """Fleet (training, idle) joules up to ``t``. Training: each round's whole-board power (idle
+        floor included, as a meter on the board measures a round) times its time; idle: idle power
+        over the rest of the online time. Split by time, as ``train_s`` and ``idle_s`` are."""
+        train_j = idle_j = 0.0
+        for d in self.devices:
+            train_j += d.train_j
+            idle_j += d.model.idle_w * max(0.0, d.model.online_s(t) - d.busy_s)
+        return train_j, idle_j
+
     def energy_j(self, t: float) -> float:
         """Fleet energy up to ``t``: training joules plus idle power over the rest of online time."""
-        total = 0.0
-        for d in self.devices:
-            online_s = d.model.online_s(t)
-            total += d.train_j + d.model.idle_w * max(0.0, online_s - d.busy_s)
-        return total
+        return sum(self.energy_split_j(t))
 
     def _evaluate(self, t: float, final: bool = False) -> None:
         seen = set()
@@ -324,10 +338,12 @@ class SimRun:
                 seen |= set(d.stream.classes_seen(t))
         tensors = self.coordinator.model
         accuracy, loss, accuracy_seen = self.evaluator.evaluate_classes(tensors, seen)
+        train_j, idle_j = self.energy_split_j(t)
         event = {"event": "eval", "method": self.method.name, "seed": self.seed,
                  "time_s": round(t, 6), "version": self.coordinator.version,
                  "accuracy": accuracy, "loss": loss, "accuracy_seen": accuracy_seen,
-                 "energy_j": round(self.energy_j(t), 3), "period": self.data.period(t),
+                 "energy_j": round(train_j + idle_j, 3), "train_energy_j": round(train_j, 3),
+                 "idle_energy_j": round(idle_j, 3), "period": self.data.period(t),
                  "final": final}
         if self.scenario.stream.kind == "domain_incremental":
             transform = self.devices[0].stream.transform
@@ -338,7 +354,8 @@ class SimRun:
             self.progress(min(1.0, t / self.end_s))
 
     def totals(self) -> Dict[str, Any]:
-        """Per-device training time, idle time, energy, rounds and mean round latency."""
+        """Per-device training time, idle time, energy (in all, training and idle, split as in
+        ``energy_split_j``), rounds and mean round latency."""
         out = {}
         for d in self.devices:
             online_s = d.model.online_s(self.end_s)
@@ -349,5 +366,7 @@ class SimRun:
                 "train_s": round(d.busy_s, 3),
                 "idle_s": round(idle_s, 3),
                 "energy_j": round(d.train_j + d.model.idle_w * idle_s, 3),
+                "train_energy_j": round(d.train_j, 3),
+                "idle_energy_j": round(d.model.idle_w * idle_s, 3),
                 "round_latency_s": round(d.latency_s / d.rounds, 4) if d.rounds else None}
         return out

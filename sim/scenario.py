@@ -30,10 +30,17 @@ class DataConfig:
     partition: str = "subject"
     beta: float = 0.5
     shards_per_device: int = 2
+    #: [lo, hi]: each device then keeps a random subset of lo..hi of its classes (class-incomplete
+    #: users, AdaCLP sec. 5.1; ``streamfl.sim.partition.keep_class_subsets``); None keeps all.
+    classes_per_device: Optional[Tuple[int, int]] = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.holdout < 1.0:
             raise ValueError("data.holdout must be in (0, 1), got %r" % self.holdout)
+        cpd = self.classes_per_device
+        if cpd is not None and (len(cpd) != 2 or not 1 <= cpd[0] <= cpd[1]):
+            raise ValueError("data.classes_per_device must be [lo, hi] with 1 <= lo <= hi, got %r"
+                             % (list(cpd),))
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,10 @@ class Scenario:
     #: ``clp: {window_m: 50}``); they apply only to methods that list the plug-in, and a method's
     #: own settings win. Device-side plug-in settings go under ``agent.plugins``.
     plugins: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    #: Learning rate per method name, e.g. a sweep's best (``streamfl tune``): the coordinator's
+    #: ``hparams.lr`` and, for the CLP regulators, eta0 = lr_max (their starting rate is the
+    #: baselines' rate, as in the shipped scenarios). Methods not named keep the scenario's.
+    method_lr: Dict[str, float] = field(default_factory=dict)
     #: Clock policy of every device unless the method sets one.
     dvfs_policy: str = "none"
     #: Virtual seconds between FedAvg deadline checks.
@@ -116,6 +127,9 @@ class Scenario:
         unknown = sorted(set(self.plugins) - set(PLUGINS))
         if unknown:
             raise ValueError("plugins: unknown plug-in %r (known: %s)" % (unknown[0], ", ".join(PLUGINS)))
+        for name, lr in self.method_lr.items():
+            if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0.0 < lr <= 10.0:
+                raise ValueError("method_lr.%s: a learning rate in (0, 10], got %r" % (name, lr))
         if any(not 0.0 < t <= 1.0 for t in self.thresholds):
             raise ValueError("thresholds must be accuracies in (0, 1], got %r" % (self.thresholds,))
 

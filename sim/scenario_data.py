@@ -32,17 +32,19 @@ class SimData:
             sc = self.scenario
             train, test = holdout(self.dataset, sc.data.holdout, seed, by_subject=sc.data.holdout_by_subject)
             parts = partition(train, sc.num_devices, sc.data.partition, seed, beta=sc.data.beta,
-                              shards_per_device=sc.data.shards_per_device)
+                              shards_per_device=sc.data.shards_per_device,
+                              classes_per_device=sc.data.classes_per_device)
             self._split_seed, self._split = seed, (train, test, parts)
         return self._split
 
-    def streams(self, seed: int) -> List[Any]:
-        """Fresh streams for one run (same seed, same windows, whatever the method)."""
+    def streams(self, seed: int, clock: Any = None) -> List[Any]:
+        """Fresh streams for one run (same seed, same windows, whatever the method); ``clock``:
+        the run's ``AggregationClock``, for periods counted in aggregations."""
         from streamfl.sim.streams import make_streams
         train, _, parts = self._for_seed(seed)
         sc = self.scenario
         self._streams = make_streams(train, parts, sc.stream.kind, seed, sc.stream.windows_per_s,
-                                     sc.duration_s, **sc.stream.params)
+                                     sc.duration_s, clock=clock, **sc.stream.params)
         return self._streams
 
     def eval_set(self, seed: int) -> Tuple[np.ndarray, np.ndarray]:

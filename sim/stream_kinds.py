@@ -8,7 +8,8 @@ import numpy as np
 
 from streamfl.errors import ConfigError
 from streamfl.sim.stream_timeline import (
-    T_BOUNDS, T_BURST, T_CHAIN, T_ORDER, T_RARE, T_ROW, T_STATES, Bursts, Frames, KindContext,
+    T_BOUNDS, T_BURST, T_CHAIN, T_ORDER, T_RARE, T_ROW, T_STATES, Bursts, CountedBounds, Frames,
+    KindContext,
     LabelChain, LatentStates, RandomBounds, Timeline, dirichlet_row, keyed_rng, onehot, uniform_row)
 
 
@@ -41,8 +42,28 @@ def _period_defaults(ctx: KindContext, p: Dict, kind: str) -> Dict:
     return p
 
 
-_PERIODS = {"mu_s": None, "sigma_s": None, "min_s": None}
+_PERIODS = {"mu_s": None, "sigma_s": None, "min_s": None, "mu_aggregations": None,
+            "sigma_aggregations": None, "min_aggregations": None}
 Built = Tuple[List[Timeline], Dict]
+
+
+def _bounds(ctx: KindContext, p: Dict, kind: str, *key: int):
+    """Period starts: N(mu_s, sigma_s) seconds, or, with ``mu_aggregations`` set, N(mu, sigma)
+    aggregations of the run (AdaCLP sec. 5.1 counts T_i in rounds: mu = 400, sigma = 50; sigma
+    defaults to mu/8 and the minimum to mu/4, as for seconds)."""
+    mu = p["mu_aggregations"]
+    if mu is None:
+        return RandomBounds(keyed_rng(ctx.seed, T_BOUNDS, *key), p["mu_s"], p["sigma_s"], p["min_s"])
+    if ctx.clock is None:
+        raise ConfigError("stream kind %r: periods in aggregations (mu_aggregations) need a "
+                          "simulator run's aggregation clock" % kind)
+    if p["sigma_aggregations"] is None:
+        p["sigma_aggregations"] = mu * 50.0 / 400.0
+    if p["min_aggregations"] is None:
+        p["min_aggregations"] = mu / 4.0
+    _positive(kind, p, "mu_aggregations", "min_aggregations")
+    return CountedBounds(keyed_rng(ctx.seed, T_BOUNDS, *key), float(mu),
+                         float(p["sigma_aggregations"]), float(p["min_aggregations"]), ctx.clock)
 
 
 def _static_row(ctx: KindContext, d: int, mix: str, kind: str) -> np.ndarray:
@@ -61,13 +82,14 @@ def _kind_iid(ctx: KindContext, params: Dict) -> Built:
 
 
 def _kind_extreme(ctx: KindContext, params: Dict) -> Built:
-    """AdaCLP sec. 5.1 extreme: one class per period, period lengths ~ N(mu_s, sigma_s) >= min_s.
+    """AdaCLP sec. 5.1 extreme: one class per period, period lengths ~ N(mu_s, sigma_s) >= min_s
+    (or N(mu_aggregations, sigma_aggregations) aggregations, the paper's unit: ``_bounds``).
 
     Switch times are shared (the server switches every client at once); each device cycles through
     its own random class order (``shared_order=True``: one order for all, the paper's exact setting).
     """
     p = _period_defaults(ctx, _take("extreme", params, dict(_PERIODS, shared_order=False)), "extreme")
-    bounds = RandomBounds(keyed_rng(ctx.seed, T_BOUNDS), p["mu_s"], p["sigma_s"], p["min_s"])
+    bounds = _bounds(ctx, p, "extreme")
     shared = keyed_rng(ctx.seed, T_ORDER).permutation(ctx.present)
     out = []
     for d in range(ctx.n):
@@ -86,7 +108,7 @@ def _kind_non_extreme(ctx: KindContext, params: Dict) -> Built:
     p = _period_defaults(ctx, _take("non_extreme", params, dict(_PERIODS, beta=0.2, shared=False)),
                          "non_extreme")
     _positive("non_extreme", p, "beta")
-    bounds = RandomBounds(keyed_rng(ctx.seed, T_BOUNDS), p["mu_s"], p["sigma_s"], p["min_s"])
+    bounds = _bounds(ctx, p, "non_extreme")
     out = []
     for d in range(ctx.n):
         who = ctx.n if p["shared"] else d

@@ -8,6 +8,7 @@ Public within the simulator, for ``stream_kinds`` (the per-kind builders) and ``
 - ``keyed_rng``, ``stream_key``, ``hash_uniform``: randomness fixed by its key, not by call order;
 - ``onehot``, ``uniform_row``, ``dirichlet_row``: class-distribution rows of length K;
 - ``Timeline``, ``RandomBounds``, ``Bursts``: lazily grown segments, period starts and rare bursts;
+- ``AggregationClock``, ``CountedBounds``: period starts counted in aggregations;
 - ``KindContext``: what every kind builder gets (dataset facts, seed, run length, ``missing``);
 - ``Frames``, ``LabelChain``, ``LatentStates``: the schedule state of one kind each.
 """
@@ -99,6 +100,7 @@ class Timeline:
     def cover(self, t_s: float) -> None:
         """Grow until the segment holding ``t_s`` is closed (or is the everlasting last one)."""
         n0 = len(self._starts)
+        changed = self._resolve_pending()
         while not self._done and (not self._starts or self._starts[-1] <= t_s):
             i = len(self._starts)
             start, row = float(self._start_fn(i)), np.asarray(self._row_fn(i), dtype=np.float64)
@@ -107,9 +109,23 @@ class Timeline:
             self._starts.append(start)
             self._rows.append(self._fix(row, (0, i)) if self._fix else row)
             self._done = self._last is not None and i >= self._last
-        if len(self._starts) != n0:
+        if changed or len(self._starts) != n0:
             self.starts_s = np.asarray(self._starts)
             self.rows = np.stack(self._rows)
+
+    def _resolve_pending(self) -> bool:
+        """A segment whose start was not known yet (``inf``: it begins at an aggregation count not
+        reached so far, ``CountedBounds``) gets its time once the count is reached."""
+        if not self._starts or not math.isinf(self._starts[-1]):
+            return False
+        i = len(self._starts) - 1
+        start = float(self._start_fn(i))
+        if math.isinf(start):
+            return False
+        if i and not start > self._starts[i - 1]:  # two boundaries at one instant: keep the order
+            start = float(np.nextafter(self._starts[i - 1], math.inf))
+        self._starts[i] = start
+        return True
 
     def segment(self, ts: np.ndarray) -> np.ndarray:
         """Segment index of each time (times before 0 count as segment 0)."""
@@ -141,6 +157,49 @@ class RandomBounds:
             length_s = max(self.min_s, self._rng.normal(self.mu_s, self.sigma_s))
             self._starts.append(self._starts[-1] + length_s)
         return self._starts[i]
+
+
+class AggregationClock:
+    """The virtual time of each aggregation the coordinator made, for periods counted in
+    aggregations: AdaCLP's T_i ~ N(400, 50) counts server rounds, not seconds (sec. 5.1), so a
+    method that aggregates less often (lower clocks, fewer rounds) also switches classes later."""
+
+    def __init__(self) -> None:
+        self._times_s: List[float] = []
+
+    def record(self, t_s: float) -> None:
+        """One more aggregation, at ``t_s`` (the runtime calls this for every new version)."""
+        self._times_s.append(float(t_s))
+
+    @property
+    def count(self) -> int:
+        return len(self._times_s)
+
+    def time_of(self, n: int) -> float:
+        """When the ``n``-th aggregation happened (0 for n <= 0); ``inf`` while it has not."""
+        if n <= 0:
+            return 0.0
+        return self._times_s[n - 1] if n <= len(self._times_s) else math.inf
+
+
+class CountedBounds:
+    """Period starts after N(mu, sigma) >= minimum aggregations each: ``start(i)`` is the time the
+    clock reached the i-th boundary's count, ``inf`` until it has (``Timeline`` then waits)."""
+
+    def __init__(self, rng: np.random.Generator, mu: float, sigma: float, minimum: float,
+                 clock: AggregationClock):
+        self._rng, self.mu, self.sigma, self.minimum, self.clock = rng, mu, sigma, minimum, clock
+        self._counts = [0]
+
+    def count(self, i: int) -> int:
+        """The aggregation count at which period ``i`` starts."""
+        while len(self._counts) <= i:
+            length = max(self.minimum, self._rng.normal(self.mu, self.sigma))
+            self._counts.append(self._counts[-1] + max(1, int(round(length))))
+        return self._counts[i]
+
+    def start(self, i: int) -> float:
+        return self.clock.time_of(self.count(i))
 
 
 class Bursts:
@@ -188,8 +247,11 @@ class KindContext:
     """What every kind builder needs: dataset facts, seed, run length and the ``missing`` remap."""
 
     def __init__(self, ds: Dataset, parts: List[np.ndarray], seed: int, duration_s: float,
-                 missing: str, global_by_class: List[np.ndarray]):
+                 missing: str, global_by_class: List[np.ndarray],
+                 clock: Optional[AggregationClock] = None):
         self.ds, self.parts, self.seed = ds, parts, seed
+        #: The run's aggregations, for periods counted in them (None outside a simulator run).
+        self.clock = clock
         self.duration_s, self.missing = duration_s, missing
         self.k = ds.num_classes
         self.n = len(parts)

@@ -22,7 +22,8 @@ from streamfl.errors import ConfigError
 from streamfl.sensors.datasets import Dataset
 from streamfl.sim.stream_kinds import BUILDERS
 from streamfl.sim.stream_timeline import (
-    T_CLASS, T_PERM, T_PHASE, T_SAMPLE, KindContext, Timeline, hash_uniform, keyed_rng, stream_key)
+    T_CLASS, T_PERM, T_PHASE, T_SAMPLE, AggregationClock, KindContext, Timeline, hash_uniform,
+    keyed_rng, stream_key)
 
 KINDS = ("iid", "extreme", "non_extreme", "periodic", "aperiodic_rare", "new_class_frames",
          "sessions", "domain_incremental", "latent_states")
@@ -151,14 +152,16 @@ class DeviceStream:
 
 
 def make_streams(ds: Dataset, parts: List[np.ndarray], kind: str, seed: int, windows_per_s: float,
-                 duration_s: float, **params) -> List[DeviceStream]:
+                 duration_s: float, clock: Optional[AggregationClock] = None,
+                 **params) -> List[DeviceStream]:
     """One ``DeviceStream`` per partition in ``parts`` over the training set ``ds``.
 
     ``params`` override the kind's defaults (sources in the ``_kind_*`` docstrings; K = classes,
     D = ``duration_s``); every kind also takes ``missing`` ("global" | "local", module docstring):
 
     - iid: mix="uniform" | "pool"
-    - extreme: mu_s=D/(2K), sigma_s=mu_s/8, min_s=mu_s/4, shared_order=False
+    - extreme: mu_s=D/(2K), sigma_s=mu_s/8, min_s=mu_s/4, shared_order=False; or periods counted
+      in the run's aggregations (``clock``): mu_aggregations, sigma_aggregations=mu/8, min=mu/4
     - non_extreme: as extreme, beta=0.2, shared=False
     - periodic: period_s=D/3, phases=K, beta=0.2 (None: one class per phase)
     - aperiodic_rare: as extreme, n_rare=1, rare_prob=0.01, burst_s=mu_s/10
@@ -186,7 +189,7 @@ def make_streams(ds: Dataset, parts: List[np.ndarray], kind: str, seed: int, win
         raise ConfigError("missing must be one of %s, got %r" % (", ".join(MISSING), missing))
     global_by_class = [np.flatnonzero(ds.y == c) for c in range(ds.num_classes)]
     ctx = KindContext(ds, [np.asarray(p, dtype=np.int64) for p in parts], int(seed), float(duration_s),
-               missing, global_by_class)
+               missing, global_by_class, clock)
     if ctx.kp == 0:
         raise ConfigError("the training set holds no windows")
     timelines, resolved = BUILDERS[kind](ctx, params)

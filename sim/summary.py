@@ -15,6 +15,9 @@ Definitions the papers leave open, chosen here:
   was made (an update, or FedAvg's deadline): updates merged per version, distinct devices per
   round (mean and histogram) and the staleness of every merged update relative to the version it
   was merged into (the new version minus one);
+- energy: ``energy_j`` is the fleet's at the last evaluation, ``train_energy_j`` the part spent in
+  rounds (whole-board power while training, idle floor included) and ``idle_energy_j`` the idle
+  power over the rest of the online time (sim/runtime.py ``energy_split_j``);
 - ST-EWC (domain-incremental): accuracy on period 1 at the end, overall accuracy (mean over all
   periods' test transforms at the end) and average accuracy (mean over periods of the accuracy on
   that period at its own end).
@@ -42,6 +45,15 @@ def time_to(evals: List[Dict[str, Any]], threshold: float, start_s: float = 0.0)
     for e in evals:
         if e["time_s"] >= start_s and e["accuracy"] >= threshold:
             return round(e["time_s"] - start_s, 3)
+    return None
+
+
+def energy_to(evals: List[Dict[str, Any]], threshold: float) -> Optional[float]:
+    """Fleet joules spent up to the first evaluation at or above ``threshold`` (AdaCLP sec. 5.3.3's
+    energy to a target accuracy); None if never reached."""
+    for e in evals:
+        if e["accuracy"] >= threshold:
+            return e.get("energy_j")
     return None
 
 
@@ -100,9 +112,13 @@ def run_figures(evals: List[Dict[str, Any]], updates: List[Dict[str, Any]], tota
         "mean_accuracy": (round(float(np.mean([e["accuracy"] for e in evals])), 6)
                           if evals else None),
         "energy_j": last.get("energy_j"),
+        # The two parts of energy_j: rounds (whole-board power while training) and idle time.
+        "train_energy_j": last.get("train_energy_j"),
+        "idle_energy_j": last.get("idle_energy_j"),
         "versions": last.get("version"),
         "updates": len(updates),
         "time_to_accuracy_s": {str(t): time_to(evals, t) for t in thresholds},
+        "energy_to_accuracy_j": {str(t): energy_to(evals, t) for t in thresholds},
         "diverged_rounds": sum(d.get("diverged_rounds", 0) for d in totals.values()),
         "train_s": round(sum(d["train_s"] for d in totals.values()), 3),
         "idle_s": round(sum(d["idle_s"] for d in totals.values()), 3),
@@ -120,8 +136,8 @@ def run_figures(evals: List[Dict[str, Any]], updates: List[Dict[str, Any]], tota
 def method_summary(runs: List[Dict[str, Any]], thresholds: Sequence[float]) -> Dict[str, Any]:
     """Mean and spread over seeds of the figures the issue names, plus every seed's own."""
     out: Dict[str, Any] = {"seeds": len(runs), "runs": runs}
-    for key in ("final_accuracy", "final_accuracy_seen", "mean_accuracy", "energy_j", "train_s",
-                "idle_s", "round_latency_s", "updates_per_aggregation", "period1_accuracy",
+    for key in ("final_accuracy", "final_accuracy_seen", "mean_accuracy", "energy_j",
+                "train_energy_j", "idle_energy_j", "train_s", "idle_s", "round_latency_s", "updates_per_aggregation", "period1_accuracy",
                 "overall_accuracy", "average_accuracy"):
         values = [r.get(key) for r in runs]
         if all(v is None for v in values):
@@ -133,10 +149,14 @@ def method_summary(runs: List[Dict[str, Any]], thresholds: Sequence[float]) -> D
         stats = _mean_std(per_round)
         out["devices_per_round"], out["devices_per_round_std"] = stats["mean"], stats["std"]
     out["time_to_accuracy_s"] = {}
+    out["energy_to_accuracy_j"] = {}
     out["reached"] = {}
     for t in thresholds:
         values = [r["time_to_accuracy_s"][str(t)] for r in runs]
         out["time_to_accuracy_s"][str(t)] = _mean_std(values)["mean"]
+        # Mean over the seeds that reached it (``reached`` says how many).
+        out["energy_to_accuracy_j"][str(t)] = _mean_std(
+            [(r.get("energy_to_accuracy_j") or {}).get(str(t)) for r in runs])["mean"]
         out["reached"][str(t)] = sum(v is not None for v in values)
     return out
 

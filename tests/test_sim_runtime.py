@@ -11,10 +11,12 @@ from paho.mqtt.enums import CallbackAPIVersion
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.persistence import StateStore
+from streamfl.dvfs.profiles import load_profile
 from streamfl.errors import ConfigError
 from streamfl.sim.driver import Progress, run_sim
 from streamfl.models import tensor_spec
 from streamfl.protocol.codec import Decoder
+from streamfl.sim.device import DeviceModel, DeviceSpec
 from streamfl.sim.replay import ReplayRun, replay_updates
 from streamfl.sim.scenario import scenario_from_dict
 
@@ -38,6 +40,45 @@ def _run(tmp_path, name, **over):
     summary = run_sim(scenario_from_dict(values), out, progress=Progress(1, stream=open("/dev/null", "w")))
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return summary, lines
+
+
+def _train_w(board, levels=None):
+    """What the device model bills a round of ``board`` per second at ``levels`` (missing = top)."""
+    return DeviceModel(DeviceSpec(board=board), load_profile(board), 0).train_w(levels or {})
+
+
+def _check_energy(summary, lines):
+    """Training and idle energy add up to the total in every eval event, device total and summary,
+    and every update was billed the utilization-weighted power of its levels for its time."""
+    for e in lines:
+        if e["event"] == "eval":
+            assert e["train_energy_j"] + e["idle_energy_j"] == pytest.approx(e["energy_j"], abs=2e-3)
+    for method in summary["methods"].values():
+        for key in ("energy_j", "train_energy_j", "idle_energy_j"):
+            assert method[key] is not None and method[key + "_std"] is not None, key
+        assert method["train_energy_j"] + method["idle_energy_j"] == pytest.approx(
+            method["energy_j"], abs=2e-3)
+        boards = {}
+        for run in method["runs"]:
+            assert run["train_energy_j"] + run["idle_energy_j"] == pytest.approx(
+                run["energy_j"], abs=2e-3)
+            for dev_id, dev in run["devices"].items():
+                boards[dev_id] = dev["board"]
+                assert dev["train_energy_j"] + dev["idle_energy_j"] == pytest.approx(
+                    dev["energy_j"], abs=2e-3)
+                assert dev["train_energy_j"] > 0 and dev["idle_energy_j"] > 0
+    for e in lines:
+        if e["event"] == "update":
+            watts = _train_w(boards[e["device"]], e["clock_levels"])
+            assert e["energy_j"] == pytest.approx(watts * e["train_s"], rel=1e-5, abs=1e-5)
+
+
+def _check_top_level_billing(run):
+    """With the clocks left at their top (policy none), every second a device trained, whether
+    its round arrived, was lost or diverged, is billed the top levels' power."""
+    for dev in run["devices"].values():
+        assert dev["train_energy_j"] == pytest.approx(_train_w(dev["board"]) * dev["train_s"],
+                                                      abs=0.02)
 
 
 def test_the_same_seed_gives_identical_metrics(tmp_path):
@@ -75,6 +116,7 @@ def test_methods_see_the_same_devices_and_another_seed_differs(tmp_path):
     assert fa["mean_accuracy"] == pytest.approx(
         np.mean([r["mean_accuracy"] for r in fa["runs"]])) and fa["mean_accuracy_std"] is not None
     assert [e["energy_j"] for e in evals] == sorted(e["energy_j"] for e in evals)
+    _check_energy(summary, lines)
 
 
 def test_fedavg_averages_several_updates_per_version(tmp_path):
@@ -173,13 +215,19 @@ def test_a_device_that_leaves_mid_round_loses_that_update(tmp_path):
     """Session churn: a round the device cannot finish and upload before it leaves never reaches
     the coordinator, but the energy it spent until then counts."""
     devices = [{"count": 2, "board": "jetson-orin-nano"},
-               {"count": 1, "board": "raspberry-pi-4", "speed": 40.0, "leave_s": 30.0}]
+               {"count": 1, "board": "raspberry-pi-4", "speed": 40.0, "leave_s": 30.0},
+               {"count": 1, "board": "jetson-nano", "speed": 160.0, "leave_s": 30.0}]
     summary, lines = _run(tmp_path, "a", methods=["fedasync"], devices=devices)
     totals = summary["methods"]["fedasync"]["runs"][0]["devices"]
     leaver = totals["dev-002"]
     assert leaver["lost_rounds"] >= 1 and leaver["train_s"] > 0
+    assert totals["dev-003"]["lost_rounds"] >= 1      # a GPU board: its CPU share is billed too
     late = [e for e in lines if e["event"] == "update" and e["device"] == "dev-002" and e["time_s"] > 30.0]
     assert late == []
+    # The lost round's work is billed: more training joules than its delivered updates carry.
+    delivered_j = sum(e["energy_j"] for e in lines if e["event"] == "update" and e["device"] == "dev-002")
+    assert leaver["train_energy_j"] > delivered_j
+    _check_top_level_billing(summary["methods"]["fedasync"]["runs"][0])
 
 
 def test_with_the_clp_probe_on_the_run_records_its_curve_and_the_report_draws_it(tmp_path):
@@ -206,6 +254,8 @@ def test_adaclp_and_its_ablations_run_side_by_side(tmp_path):
     assert 0 not in levels("adaclp-no-dvfs")                      # untouched: boards boot at the top
     energy = {m: s["energy_j"] for m, s in summary["methods"].items()}
     assert energy["adaclp-fixed-low"] != energy["adaclp-no-dvfs"]
+    # Rounds at every level the policies chose are billed by the utilization-weighted model.
+    _check_energy(summary, lines)
 
 
 def test_fisher_and_fedcurv_statistics_are_charged_to_the_round(tmp_path):
@@ -237,3 +287,5 @@ def test_a_round_that_diverges_is_counted_and_the_run_goes_on(tmp_path):
     assert sum(d["diverged_rounds"] for d in run["devices"].values()) == len(diverged)
     assert max(e["time_s"] for e in lines if e["event"] == "eval") == pytest.approx(40.0)
     assert all(np.isfinite(e["accuracy"]) for e in lines if e["event"] == "eval")
+    # The diverged rounds' work is billed as any other round's.
+    _check_top_level_billing(run)

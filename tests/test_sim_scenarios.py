@@ -48,7 +48,9 @@ def _scaled_time(value: Any, f: float) -> Any:
 
 
 def shrink(scenario: Scenario, duration_s: float = DURATION_S) -> Scenario:
-    """The scenario over ``duration_s`` with every time in it scaled alike, cheap training, one seed."""
+    """The scenario over ``duration_s`` with every time in it scaled alike, cheap training, one
+    seed; periods counted in aggregations (the paper-regime scenarios, 40 back-to-back devices
+    making ~170 rounds a virtual second) stop after 400 aggregations, a period's worth."""
     f = duration_s / scenario.duration_s
     params = {k: (_scaled_time(v, f) if k.endswith("_s") else v)
               for k, v in scenario.stream.params.items()}
@@ -66,7 +68,8 @@ def shrink(scenario: Scenario, duration_s: float = DURATION_S) -> Scenario:
     hparams.update(local_steps=2, batch_size=min(16, int(hparams.get("batch_size", 16))))
     coordinator["hparams"] = hparams
     return with_overrides(
-        scenario, duration_s=duration_s, seeds=1, max_aggregations=None,
+        scenario, duration_s=duration_s, seeds=1,
+        max_aggregations=400 if scenario.stream.params.get("mu_aggregations") else None,
         stream=dataclasses.replace(scenario.stream, params=params), devices=tuple(devices),
         coordinator=coordinator, eval_every_s=max(1.0, scenario.eval_every_s * f),
         eval_windows=200)
