@@ -5,7 +5,8 @@
 
 * eq. 4 ``eta = eta0 * F^(-ln 2)``, eq. 5 ``B = 1 + B0 / (1 + ln F)``,
   eq. 6 ``D = D0 (1 - sigmoid(beta (F(T) - F(T-1))))``, with ``F = F_G / reference``
-  (reference = ``fisher_scale``, 1.0 = the paper's literal F_G, or F_G at the segment start).
+  (reference = ``fisher_scale``, 1.0 = the paper's literal F_G; F_G at the segment start; or
+  the coordinator's warm-up reference, the scale-free option).
 * Guards: eq. 4 grows without bound as F -> 0 and eq. 5 has a pole at F = 1/e (negative below),
   so lr and batch size are clamped. ``lr_max = eta0`` and ``batch_max = B0`` by default: sec. 3.2
   only ever *reduces* eta and B from their initial values, so F < 1 (outside the formulas'
@@ -30,7 +31,7 @@ from streamfl.protocol.payloads import ClpState
 #: Paper defaults: eta0 = 0.01 (sec. 5.4.2), B0 = 50 (sec. 5.4.1).
 DEFAULT_ETA0 = 0.01
 DEFAULT_B0 = 50
-FISHER_REFERENCES = ("absolute", "segment_start")
+FISHER_REFERENCES = ("absolute", "segment_start", "warmup")
 _LN2 = math.log(2.0)
 
 
@@ -53,7 +54,10 @@ class ClpHparamsConfig:
     dropout_max = 0.5: Srivastava et al. [53]'s upper practical value.
     fisher_reference: "absolute" uses F_G / fisher_scale (1.0 = the paper literally; set the
       scale to a typical trace of the model to make eq. 4-6 scale-free); "segment_start" uses
-      F_G / F_G(segment start), so every segment restarts at F = 1.
+      F_G / F_G(segment start), so every segment restarts at F = 1; "warmup" uses F_G / the
+      coordinator's warm-up reference (``ClpState.fisher_reference``: F_G's mean over the run's
+      first traced aggregations), a scale-free reading that keeps eq. 4's shape across models and
+      class counts (until the reference is known: eta0, B0, D0).
     """
 
     eta0: float = DEFAULT_ETA0
@@ -149,8 +153,9 @@ def refine(clp: Optional[ClpState], base: Mapping[str, float],
     if fg is None or fg <= 0 or clp.version == clp.segment_start_version:
         out.update(reset)
         return out
-    if cfg.fisher_reference == "segment_start":
-        ref = _positive(clp.fisher_segment_start)
+    if cfg.fisher_reference in ("segment_start", "warmup"):
+        ref = _positive(clp.fisher_segment_start if cfg.fisher_reference == "segment_start"
+                        else clp.fisher_reference)
         if ref is None or ref <= 0:
             out.update(reset)
             return out

@@ -84,6 +84,12 @@ class ClpProbeConfig:
     refine_hparams: devices refine lr, batch size and dropout from the broadcast state (eq. 4-6);
       False broadcasts the CLP flag only (CriticalFL follows it with its client count, clocks
       with the clp-aware policy) and devices keep the coordinator's hparams.
+    reference_traces: F_G's warm-up reference is its mean over the first this many traced
+      aggregations, then frozen, and broadcast as ``fisher_reference`` (devices with
+      ``fisher_reference: warmup`` read eq. 4-5 as F = F_G / reference). Eq. 4 reads F_G on an
+      absolute scale that depends on the model, the loss and the class count, which the paper
+      leaves open; the trace of the run's own early training is the one scale every model has.
+      50 spans the first few rounds of every device of a 10-40 device fleet.
     """
 
     window_m: int = 10
@@ -94,6 +100,7 @@ class ClpProbeConfig:
     segment_rounds: int = 0
     segment_on_reentry: bool = True
     refine_hparams: bool = True
+    reference_traces: int = 50
 
     def __post_init__(self) -> None:
         if not isinstance(self.segment_on_reentry, bool):
@@ -114,6 +121,9 @@ class ClpProbeConfig:
         if not _is_int(self.r_end) or self.r_end < 0:
             raise ValueError("clp.r_end (last regulated version) must be an integer >= 0, got %r"
                              % (self.r_end,))
+        if not _is_int(self.reference_traces) or self.reference_traces < 1:
+            raise ValueError("clp.reference_traces must be an integer >= 1, got %r"
+                             % (self.reference_traces,))
         if not _is_int(self.segment_rounds) or self.segment_rounds < 0:
             raise ValueError("clp.segment_rounds must be an integer >= 0 (0 = no fixed segments), "
                              "got %r" % (self.segment_rounds,))
@@ -138,6 +148,7 @@ class ClpProbe:
         self._last_version: Optional[int] = None
         self.rounds = 0          # aggregations seen
         self.traced_rounds = 0   # ... of which carried a valid trace
+        self._reference_sum = 0.0  # F_G summed over the first ``reference_traces`` traced ones
 
     # ---- inputs -------------------------------------------------------------------------------
     def on_aggregation(self, version_T: int, base_version_I: int,
@@ -163,6 +174,8 @@ class ClpProbe:
             if self._fg is not None:
                 self._fg_history.append(self._fg)
             self._fg = self._compute()
+            if self.traced_rounds <= self.config.reference_traces:
+                self._reference_sum += self._fg
             if self._fg_history:
                 self._in_clp = self._criterion(self._fg, self._fg_history[0])
         if not regulating:
@@ -194,7 +207,8 @@ class ClpProbe:
         return ClpState(version=self._version, fisher_global=self._fg,
                         fisher_global_prev=self._fg_prev, in_clp=self._in_clp and regulating,
                         segment=self._segment, segment_start_version=self._segment_start,
-                        regulating=regulating, fisher_segment_start=self._fg_segment_start)
+                        regulating=regulating, fisher_segment_start=self._fg_segment_start,
+                        fisher_reference=self.fisher_reference)
 
     def weights(self) -> Dict[int, float]:
         """Eq. 2 decay weight ``exp(-lambda [(T-j) - I(T-j)])`` of each version in the window."""
@@ -203,6 +217,12 @@ class ClpProbe:
     @property
     def fisher_global(self) -> Optional[float]:
         return self._fg
+
+    @property
+    def fisher_reference(self) -> Optional[float]:
+        """Mean F_G over the first ``reference_traces`` traced aggregations; None until then."""
+        n = self.config.reference_traces
+        return self._reference_sum / n if self.traced_rounds >= n else None
 
     # ---- persistence --------------------------------------------------------------------------
     def state(self) -> Dict[str, Any]:
@@ -213,7 +233,7 @@ class ClpProbe:
                 "segment": self._segment, "segment_start_version": self._segment_start,
                 "fisher_segment_start": self._fg_segment_start, "version": self._version,
                 "last_version": self._last_version, "rounds": self.rounds,
-                "traced_rounds": self.traced_rounds}
+                "traced_rounds": self.traced_rounds, "reference_sum": self._reference_sum}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore ``state()``; a smaller ``window_m`` keeps the newest entries (F_G recomputed)."""
@@ -239,6 +259,7 @@ class ClpProbe:
             self._last_version = None if last is None else int(last)
             self.rounds = int(state.get("rounds", 0))
             self.traced_rounds = int(state.get("traced_rounds", 0))
+            self._reference_sum = float(_opt_float(state.get("reference_sum")) or 0.0)
         except (TypeError, ValueError) as exc:
             raise ValueError("invalid CLP probe state: %s" % exc) from exc
 

@@ -35,9 +35,15 @@ class ClpState(Extra):
     regulating: bool
     #: F_G when the current segment started (first traced value if it started untraced).
     fisher_segment_start: Optional[float] = None
+    #: F_G's warm-up reference: its mean over the run's first traced aggregations (the scale
+    #: eq. 4-5 can read F_G against, ``fisher_reference: warmup``); None until it is known.
+    fisher_reference: Optional[float] = None
 
     def fields(self) -> Dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if out["fisher_reference"] is None:  # absent, as agents from before it expect
+            del out["fisher_reference"]
+        return out
 
     def as_dict(self) -> Dict[str, Any]:
         """JSON-able dict (None for an estimate not yet available), as metrics records carry it."""
@@ -55,7 +61,8 @@ class ClpState(Extra):
                    in_clp=get_bool(k, fields, "in_clp"), segment=get_int(k, fields, "segment"),
                    segment_start_version=get_int(k, fields, "segment_start_version"),
                    regulating=get_bool(k, fields, "regulating"),
-                   fisher_segment_start=get_float(k, fields, "fisher_segment_start", optional=True))
+                   fisher_segment_start=get_float(k, fields, "fisher_segment_start", optional=True),
+                   fisher_reference=get_float(k, fields, "fisher_reference", optional=True))
 
 
 @register_extra

@@ -142,3 +142,19 @@ def test_defaults_follow_the_paper():
 
 def test_module_parses_as_python_38():
     ast.parse(inspect.getsource(clp_hparams), feature_version=(3, 8))
+
+
+def test_warmup_reference_reads_f_g_relative_to_the_broadcast_reference():
+    cfg = ClpHparamsConfig(eta0=0.05, lr_max=0.05, lr_min=0.0005, b0=32, batch_max=32,
+                           fisher_reference="warmup")
+    base = {"lr": 0.05, "batch_size": 32, "dropout": 0.0, "local_steps": 10}
+    state = ClpState(version=9, fisher_global=40.0, fisher_global_prev=40.0, in_clp=True,
+                     segment=0, segment_start_version=0, regulating=True)
+    unknown = refine(state, base, cfg)              # reference not known yet: reset values
+    assert (unknown["lr"], unknown["batch_size"]) == (0.05, 32)
+    import dataclasses
+    known = refine(dataclasses.replace(state, fisher_reference=10.0), base, cfg)
+    assert known["lr"] == pytest.approx(0.05 * 4.0 ** -math.log(2.0))
+    same = refine(dataclasses.replace(state, fisher_global=400.0, fisher_global_prev=400.0,
+                                      fisher_reference=100.0), base, cfg)
+    assert same["lr"] == pytest.approx(known["lr"])   # scale-free: only the ratio counts

@@ -8,7 +8,7 @@ from streamfl.coordinator.clp import ClpProbeConfig, ClpProbe
 from streamfl.protocol.payloads import ClpState
 
 AS_DICT_KEYS = {"in_clp", "fisher_global", "fisher_global_prev", "segment", "segment_start_version",
-                "regulating", "version", "fisher_segment_start"}
+                "regulating", "version", "fisher_segment_start", "fisher_reference"}
 
 
 def feed(probe, items):
@@ -233,3 +233,23 @@ def test_config_validation(kwargs, field):
 def test_config_defaults_follow_the_paper():
     cfg = ClpProbeConfig()
     assert (cfg.lam, cfg.r_end) == (0.01, 30000)
+
+
+def test_warmup_reference_is_the_mean_of_the_first_traced_estimates_then_frozen():
+    probe = ClpProbe(ClpProbeConfig(window_m=1, reference_traces=3, lam=0.0))
+    probe.on_aggregation(1, 0, 2.0)
+    probe.on_aggregation(2, 1, None)          # untraced: does not count
+    assert probe.current().fisher_reference is None
+    probe.on_aggregation(3, 2, 4.0)
+    probe.on_aggregation(4, 3, 6.0)
+    assert probe.current().fisher_reference == pytest.approx(4.0)
+    probe.on_aggregation(5, 4, 100.0)         # frozen after the warm-up
+    assert probe.current().fisher_reference == pytest.approx(4.0)
+    restored = ClpProbe(ClpProbeConfig(window_m=1, reference_traces=3, lam=0.0))
+    restored.load_state(json.loads(json.dumps(probe.state())))
+    assert restored.current().fisher_reference == pytest.approx(4.0)
+
+
+def test_reference_traces_must_be_positive():
+    with pytest.raises(ValueError, match="reference_traces"):
+        ClpProbeConfig(reference_traces=0)
