@@ -123,7 +123,7 @@ class AgentCore:
         #: them to the round's time and energy.
         self.statistics_windows: Dict[str, int] = {}
         #: Decides the clock levels of each round.
-        self.dvfs_policy = make_policy(config.dvfs.policy, **config.dvfs.policy_options)
+        self.dvfs_policy = make_policy(config.dvfs.policy, **config.dvfs.policy_kwargs())
         #: Levels per DVFS domain, announced in Hello (set by the runtime that owns the clocks).
         self.dvfs_levels: Dict[str, List[int]] = {}
 
@@ -323,7 +323,9 @@ class AgentCore:
                         class_counts=result.class_counts, loss=result.mean_loss,
                         seconds_per_sample=elapsed_s / max(1, result.num_samples),
                         round_index=plan.round_index, created_s=float(self._clock()),
-                        extras=self._statistics(plan, tensors, lock if lock is not None else nullcontext()))
+                        extras=self._statistics(plan, tensors, lock if lock is not None else nullcontext(),
+                                                result.mean_loss,
+                                                result.losses[0] if result.losses else None))
         self.last_update = update
         log.info("round %d from v%d: %d samples, loss %.4f, %.2f ms/sample", plan.round_index,
                  plan.base_version, result.num_samples, result.mean_loss,
@@ -331,7 +333,8 @@ class AgentCore:
         return update
 
     def _statistics(self, plan: RoundPlan, tensors: Dict[str, np.ndarray],
-                    lock: ContextManager) -> Dict[str, Any]:
+                    lock: ContextManager, loss: Optional[float] = None,
+                    start_loss: Optional[float] = None) -> Dict[str, Any]:
         """The plug-ins' round statistics at the trained model, as the update's extras; what they
         cost goes to ``statistics_windows``."""
         def sample(n: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -339,7 +342,8 @@ class AgentCore:
                 return self.buffer.sample(n, self._rng)
 
         ctx = RoundContext(model=self.model, tensors=tensors, round_index=plan.round_index,
-                           seed=self.seed, sample=sample, buffer_len=len(self.buffer))
+                           seed=self.seed, sample=sample, buffer_len=len(self.buffer),
+                           loss=loss, start_loss=start_loss, num_classes=self.spec.num_classes)
         extras: Dict[str, Any] = {}
         for plugin in self.plugins:
             for stat in plugin.statistics(ctx):

@@ -92,3 +92,30 @@ register(Method("criticalfl", "CriticalFL: synchronous rounds whose client count
 register(Method("fedcurv+clp", "FedCurv with the CLP regulator: synchronous FedCurv, devices refine "
                                "lr, batch size and dropout from the CLP state (eq. 4-6)",
                 coordinator=_FEDAVG, plugins={"fedcurv": {}, "clp": {}}))
+
+
+# streamfl's own CLP regulator (agent/clp_learned.py), beside the paper's: the probe (eq. 2-3),
+# R_end and eq. 5-6 as AdaCLP, but instead of eq. 4's lower rate while F_G is high (while a class
+# is being learned) a device rests once its own data is learned (its last round's loss under
+# rest_loss_frac * ln K) for rest_rounds round-lengths. Clocks are left alone (see docs/results.md).
+_LEARNED = {"plugins": {"clp": {"lr_rule": "learned"}}}
+register(Method("streamclp", "streamfl's CLP regulator (ours): AdaCLP's probe, R_end and eq. 5-6, "
+                             "but devices rest once their own data is learned instead of eq. 4's "
+                             "lower rate while it is learned",
+                coordinator=_FEDASYNC, plugins={"clp": {}}, agent=_LEARNED, dvfs_policy="none"))
+# The clocks: AdaCLP's clp-aware policy, but the CLP at the board's most energy-efficient level
+# and the climb after it capped at 10% over that level's joules per sample (the options
+# bench/bench_dvfs_oracle.py finds within 10% of the best fixed level on every shipped board).
+_EFFICIENT_CLOCKS = {"dvfs": {"policy_options": {"clp_level": "efficient",
+                                                 "climb_energy_ratio": 1.1}}}
+register(Method("streamclp-dvfs", "streamclp with CLP-aware clocks at the board's energy-efficient "
+                                  "level (clp_level efficient, climb capped at 1.10x its energy)",
+                coordinator=_FEDASYNC, plugins={"clp": {}},
+                agent=dict(_LEARNED, **_EFFICIENT_CLOCKS), dvfs_policy="clp-aware"))
+register(Method("adaclp-efficient-dvfs", "AdaCLP with the same energy-efficient CLP-aware clocks",
+                coordinator=_FEDASYNC, plugins={"clp": {}}, agent=_EFFICIENT_CLOCKS,
+                dvfs_policy="clp-aware"))
+register(Method("streamclp+fedcurv", "streamclp composed with FedCurv's penalty (a regularizer "
+                                     "and the CLP regulator in one fleet)",
+                coordinator=_FEDASYNC, plugins={"clp": {}, "fedcurv": {}}, agent=_LEARNED,
+                dvfs_policy="none"))

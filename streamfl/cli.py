@@ -1,4 +1,4 @@
-"""The ``streamfl`` command: tools around the fleet: ``demo``, ``sim`` and ``report``."""
+"""The ``streamfl`` command: tools around the fleet: ``demo``, ``sim``, ``tune`` and ``report``."""
 import argparse
 import sys
 from typing import List, Optional
@@ -16,6 +16,7 @@ DESCRIPTION = ("Tools around a streamfl fleet: run a local demo fleet, simulate 
 DEMO_HELP = "run a broker, a coordinator and N agents on this machine"
 SIM_HELP = "run a scenario's methods on a simulated fleet in virtual time"
 REPORT_HELP = "PNG plots and an HTML page from a sim run folder"
+TUNE_HELP = "find each method's best learning rate on a scenario with a small sweep"
 
 
 def _sub(sub, name: str, help_text: str, details: str) -> argparse.ArgumentParser:
@@ -61,7 +62,35 @@ def build_parser() -> argparse.ArgumentParser:
                           "the value is YAML); repeat for more")
     sim.add_argument("--out", help="output folder (default runs/sim-<scenario>-<time>)")
     sim.add_argument("--report", action="store_true", help="render the report when done")
+    sim.add_argument("--jobs", type=int, default=None, metavar="N",
+                     help="(seed, method) runs at a time, each in a worker process (default 1: one "
+                          "after another in this process; with --executor ray, as many as Ray "
+                          "schedules); the output files are the same")
+    sim.add_argument("--executor", default="local", choices=("local", "ray"),
+                     help="where parallel runs go: local processes, or Ray tasks (needs the ray "
+                          "extra)")
+    sim.add_argument("--ray-address", default=None, metavar="ADDR",
+                     help="Ray cluster to attach to (default: start a local Ray instance)")
     sim.add_argument("--log-level", default="WARNING")
+    tune = _sub(sub, "tune", TUNE_HELP,
+                "Runs every method at every rate (the scenario's first seeds), keeps each method's "
+                "rate with the best mean accuracy over the run and writes tuned.json and "
+                "tuned.flags (--set method_lr.NAME=LR flags for 'streamfl sim') into the folder.")
+    tune.add_argument("scenario", help="scenario YAML (see configs/scenarios/)")
+    tune.add_argument("--methods", required=True, help="comma-separated methods to tune")
+    tune.add_argument("--lrs", default="0.05,0.1,0.2,0.4",
+                      help="comma-separated learning rates (default 0.05,0.1,0.2,0.4)")
+    tune.add_argument("--seeds", type=int, default=1, help="seeds per rate (default 1)")
+    tune.add_argument("--duration", type=float, help="virtual seconds (default: the scenario's)")
+    tune.add_argument("--set", action="append", default=[], dest="sets", metavar="KEY=VALUE",
+                      help="change one scenario key, as for 'streamfl sim'")
+    tune.add_argument("--jobs", type=int, default=None, metavar="N",
+                      help="runs at a time in worker processes (default 1)")
+    tune.add_argument("--also", default="", metavar="NAME=FROM,...",
+                      help="methods that take a tuned method's rate in tuned.flags, e.g. an "
+                           "ablation: adaclp-no-dvfs=adaclp")
+    tune.add_argument("--out", required=True, help="output folder")
+    tune.add_argument("--log-level", default="WARNING")
     report = _sub(sub, "report", REPORT_HELP,
                   "Reads the folder written by 'streamfl sim' and writes the plots and the page "
                   "into it.")
@@ -88,7 +117,8 @@ def _sim(args) -> int:
     scenario = load_scenario(Path(args.scenario), overrides, parse_sets(args.sets))
     out = Path(args.out or "runs/sim-%s-%s" % (scenario.name, time.strftime("%Y%m%d-%H%M%S")))
     methods = [m for m in args.methods.split(",") if m.strip()] if args.methods else None
-    summary = run_sim(scenario, out, methods=methods, seeds=args.seeds)
+    summary = run_sim(scenario, out, methods=methods, seeds=args.seeds, jobs=args.jobs,
+                      executor=args.executor, ray_address=args.ray_address)
     for name, m in summary["methods"].items():
         print("%-16s accuracy %s +- %s   mean over the run %s +- %s   energy %s +- %s J" % (
             name, _fmt(m.get("final_accuracy")), _fmt(m.get("final_accuracy_std")),
@@ -98,6 +128,31 @@ def _sim(args) -> int:
     if args.report:
         from streamfl.sim.report_html import render_report
         print("report: %s" % render_report(out))
+    return 0
+
+
+def _tune(args) -> int:
+    """``streamfl tune``: the sweep, its table, where its flags are."""
+    from pathlib import Path
+
+    from streamfl.config import parse_value
+    from streamfl.sim.scenario import load_scenario, parse_sets
+    from streamfl.sim.tuning import tune_lr, tuning_table
+    scenario = load_scenario(Path(args.scenario), {"duration_s": args.duration}, parse_sets(args.sets))
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    lrs = [parse_value(x, "--lrs") for x in args.lrs.split(",") if x.strip()]
+    if any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in lrs):
+        raise ConfigError("--lrs: comma-separated numbers, got %r" % args.lrs)
+    also = {}
+    for item in (x.strip() for x in args.also.split(",") if x.strip()):
+        name, sep, source = item.partition("=")
+        if not sep or not name or not source:
+            raise ConfigError("--also %r: expected NAME=FROM" % item)
+        also[name] = source
+    result = tune_lr(scenario, methods, [float(x) for x in lrs], Path(args.out), seeds=args.seeds,
+                     jobs=args.jobs, also=also)
+    print(tuning_table(result))
+    print("flags for streamfl sim: %s" % (Path(args.out) / "tuned.flags"))
     return 0
 
 
@@ -119,6 +174,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0 if summary.get("ok", False) else 1
         if args.command == "sim":
             return _sim(args)
+        if args.command == "tune":
+            return _tune(args)
         if args.command == "report":
             from pathlib import Path
 

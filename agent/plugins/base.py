@@ -39,6 +39,13 @@ class RoundContext:
     sample: Callable[[int], Tuple[np.ndarray, np.ndarray]]
     #: Windows currently in the buffer.
     buffer_len: int
+    #: The round's mean training loss (None where a runtime does not say).
+    loss: Optional[float] = None
+    #: The first step's loss: the start weights (the global model, when the round began from
+    #: one) on the round's first minibatch, i.e. how well they already fit this device's data.
+    start_loss: Optional[float] = None
+    #: Classes of the model (ln of it is a chance-level loss, a scale any model shares).
+    num_classes: int = 0
 
 
 @dataclass(frozen=True)
