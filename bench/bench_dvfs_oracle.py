@@ -34,7 +34,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from streamfl.dvfs.policies.base import DomainView, PolicyInput
 from streamfl.dvfs.policies.factory import make_policy
-from streamfl.dvfs.profiles import GENERIC, PROFILE_NAMES, load_profile, power_table
+from streamfl.dvfs.profiles import GENERIC, PROFILE_NAMES, load_profile
+from streamfl.dvfs.utilization import power_table
 from streamfl.sim.device import DeviceModel, DeviceSpec
 
 GOAL_RATIO = 1.10

@@ -57,13 +57,13 @@ class DvfsConfig:
     def policy_kwargs(self) -> Dict[str, Any]:
         """``policy_options``, with the clp-aware energy options' ``power_w`` filled in from the
         board profile's power model when the options ask for it and do not give it (board watts
-        per level while training, ``streamfl.dvfs.profiles.power_table``)."""
+        per level while training, ``streamfl.dvfs.utilization.power_table``)."""
         options = dict(self.policy_options)
         wants_power = (options.get("clp_level") == "efficient"
                        or options.get("climb_energy_ratio") is not None)
         if self.policy == "clp-aware" and wants_power and "power_w" not in options:
-            from streamfl.dvfs.profiles import (load_profile, load_profile_file, power_table,
-                                                training_utilization)
+            from streamfl.dvfs.profiles import load_profile, load_profile_file
+            from streamfl.dvfs.utilization import power_table, training_utilization
             from streamfl.errors import ConfigError
             if self.profile_path is None and self.board is None:
                 raise ConfigError("clp-aware clp_level efficient / climb_energy_ratio need power_w, "

@@ -9,7 +9,7 @@ what it draws meanwhile, and when it is there at all.
 - Power: the board profile's power model, weighted by what a round uses: idle + each domain's
   full-load watts at its level times the round's utilization of it (``DeviceModel.train_w``):
   GPU boards the GPU at 1.0 and about one core per CPU cluster, CPU-only boards every core
-  (``streamfl.dvfs.profiles.training_utilization``; the shares are ``DeviceSpec`` fields).
+  (``streamfl.dvfs.utilization.training_utilization``; the shares are ``DeviceSpec`` fields).
 - Network: a fixed bandwidth, or the Shannon rate ``B*log2(1 + P*|H|^2/(B*N0))`` of FedTeddi
   III-B2 with its V-A path loss ``128.1 + 37.6*log10(d_km)`` dB (the session paper, eqs. 24-25,
   uses the same rate with the server's power on the downlink).
@@ -25,8 +25,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from streamfl.dvfs.profiles import (PROFILE_NAMES, BoardProfile, load_profile,
-                                    load_profile_file, training_utilization)
+from streamfl.dvfs.profiles import PROFILE_NAMES, BoardProfile, load_profile, load_profile_file
+from streamfl.dvfs.utilization import training_utilization
 from streamfl.errors import ConfigError
 
 CPU, GPU = "cpu", "gpu"
@@ -77,7 +77,7 @@ class DeviceSpec:
     #: i.e. 2.5 samples each; AdaCLP's trace (one backward over n windows) costs n samples.
     per_window_backward_samples: float = 2.5
     #: Share of each domain's full-load watts (the profile's per-level figures) a training round
-    #: draws; see ``streamfl.dvfs.profiles.training_utilization`` for the choice and its reasons.
+    #: draws; see ``streamfl.dvfs.utilization.training_utilization`` for the choice and its reasons.
     #: On a GPU board: the GPU's share (1.0: GPU-bound), and every CPU domain's (None: one core of
     #: that cluster, 1/cores; 1/(all cores) bills one core spread over the board).
     gpu_utilization: float = 1.0

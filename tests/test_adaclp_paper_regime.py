@@ -212,7 +212,8 @@ def test_energy_to_a_target_accuracy_is_the_energy_at_the_first_evaluation_reach
 
 def test_efficient_clocks_get_their_power_table_from_the_board_profile():
     from streamfl.dvfs.config import DvfsConfig
-    from streamfl.dvfs.profiles import load_profile, power_table, training_utilization
+    from streamfl.dvfs.profiles import load_profile
+    from streamfl.dvfs.utilization import power_table, training_utilization
     cfg = DvfsConfig(backend="simulated", board="jetson-nano", policy="clp-aware",
                      policy_options={"clp_level": "efficient", "climb_energy_ratio": 1.1})
     profile = load_profile("jetson-nano")

@@ -14,8 +14,8 @@ from streamfl.dvfs.fake.tree import build_tree
 from streamfl.dvfs.detect import (GENERIC_CPU_TOP_W, detect_board, discover_cpufreq,
                                   match_model, read_model)
 from streamfl.dvfs.profiles import (DRIVERS, METERS, PROFILE_NAMES, load_profile,
-                                    load_profile_file, model_watts, power_table,
-                                    training_utilization)
+                                    load_profile_file, model_watts)
+from streamfl.dvfs.utilization import power_table, training_utilization
 from streamfl.errors import ConfigError
 
 # (device-tree model string, profile). Confirmed strings first; the others are [U] variants.

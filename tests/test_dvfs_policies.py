@@ -8,7 +8,8 @@ from streamfl.dvfs.policies.extremes import PerformancePolicy, PowersavePolicy
 from streamfl.dvfs.policies.factory import POLICIES, make_policy, policy_options
 from streamfl.dvfs.policies.fixed import FixedPolicy
 from streamfl.dvfs.policies.none import NonePolicy
-from streamfl.dvfs.profiles import load_profile, power_table, training_utilization
+from streamfl.dvfs.profiles import load_profile
+from streamfl.dvfs.utilization import power_table, training_utilization
 from streamfl.errors import ConfigError
 
 CPU_LEVELS = (115200, 422400, 729600, 1036800, 1344000, 1510400)

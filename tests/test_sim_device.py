@@ -11,7 +11,8 @@ import yaml
 
 from streamfl.config import build
 from streamfl.dvfs.factory import watts_for
-from streamfl.dvfs.profiles import load_profile, training_utilization
+from streamfl.dvfs.profiles import load_profile
+from streamfl.dvfs.utilization import training_utilization
 from streamfl.errors import ConfigError
 from streamfl.sim.device import (DEFAULT_SECONDS_PER_SAMPLE_S, DeviceModel, DeviceSpec,
                                  make_devices)

@@ -73,7 +73,7 @@ class ClpAwarePolicy(DvfsPolicy):
       ``f_0``. ``"efficient"``: the lowest level whose energy per sample is not worse than the next
       level's, i.e. the first minimum from below of board power x time per sample, with the power
       from ``power_w`` (domain -> board watts while training with that domain at each level, e.g.
-      ``streamfl.dvfs.profiles.power_table``) and the time ratio of two levels from their timings
+      ``streamfl.dvfs.utilization.power_table``) and the time ratio of two levels from their timings
       where both have one, else compute-bound, ``t ~ 1/f`` (the threshold's assumption). Why: s4.1
       says ``f_0`` saves energy, but once the board's idle power and the CPU core feeding the GPU
       are counted a round at ``f_0`` can cost several times the joules of a higher level (the
