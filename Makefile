@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_coordinator.py
 	$(BIN)/python bench/bench_buffer.py
 	$(BIN)/python bench/bench_dvfs.py
+	$(BIN)/python bench/bench_dvfs_oracle.py
 	$(BIN)/python bench/bench_fisher.py
 	$(BIN)/python bench/sim.py
 
@@ -43,36 +44,38 @@ load: $(STAMP)
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/load.py --chaos
 
-# AdaCLP's comparison (docs/results.md): every method of the paper, 3 seeds, smartwatch and synthetic
-# data, extreme and non-extreme settings, then the lambda sweep. Hours on 2 cores; runs/eval/ holds it.
-ADACLP_METHODS := fedasync,fedavg,fedcurv,afedcurv,criticalfl,fedcurv+clp,adaclp,adaclp-fixed-low,adaclp-no-dvfs
-# Variants of the extreme setting (docs/results.md): compute-bound boards, whose rounds the clock
-# level lengthens as in the paper (a round each 1 s at most, slower per-sample timings), and
-# class periods of 150 s instead of 40 s over 1200 s. The ablations switch off one of eq. 4-6 each:
-# dropout D0 = 0, batch size held at B0, lr held at eta0.
-ADACLP_BUSY := --set agent.round_interval_s=1.0 --set devices.0.seconds_per_sample_s=0.003 \
-  --set devices.1.seconds_per_sample_s=0.0015 --set devices.2.seconds_per_sample_s=0.001 \
-  --set devices.3.seconds_per_sample_s=0.006
-ADACLP_LONG := --duration 1200 --set stream.params.mu_s=150 --set stream.params.sigma_s=20
+# AdaCLP's comparison (docs/results.md), in the paper's own regime (configs/scenarios/
+# adaclp-paper-*.yaml: 40 class-incomplete devices, periods of N(400, 50) aggregations, back-to-back
+# training, R_end inside the run). First each method's learning rate from a sweep (seed 0), then
+# the methods at their rates on 3 seeds; the other baselines at the scenario's rate, one seed; the
+# Table 4 ablations, the lstm check, the fast/slow mixes (Table 3) and eq. 4's scale-free reading.
+# About 80 minutes with JOBS=2 on a 2-core machine; runs/eval/ holds it all.
+JOBS ?= 2
+PAPER_X := configs/scenarios/adaclp-paper-extreme.yaml
+PAPER_N := configs/scenarios/adaclp-paper-nonextreme.yaml
+TUNE_METHODS := fedasync,adaclp,streamclp
+# Ablations and clock variants take the rate of the method they vary.
+TUNE_ALSO := adaclp-no-dvfs=adaclp,adaclp-fixed-low=adaclp,adaclp-efficient-dvfs=adaclp,streamclp-dvfs=streamclp
+MAIN_METHODS := fedasync,adaclp,streamclp,adaclp-no-dvfs,adaclp-fixed-low,streamclp-dvfs
+BASELINES := fedasync,fedavg,fedcurv,afedcurv,criticalfl,fedcurv+clp
+TUNED = $$(cat runs/eval/tune/tuned.flags)
+SIM = $(BIN)/streamfl sim --jobs $(JOBS)
 eval-adaclp: $(STAMP)
-	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods $(ADACLP_METHODS) --out runs/eval/extreme-watch --report
-	$(BIN)/streamfl sim configs/scenarios/adaclp-nonextreme.yaml --seeds 3 --methods $(ADACLP_METHODS) --out runs/eval/nonextreme-watch --report
-	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods $(ADACLP_METHODS) --set data.dataset=synthetic --out runs/eval/extreme-synthetic --report
-	$(BIN)/streamfl sim configs/scenarios/adaclp-nonextreme.yaml --seeds 3 --methods $(ADACLP_METHODS) --set data.dataset=synthetic --out runs/eval/nonextreme-synthetic --report
-	for lam in 1 0.1 0.01 0.001; do \
-	  $(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp --set plugins.clp.lam=$$lam --out runs/eval/lambda-$$lam --report; \
+	$(BIN)/streamfl tune $(PAPER_X) --methods $(TUNE_METHODS) --lrs 0.05,0.1,0.2,0.4 --also $(TUNE_ALSO) --jobs $(JOBS) --out runs/eval/tune
+	$(SIM) $(PAPER_X) --seeds 3 --methods $(MAIN_METHODS) $(TUNED) --out runs/eval/paper-extreme-watch --report
+	$(SIM) $(PAPER_X) --seeds 3 --methods adaclp-efficient-dvfs $(TUNED) --out runs/eval/paper-extreme-watch-efficient
+	$(SIM) $(PAPER_X) --seeds 1 --methods $(BASELINES) --out runs/eval/paper-extreme-watch-baselines
+	$(SIM) $(PAPER_N) --seeds 3 --methods $(TUNE_METHODS) $(TUNED) --out runs/eval/paper-nonextreme-watch --report
+	$(SIM) $(PAPER_X) --seeds 3 --methods $(TUNE_METHODS) $(TUNED) --set data.dataset=synthetic --out runs/eval/paper-extreme-synthetic
+	for knob in "clp.d0=0.0" "clp.batch_min=32" "clp.lr_min=0.4"; do \
+	  $(SIM) $(PAPER_X) --seeds 1 --methods adaclp-no-dvfs $(TUNED) --set agent.plugins.$$knob --out runs/eval/paper-ablation-$$knob; \
 	done
-	for lr in 0.02 0.1; do \
-	  $(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods fedasync --set coordinator.hparams.lr=$$lr --out runs/eval/fedasync-lr-$$lr; \
+	$(SIM) $(PAPER_X) --seeds 1 --methods adaclp $(TUNED) --set agent.plugins.clp.fisher_reference=warmup --out runs/eval/paper-extreme-warmup
+	$(SIM) $(PAPER_X) --seeds 1 --methods $(TUNE_METHODS) $(TUNED) --set model.name=lstm --duration 15 --out runs/eval/paper-extreme-lstm
+	for speed in 5 20; do \
+	  $(SIM) $(PAPER_X) --seeds 1 --methods $(TUNE_METHODS) $(TUNED) --set devices.3.speed=$$speed --out runs/eval/paper-fast-slow-$$speed; \
 	done
-	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods fedasync,adaclp,adaclp-fixed-low,adaclp-no-dvfs $(ADACLP_BUSY) --out runs/eval/extreme-watch-busy --report
-	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods fedasync,adaclp $(ADACLP_LONG) --out runs/eval/extreme-watch-long --report
-	for knob in "clp.d0=0.0" "clp.batch_min=32" "clp.lr_min=0.05"; do \
-	  $(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp-no-dvfs --set agent.plugins.$$knob --out runs/eval/ablation-$$knob; \
-	done
-	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp --set agent.plugins.clp.lr_min=0.05 --out runs/eval/extreme-watch-lr-held
-	$(BIN)/streamfl sim configs/scenarios/adaclp-extreme.yaml --seeds 3 --methods adaclp --set agent.plugins.clp.lr_min=0.05 $(ADACLP_BUSY) --out runs/eval/extreme-watch-busy-lr-held
-	$(BIN)/python bench/bench_fisher.py
+	$(BIN)/python bench/bench_dvfs_oracle.py > runs/eval/bench_dvfs_oracle.json
 
 # Re-record the simulator figures tests/test_golden_sim.py holds every method to (seed 0, two short
 # scenarios); only after a deliberate behaviour change, said in the commit.
