@@ -266,7 +266,7 @@ class SimRun:
         """Do what the coordinator's step asks: publish each new version and record what it
         merged (deadline rounds included), log the plug-ins' events, send the commands."""
         for aggregation in step.aggregations:
-            self.clock.record(t)
+            self.clock.record(t, len(aggregation.merged))
             self._publish(t)
             version, merged = aggregation.version, aggregation.merged
             self.emit({"event": "aggregate", "method": self.method.name, "seed": self.seed,

@@ -43,14 +43,19 @@ def _period_defaults(ctx: KindContext, p: Dict, kind: str) -> Dict:
 
 
 _PERIODS = {"mu_s": None, "sigma_s": None, "min_s": None, "mu_aggregations": None,
-            "sigma_aggregations": None, "min_aggregations": None}
+            "sigma_aggregations": None, "min_aggregations": None, "count": "aggregations"}
+COUNTS = ("aggregations", "updates")
 Built = Tuple[List[Timeline], Dict]
 
 
 def _bounds(ctx: KindContext, p: Dict, kind: str, *key: int):
     """Period starts: N(mu_s, sigma_s) seconds, or, with ``mu_aggregations`` set, N(mu, sigma)
     aggregations of the run (AdaCLP sec. 5.1 counts T_i in rounds: mu = 400, sigma = 50; sigma
-    defaults to mu/8 and the minimum to mu/4, as for seconds)."""
+    defaults to mu/8 and the minimum to mu/4, as for seconds); ``count: updates`` counts the
+    updates merged instead (``AggregationClock``)."""
+    if p["count"] not in COUNTS:
+        raise ConfigError("stream kind %r: count must be one of %s, got %r"
+                          % (kind, ", ".join(COUNTS), p["count"]))
     mu = p["mu_aggregations"]
     if mu is None:
         return RandomBounds(keyed_rng(ctx.seed, T_BOUNDS, *key), p["mu_s"], p["sigma_s"], p["min_s"])
@@ -63,7 +68,8 @@ def _bounds(ctx: KindContext, p: Dict, kind: str, *key: int):
         p["min_aggregations"] = mu / 4.0
     _positive(kind, p, "mu_aggregations", "min_aggregations")
     return CountedBounds(keyed_rng(ctx.seed, T_BOUNDS, *key), float(mu),
-                         float(p["sigma_aggregations"]), float(p["min_aggregations"]), ctx.clock)
+                         float(p["sigma_aggregations"]), float(p["min_aggregations"]), ctx.clock,
+                         p["count"])
 
 
 def _static_row(ctx: KindContext, d: int, mix: str, kind: str) -> np.ndarray:

@@ -162,24 +162,32 @@ class RandomBounds:
 class AggregationClock:
     """The virtual time of each aggregation the coordinator made, for periods counted in
     aggregations: AdaCLP's T_i ~ N(400, 50) counts server rounds, not seconds (sec. 5.1), so a
-    method that aggregates less often (lower clocks, fewer rounds) also switches classes later."""
+    method that aggregates less often (lower clocks, fewer rounds) also switches classes later.
+
+    ``unit="updates"`` counts the updates merged instead: one per FedAsync version, a whole
+    round's for FedAvg, so a synchronous method gets as much training per class as an
+    asynchronous one in a run too short for hundreds of its rounds."""
 
     def __init__(self) -> None:
-        self._times_s: List[float] = []
+        self._times_s: Dict[str, List[float]] = {"aggregations": [], "updates": []}
 
-    def record(self, t_s: float) -> None:
-        """One more aggregation, at ``t_s`` (the runtime calls this for every new version)."""
-        self._times_s.append(float(t_s))
+    def record(self, t_s: float, merged: int = 1) -> None:
+        """One more aggregation, at ``t_s``, of ``merged`` updates (the runtime calls this for
+        every new version)."""
+        self._times_s["aggregations"].append(float(t_s))
+        self._times_s["updates"].extend([float(t_s)] * max(1, int(merged)))
 
     @property
     def count(self) -> int:
-        return len(self._times_s)
+        return len(self._times_s["aggregations"])
 
-    def time_of(self, n: int) -> float:
-        """When the ``n``-th aggregation happened (0 for n <= 0); ``inf`` while it has not."""
+    def time_of(self, n: int, unit: str = "aggregations") -> float:
+        """When the ``n``-th aggregation (or merged update) happened (0 for n <= 0); ``inf``
+        while it has not."""
         if n <= 0:
             return 0.0
-        return self._times_s[n - 1] if n <= len(self._times_s) else math.inf
+        times = self._times_s[unit]
+        return times[n - 1] if n <= len(times) else math.inf
 
 
 class CountedBounds:
@@ -187,8 +195,9 @@ class CountedBounds:
     clock reached the i-th boundary's count, ``inf`` until it has (``Timeline`` then waits)."""
 
     def __init__(self, rng: np.random.Generator, mu: float, sigma: float, minimum: float,
-                 clock: AggregationClock):
+                 clock: AggregationClock, unit: str = "aggregations"):
         self._rng, self.mu, self.sigma, self.minimum, self.clock = rng, mu, sigma, minimum, clock
+        self.unit = unit
         self._counts = [0]
 
     def count(self, i: int) -> int:
@@ -199,7 +208,7 @@ class CountedBounds:
         return self._counts[i]
 
     def start(self, i: int) -> float:
-        return self.clock.time_of(self.count(i))
+        return self.clock.time_of(self.count(i), self.unit)
 
 
 class Bursts:

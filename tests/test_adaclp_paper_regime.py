@@ -241,3 +241,31 @@ def test_the_warmup_reference_travels_in_the_global_model_and_is_absent_until_kn
         gm = GlobalModel(version=2, arch_id=spec.arch_id, tensors=tensors,
                          hparams={"lr": 0.05}, extras={"clp": state})
         assert decoder.decode(encode(gm)).extras["clp"] == state
+
+
+def test_tuned_flags_give_an_ablation_the_rate_of_the_method_it_varies(tmp_path):
+    from streamfl.sim.tuning import tuning_table, write_tuning
+    result = {"adaclp": {"lr": 0.2, "sweep": {"0.1": {"mean_accuracy": 0.3},
+                                              "0.2": {"mean_accuracy": 0.4}}}}
+    write_tuning(result, tmp_path, {"adaclp-no-dvfs": "adaclp"})
+    assert (tmp_path / "tuned.flags").read_text().split() == [
+        "--set", "method_lr.adaclp=0.2", "--set", "method_lr.adaclp-no-dvfs=0.2"]
+    assert "| `adaclp` | 0.300 | **0.400** | 0.2 |" in tuning_table(result)
+    with pytest.raises(ConfigError, match="not tuned"):
+        write_tuning(result, tmp_path, {"x": "fedasync"})
+
+
+def test_periods_can_count_merged_updates_so_a_fedavg_round_counts_its_updates():
+    clock = AggregationClock()
+    parts = partition(DS, 2, "iid", seed=0)
+    by_updates = make_streams(DS, parts, "extreme", 0, 10.0, 100.0, clock=clock,
+                              mu_aggregations=4, sigma_aggregations=0, count="updates")[0]
+    by_rounds = make_streams(DS, parts, "extreme", 0, 10.0, 100.0, clock=clock,
+                             mu_aggregations=4, sigma_aggregations=0)[0]
+    clock.record(10.0, merged=3)                         # a FedAvg round of 3 updates
+    clock.record(20.0, merged=3)
+    assert by_updates.period(20.0) == 1 and by_updates.period_bounds_s[1] == 20.0
+    assert by_rounds.period(20.0) == 0                   # 2 of 4 rounds
+    with pytest.raises(ConfigError, match="count"):
+        make_streams(DS, parts, "extreme", 0, 10.0, 100.0, clock=clock, mu_aggregations=4,
+                     count="versions")

@@ -179,6 +179,7 @@ def test_restart_continues_at_same_version_and_model(tmp_path):
     broker = MemoryBroker()
     server = make_server(broker, tmp_path, persist_interval_s=60.0)
     dev = Device(broker)
+    assert wait_for(lambda: dev.latest_version() == 0)      # the retained v0 has arrived
     for i in range(3):
         dev.publish("update", dev.update(base_version=i, uid="u%d" % i, value=float(i)))
     assert wait_for(lambda: server.core.version == 3)
