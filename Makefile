@@ -51,7 +51,7 @@ load: $(STAMP)
 # periods counted in merged updates (a synchronous round merges ~40: in 30 s FedAvg makes ~25
 # versions and would never leave the first 400-aggregation period); the
 # Table 4 ablations, the lstm check, the fast/slow mixes (Table 3) and eq. 4's scale-free reading.
-# About 80 minutes with JOBS=2 on a 2-core machine; runs/eval/ holds it all.
+# About 100 minutes with JOBS=2 on a 2-core machine; runs/eval/ holds it all.
 JOBS ?= 2
 PAPER_X := configs/scenarios/adaclp-paper-extreme.yaml
 PAPER_N := configs/scenarios/adaclp-paper-nonextreme.yaml
