@@ -177,10 +177,6 @@ class AggregationClock:
         self._times_s["aggregations"].append(float(t_s))
         self._times_s["updates"].extend([float(t_s)] * max(1, int(merged)))
 
-    @property
-    def count(self) -> int:
-        return len(self._times_s["aggregations"])
-
     def time_of(self, n: int, unit: str = "aggregations") -> float:
         """When the ``n``-th aggregation (or merged update) happened (0 for n <= 0); ``inf``
         while it has not."""

@@ -22,10 +22,6 @@ log = logging.getLogger(__name__)
 CRITERION = "mean_accuracy"
 
 
-def _label(lr: float) -> str:
-    return ("%g" % lr).replace("/", "_")
-
-
 def tune_lr(scenario: Scenario, methods: Sequence[str], lrs: Sequence[float], out_dir: Path,
             seeds: int = 1, jobs: Optional[int] = None, also: Optional[Dict[str, str]] = None,
             **run_options: Any) -> Dict[str, Any]:
@@ -38,7 +34,7 @@ def tune_lr(scenario: Scenario, methods: Sequence[str], lrs: Sequence[float], ou
     sweep: Dict[str, Dict[str, Dict[str, Any]]] = {m: {} for m in methods}
     for lr in sorted(float(x) for x in lrs):
         tuned = with_overrides(scenario, method_lr={m: lr for m in methods})
-        summary = run_sim(tuned, out_dir / ("sweep-%s" % _label(lr)), methods=list(methods),
+        summary = run_sim(tuned, out_dir / ("sweep-%g" % lr), methods=list(methods),
                           seeds=seeds, jobs=jobs, **run_options)
         for name, figures in summary["methods"].items():
             sweep[name]["%g" % lr] = {key: figures.get(key) for key in

@@ -80,12 +80,11 @@ class ClpAgentPlugin(AgentPlugin):
         super().__init__(config)
         #: The newest global model's CLP state; None while the coordinator runs no probe.
         self.current: Optional[ClpState] = None
-        #: ``lr_rule: learned``: the last round's mean loss, the model's class count, when the
-        #: last round started, how long it took, and until when the device rests.
+        #: ``lr_rule: learned``: the last round's loss, the model's class count, when the last
+        #: round started, and until when the device rests.
         self._last_loss: Optional[float] = None
         self._num_classes = 0
         self._started_s: Optional[float] = None
-        self._round_s = 0.0
         self._rest_until_s: Optional[float] = None
         #: Rounds rested so far (``lr_rule: learned``), for logs and summaries.
         self.rests = 0
@@ -109,12 +108,12 @@ class ClpAgentPlugin(AgentPlugin):
     def should_train(self, now: float) -> bool:
         """``lr_rule: learned``: rest for ``rest_rounds`` round-lengths once the data is learned."""
         if self._started_s is not None and self._last_loss is not None:
-            # First call after a round: it took about this long (start to its end).
-            self._round_s = max(0.0, now - self._started_s)
+            # First call after a round: it took about now - start (start to its end).
+            round_s = max(0.0, now - self._started_s)
             self._started_s = None
             if self._learned() and should_rest(self._last_loss, self._num_classes,
                                                self.config.rest_loss_frac):
-                self._rest_until_s = now + self.config.rest_rounds * self._round_s
+                self._rest_until_s = now + self.config.rest_rounds * round_s
                 self.rests += 1
         if self._rest_until_s is not None:
             if now < self._rest_until_s:
