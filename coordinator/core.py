@@ -8,6 +8,7 @@ it merged, the commands to send, the records to log. The daemon (``server.py``) 
 drive the same object, always from one thread, and only do the I/O a ``Step`` asks for.
 """
 import logging
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -179,7 +180,14 @@ class CoordinatorCore:
         info.updates += 1
         for plugin in self.plugins:
             plugin.on_update(update, now)
-        new = self.strategy.on_update(self._model, self.version, update, now)
+        weight = 1.0
+        for plugin in self.plugins:
+            factor = plugin.weight(update, now)
+            if not (math.isfinite(factor) and factor >= 0.0):
+                raise ValueError("plug-in %s gave update %s the weight factor %r (must be finite, >= 0)"
+                                 % (plugin.name, update.update_id, factor))
+            weight *= factor
+        new = self.strategy.on_update(self._model, self.version, update, now, weight=weight)
         outcome = self.strategy.last_outcome
         if outcome == STALE:
             self.counters["stale_dropped"] += 1

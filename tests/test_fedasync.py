@@ -84,3 +84,16 @@ def test_state_round_trip_and_alpha_validation():
         FedAsyncAggregator(alpha=0.0)
     with pytest.raises(ValueError):
         FedAsyncAggregator(alpha=1.5)
+
+
+def test_a_methods_weight_factor_scales_the_mixing_weight_up_to_one():
+    agg = FedAsyncAggregator(alpha=0.5)
+    model = {"w": f32(0.0, 0.0)}
+    half = agg.on_update(model, 0, update({"w": f32(4.0, 8.0)}), now=0.0, weight=0.5)
+    assert agg.last_weight == pytest.approx(0.25)
+    np.testing.assert_array_equal(half["w"], f32(1.0, 2.0))
+    replaced = agg.on_update(model, 0, update({"w": f32(4.0, 8.0)}), now=0.0, weight=10.0)
+    assert agg.last_weight == 1.0
+    np.testing.assert_array_equal(replaced["w"], f32(4.0, 8.0))
+    kept = agg.on_update(model, 0, update({"w": f32(4.0, 8.0)}), now=0.0, weight=0.0)
+    np.testing.assert_array_equal(kept["w"], f32(0.0, 0.0))

@@ -32,6 +32,28 @@ def test_weighted_average_by_samples():
     np.testing.assert_allclose(equal["w"], [2.0, 2.0])
 
 
+def test_weighted_average_times_the_methods_factors():
+    out = weighted_average([update("a", 0.0, 1), update("b", 4.0, 3)], factors=[3.0, 1.0])
+    np.testing.assert_allclose(out["w"], [2.0, 2.0])  # 1*3 against 3*1: an even split
+    only_a = weighted_average([update("a", 1.0, 2), update("b", 5.0, 2)], factors=[1.0, 0.0])
+    np.testing.assert_allclose(only_a["w"], [1.0, 1.0])
+    no_samples = weighted_average([update("a", 1.0, 0), update("b", 4.0, 0)], factors=[2.0, 1.0])
+    np.testing.assert_allclose(no_samples["w"], [2.0, 2.0])
+    with pytest.raises(ValueError, match="factors"):
+        weighted_average([update("a", 1.0, 1)], factors=[1.0, 1.0])
+
+
+def test_a_round_weighs_each_update_by_its_factor():
+    agg = FedAvgAggregator(deadline_s=30.0, online_devices=Online("a", "b"))
+    agg.on_update(MODEL, 0, update("a", 2.0, 1), now=0.0, weight=3.0)
+    out = agg.on_update(MODEL, 0, update("b", 6.0, 1), now=1.0, weight=1.0)
+    np.testing.assert_allclose(out["w"], [3.0, 3.0])
+    # the next round starts from factors of 1 again
+    agg.on_update(out, 1, update("a", 2.0, 1, base_version=1), now=2.0)
+    nxt = agg.on_update(out, 1, update("b", 6.0, 1, base_version=1), now=3.0)
+    np.testing.assert_allclose(nxt["w"], [4.0, 4.0])
+
+
 def test_aggregates_when_all_expected_devices_reported():
     agg = FedAvgAggregator(deadline_s=30.0, online_devices=Online("a", "b"))
     assert agg.on_update(MODEL, 0, update("a", 2.0, 1), now=0.0) is None

@@ -60,6 +60,7 @@ def updates(core, n, seed=0):
         diag = {name: rng.random(a.shape).astype(np.float32) for name, a in core.model.items()}
         out.append(make_update(SPEC, device_id=DEVICES[k % 3], update_id="u%d" % k,
                                base_version=max(0, k // 2 - 1), tensors=tensors, num_samples=10 + k,
+                               class_counts={k % 3: 6, (k * k) % 3: 4},
                                extras={"fisher_trace": FisherTrace(1.0 + 0.3 * k),
                                        "curvature_diagonal": CurvatureDiagonal(diag)}))
     return out
@@ -108,6 +109,14 @@ class TestCoordinatorPluginContract:
             assert all(np.array_equal(f[k], f0[k]) for k in f)
         for gm, model in zip(published, models):
             assert all(np.array_equal(gm.tensors[k], model[k]) for k in model)
+
+    def test_weight_factors_are_finite_and_non_negative(self, name):
+        core = make_core(name)
+        plugin = next(p for p in core.plugins if p.name == name)
+        for k, u in enumerate(updates(core, 12)):
+            factor = plugin.weight(u, 1.0 + k)
+            assert np.isfinite(factor) and factor >= 0.0
+            core.on_message(u, 1.0 + k)
 
     def test_state_round_trips_through_json(self, name):
         core = make_core(name)

@@ -75,6 +75,11 @@ class CoordinatorPlugin(abc.ABC):
     def on_tick(self, now: float) -> None:
         """Called at every tick of the runtime (about once a second)."""
 
+    def weight(self, update: Update, now: float) -> float:
+        """A factor on ``update``'s share of the aggregation (called after ``on_update``; the core
+        multiplies the plug-ins' factors; 1.0 leaves the strategy's weighting unchanged)."""
+        return 1.0
+
     # ---- outputs ------------------------------------------------------------------------------
     def extras(self) -> List[Extra]:
         """Typed payloads for the current global model."""

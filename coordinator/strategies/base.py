@@ -31,8 +31,12 @@ class Aggregator(abc.ABC):
         self.stale_dropped = 0
 
     @abc.abstractmethod
-    def on_update(self, model: Tensors, version: int, update: Update, now: float) -> Optional[Tensors]:
-        """Consume one accepted update; new global tensors if it aggregated, else None."""
+    def on_update(self, model: Tensors, version: int, update: Update, now: float,
+                  weight: float = 1.0) -> Optional[Tensors]:
+        """Consume one accepted update; new global tensors if it aggregated, else None.
+
+        ``weight`` is the methods' factor on this update's share of the aggregation (the product of
+        the plug-ins' ``weight``; 1.0 leaves the strategy's own weighting as it is)."""
 
     def on_tick(self, model: Tensors, version: int, now: float) -> Optional[Tensors]:
         """Called periodically (deadlines); new global tensors if it aggregated, else None."""

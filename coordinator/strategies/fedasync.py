@@ -21,7 +21,9 @@ DEFAULT_ALPHA = 0.6
 
 
 class FedAsyncAggregator(Aggregator):
-    """Per-update mixing with staleness-decayed weight; optionally drops updates beyond max_staleness."""
+    """Per-update mixing with staleness-decayed weight; optionally drops updates beyond max_staleness.
+
+    A plug-in's weight factor multiplies a_t, capped at 1 (the update replaces the model)."""
 
     name = "fedasync"
 
@@ -43,7 +45,8 @@ class FedAsyncAggregator(Aggregator):
         """a_t = alpha * s(t - tau)."""
         return self.alpha * float(self.staleness_fn(max(0, staleness)))
 
-    def on_update(self, model: Tensors, version: int, update: Update, now: float) -> Optional[Tensors]:
+    def on_update(self, model: Tensors, version: int, update: Update, now: float,
+                  weight: float = 1.0) -> Optional[Tensors]:
         staleness = staleness_of(version, update.base_version)
         if self.max_staleness is not None and staleness > self.max_staleness:
             self.stale_dropped += 1
@@ -51,7 +54,7 @@ class FedAsyncAggregator(Aggregator):
             log.debug("dropping update %s of %s: staleness %d > max %d", update.update_id,
                       update.device_id, staleness, self.max_staleness)
             return None
-        weight = self.mixing_weight(staleness)
+        weight = min(1.0, self.mixing_weight(staleness) * max(0.0, float(weight)))
         self.last_weight = weight
         self.last_outcome = AGGREGATED
         self.last_aggregated = [update]

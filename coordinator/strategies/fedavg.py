@@ -11,7 +11,7 @@ not for the deadline. ``combine`` picks how a round is merged: the weighted ``me
 ``median`` / ``trimmed_mean`` (``strategies/robust.py``) when some devices may be hostile.
 """
 import logging
-from typing import Any, Callable, Collection, Dict, Optional, Set
+from typing import Any, Callable, Collection, Dict, Optional, Sequence, Set
 
 import numpy as np
 
@@ -22,13 +22,21 @@ from streamfl.protocol.messages import Tensors, Update
 log = logging.getLogger(__name__)
 
 
-def weighted_average(updates: Collection[Update]) -> Tensors:
-    """Sample-weighted mean of the updates' tensors (equal weights if no update counted samples)."""
+def weighted_average(updates: Collection[Update], factors: Optional[Sequence[float]] = None) -> Tensors:
+    """Sample-weighted mean of the updates' tensors (equal weights if no update counted samples),
+    each weight times its ``factors`` entry (the methods' factors; all 1 if None)."""
     if not updates:
         raise ValueError("weighted_average needs at least one update")
-    total = float(sum(max(0, u.num_samples) for u in updates))
+    if factors is None:
+        factors = [1.0] * len(updates)
+    if len(factors) != len(updates):
+        raise ValueError("weighted_average: %d factors for %d updates" % (len(factors), len(updates)))
+    raw = [max(0, u.num_samples) * max(0.0, f) for u, f in zip(updates, factors)]
+    if sum(raw) <= 0:
+        raw = [max(0.0, f) for f in factors]
+    total = float(sum(raw))
     if total > 0:
-        weights = [max(0, u.num_samples) / total for u in updates]
+        weights = [r / total for r in raw]
     else:
         weights = [1.0 / len(updates)] * len(updates)
     first = next(iter(updates)).tensors
@@ -76,6 +84,8 @@ class FedAvgAggregator(Aggregator):
         self.round_version: Optional[int] = None
         self.expected: Set[str] = set()
         self.pending: Dict[str, Update] = {}
+        #: The methods' weight factor of each pending update (robust combines ignore it).
+        self._factors: Dict[str, float] = {}
         #: Devices a round waits for (None: every device online at round start).
         self.clients_per_round: Optional[int] = clients_per_round
 
@@ -85,6 +95,7 @@ class FedAvgAggregator(Aggregator):
             self.round_version = version
             self.expected = set(self.online_devices())
             self.pending = {}
+            self._factors = {}
 
     def _complete(self) -> bool:
         if not self.expected:  # opened before any device was online: wait for who is online now
@@ -103,15 +114,18 @@ class FedAvgAggregator(Aggregator):
         self.rounds += 1
         self.round_start_s = None
         self.round_version = None
+        factors = [self._factors.get(u.device_id, 1.0) for u in updates]
         self.pending = {}
+        self._factors = {}
         self.last_aggregated = updates
         if self.combine == "median":
             return coordinate_median(updates)
         if self.combine == "trimmed_mean":
             return trimmed_mean(updates, self.trim_ratio)
-        return weighted_average(updates)
+        return weighted_average(updates, factors)
 
-    def on_update(self, model: Tensors, version: int, update: Update, now: float) -> Optional[Tensors]:
+    def on_update(self, model: Tensors, version: int, update: Update, now: float,
+                  weight: float = 1.0) -> Optional[Tensors]:
         self._ensure_round(version, now)
         if update.base_version < version:
             self.stale_dropped += 1
@@ -120,6 +134,7 @@ class FedAvgAggregator(Aggregator):
                       update.device_id, update.base_version, version)
             return None
         self.pending[update.device_id] = update
+        self._factors[update.device_id] = float(weight)
         if self._complete():
             self.last_outcome = AGGREGATED
             return self._aggregate(version)
