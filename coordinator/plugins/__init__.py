@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Type
 from streamfl.coordinator.plugins.base import (
     Addressed, Aggregation, CoordinatorPlugin, FleetView,
 )
+from streamfl.coordinator.plugins.balance import BalancePlugin
 from streamfl.coordinator.plugins.clp import ClpProbePlugin
 from streamfl.coordinator.plugins.criticalfl import CriticalFlPlugin
 from streamfl.coordinator.plugins.fedcurv import FedCurvPlugin
@@ -29,6 +30,7 @@ register(ClpProbePlugin)
 register(FedCurvPlugin)
 register(CriticalFlPlugin)
 register(SamplingPlugin)
+register(BalancePlugin)
 
 
 def plugin_configs(settings: Mapping[str, Any], strategy: str) -> Dict[str, Any]:
