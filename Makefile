@@ -51,14 +51,17 @@ load: $(STAMP)
 # periods counted in merged updates (a synchronous round merges ~40: in 30 s FedAvg makes ~25
 # versions and would never leave the first 400-aggregation period); the
 # Table 4 ablations, the lstm check, the fast/slow mixes (Table 3) and eq. 4's scale-free reading.
-# About 100 minutes with JOBS=2 on a 2-core machine; runs/eval/ holds it all.
+# About 130 minutes with JOBS=2 on a 2-core machine; runs/eval/ holds it all.
 JOBS ?= 2
 PAPER_X := configs/scenarios/adaclp-paper-extreme.yaml
 PAPER_N := configs/scenarios/adaclp-paper-nonextreme.yaml
 TUNE_METHODS := fedasync,adaclp,streamclp
 # Ablations and clock variants take the rate of the method they vary.
-TUNE_ALSO := adaclp-no-dvfs=adaclp,adaclp-fixed-low=adaclp,adaclp-efficient-dvfs=adaclp,streamclp-dvfs=streamclp
-MAIN_METHODS := fedasync,adaclp,streamclp,adaclp-no-dvfs,adaclp-fixed-low,streamclp-dvfs
+# Ours with class-balanced mixing takes the rate of what it adds the mixing to.
+TUNE_ALSO := adaclp-no-dvfs=adaclp,adaclp-fixed-low=adaclp,adaclp-efficient-dvfs=adaclp,streamclp-dvfs=streamclp,fedasync+balance=fedasync,fedasync+balance-rest=fedasync,streamclp+balance=streamclp
+MAIN_METHODS := fedasync,adaclp,streamclp,adaclp-no-dvfs,adaclp-fixed-low,streamclp-dvfs,fedasync+balance,fedasync+balance-rest,streamclp+balance
+# Ours with class-balanced mixing, also run on the non-extreme and synthetic settings.
+OURS := fedasync+balance-rest,streamclp+balance
 BASELINES := fedasync,fedavg,fedcurv,afedcurv,criticalfl,fedcurv+clp
 TUNED = $$(cat runs/eval/tune/tuned.flags)
 SIM = $(BIN)/streamfl sim --jobs $(JOBS)
@@ -67,13 +70,13 @@ eval-adaclp: $(STAMP)
 	$(SIM) $(PAPER_X) --seeds 3 --methods $(MAIN_METHODS) $(TUNED) --out runs/eval/paper-extreme-watch --report
 	$(SIM) $(PAPER_X) --seeds 3 --methods adaclp-efficient-dvfs $(TUNED) --out runs/eval/paper-extreme-watch-efficient
 	$(SIM) $(PAPER_X) --seeds 1 --methods $(BASELINES) --set stream.params.count=updates --out runs/eval/paper-extreme-watch-baselines
-	$(SIM) $(PAPER_N) --seeds 3 --methods $(TUNE_METHODS) $(TUNED) --out runs/eval/paper-nonextreme-watch --report
-	$(SIM) $(PAPER_X) --seeds 3 --methods $(TUNE_METHODS) $(TUNED) --set data.dataset=synthetic --out runs/eval/paper-extreme-synthetic
+	$(SIM) $(PAPER_N) --seeds 3 --methods $(TUNE_METHODS),$(OURS) $(TUNED) --out runs/eval/paper-nonextreme-watch --report
+	$(SIM) $(PAPER_X) --seeds 3 --methods $(TUNE_METHODS),$(OURS) $(TUNED) --set data.dataset=synthetic --out runs/eval/paper-extreme-synthetic
 	for knob in "clp.d0=0.0" "clp.batch_min=32" "clp.lr_min=0.4"; do \
 	  $(SIM) $(PAPER_X) --seeds 3 --methods adaclp-no-dvfs $(TUNED) --set agent.plugins.$$knob --out runs/eval/paper-ablation-$$knob; \
 	done
 	$(SIM) $(PAPER_X) --seeds 1 --methods adaclp $(TUNED) --set agent.plugins.clp.fisher_reference=warmup --out runs/eval/paper-extreme-warmup
-	$(SIM) $(PAPER_X) --seeds 1 --methods $(TUNE_METHODS) $(TUNED) --set model.name=lstm --duration 15 --out runs/eval/paper-extreme-lstm
+	$(SIM) $(PAPER_X) --seeds 1 --methods $(TUNE_METHODS),fedasync+balance-rest $(TUNED) --set model.name=lstm --duration 15 --out runs/eval/paper-extreme-lstm
 	for speed in 5 20; do \
 	  $(SIM) $(PAPER_X) --seeds 3 --methods $(TUNE_METHODS) $(TUNED) --set devices.3.speed=$$speed --out runs/eval/paper-fast-slow-$$speed; \
 	done
