@@ -8,6 +8,22 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 
+class _StdoutHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stdout`` is when a record arrives, not when logging was set up: a
+    replaced stdout (a test's capture, a redirect) must not leave threads writing to a closed file."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stdout)
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value) -> None:
+        """StreamHandler sets it on construction; the property always follows sys.stdout."""
+
+
 def setup_logging(level: str = "INFO", stream=None, environ=None) -> None:
     """Install the only handler streamfl uses; libraries never add handlers (DESIGN.md s10).
 
@@ -19,7 +35,7 @@ def setup_logging(level: str = "INFO", stream=None, environ=None) -> None:
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
-    handler = logging.StreamHandler(stream or sys.stdout)
+    handler = logging.StreamHandler(stream) if stream is not None else _StdoutHandler()
     under_journald = bool((environ or {}).get("JOURNAL_STREAM"))
     handler.setFormatter(logging.Formatter(FORMAT if under_journald else "%(asctime)s " + FORMAT))
     root.addHandler(handler)
