@@ -11,6 +11,8 @@ import io
 import json
 import logging
 import multiprocessing
+import os
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -133,9 +135,28 @@ class Executor(ABC):
         """(index in ``grid``, result) of each run as it finishes; stops every run on leaving."""
 
 
-def _init_local_worker(log_level: int) -> None:
-    """A fresh spawned worker: one torch thread, and the parent's streamfl log level."""
+#: How often a worker checks that the ``streamfl sim`` that started it is still there.
+PARENT_POLL_S = 1.0
+
+
+def exit_with_parent(parent_pid: int, poll_s: float = PARENT_POLL_S) -> threading.Thread:
+    """End this process once ``parent_pid`` is gone: a ``streamfl sim`` killed by a signal runs no
+    clean-up, and its workers would otherwise go on computing their runs for an hour, orphaned."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os._exit(1)  # the parent is gone: nobody will read this run's result
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
+def _init_local_worker(log_level: int, parent_pid: int) -> None:
+    """A fresh spawned worker: one torch thread, the parent's streamfl log level, and an exit when
+    the parent dies."""
     from streamfl.logs import LEVELS, setup_logging
+    exit_with_parent(parent_pid)
     name = logging.getLevelName(log_level)
     setup_logging(name if name in LEVELS else "WARNING")
     _one_thread()
@@ -155,7 +176,7 @@ class LocalExecutor(Executor):
         level = logging.getLogger("streamfl").getEffectiveLevel()
         pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(grid)),
                                    mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_init_local_worker, initargs=(level,))
+                                   initializer=_init_local_worker, initargs=(level, os.getpid()))
         futures: Dict[Future, int] = {}
         try:
             for index, (seed, method) in enumerate(grid):

@@ -112,3 +112,46 @@ def test_the_ray_executor_writes_the_serial_files(serial, tmp_path):
             executor="ray", progress=_quiet())
     assert _files(tmp_path) == serial
     assert not ray.is_initialized()  # the local instance it started is shut down again
+
+
+GRANDCHILD = """
+import os, time
+from streamfl.sim.executors import exit_with_parent
+exit_with_parent(os.getppid(), poll_s=0.05)
+print("ready", flush=True)
+time.sleep(60)
+"""
+MIDDLE = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", %r])
+print("pid", child.pid, flush=True)
+time.sleep(60)
+""" % GRANDCHILD
+
+
+def _alive(pid):
+    """True while ``pid`` runs (a zombie waiting for a reaper has ended)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_a_worker_ends_when_the_sim_that_started_it_is_killed():
+    import subprocess
+    import time
+    middle = subprocess.Popen([sys.executable, "-c", MIDDLE], stdout=subprocess.PIPE, text=True)
+    try:
+        lines = [middle.stdout.readline().split() for _ in range(2)]
+        pid = int(next(line[1] for line in lines if line and line[0] == "pid"))
+        assert ["ready"] in lines and _alive(pid)
+        middle.kill()  # SIGKILL: no clean-up runs in the parent
+        middle.wait()
+        deadline = time.monotonic() + 10.0
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid)
+    finally:
+        middle.kill()
