@@ -108,6 +108,7 @@ class CoordinatorCore:
         #: the simulator): agents compare versions only within one run.
         self.run_id = run_id
         self.arch_id = config.model.arch_id
+        self.num_classes = config.model.num_classes
         self.registry = DeviceRegistry()
         self.strategy = strategy if strategy is not None else make_strategy(config, self.registry.online)
         self.plugins = make_plugins(config.plugins, FleetView(self.registry.online, self.strategy))
@@ -164,6 +165,13 @@ class CoordinatorCore:
             log.warning("rejected update %s from %s: model %s does not match the fleet's %s",
                         update.update_id, update.device_id, update.arch_id, self.arch_id)
             step.update = self._record(update, now, staleness, False, REJECTED, reason="wrong_arch")
+            return self._step(step)
+        if any(not 0 <= c < self.num_classes for c in update.class_counts):
+            # Plug-ins weigh updates by their classes: an id the model cannot output is a forgery.
+            self.counters["rejected"] += 1
+            log.warning("rejected update %s from %s: class counts name classes outside 0..%d",
+                        update.update_id, update.device_id, self.num_classes - 1)
+            step.update = self._record(update, now, staleness, False, REJECTED, reason="classes")
             return self._step(step)
         base = self.history.get(update.base_version)
         verdict = self.admission.check(update, base.tensors if base is not None else self._model, greeted)

@@ -3,12 +3,15 @@ updates of over-represented classes are mixed in lightly, rare ones at the strat
 devices whose update weighed little are told to rest when asked to."""
 import pytest
 
-from factories import SPEC, make_hello, make_update
+from factories import make_hello, make_update
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
 from streamfl.coordinator.plugins.balance import BalanceConfig, class_mix
 from streamfl.errors import ConfigError
+from streamfl.models import ModelSpec
+
+SPEC = ModelSpec(name="mlp", in_channels=2, window_len=4, num_classes=4, hidden=4)
 
 DEVICES = ("d0", "d1", "d2", "d3")
 

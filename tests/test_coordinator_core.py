@@ -71,6 +71,18 @@ def test_wrong_architecture_rejected_and_counted():
     assert core.version == 0 and core.counters["rejected"] == 2
 
 
+def test_class_counts_outside_the_models_classes_are_rejected():
+    core = make_core()
+    top = SPEC.num_classes - 1
+    ok = core.on_message(make_update(update_id="ok", class_counts={0: 3, top: 1}), now=0.0).update
+    assert ok.outcome == "aggregated" and core.version == 1
+    for k, counts in enumerate(({SPEC.num_classes: 1}, {-1: 2}, {0: 1, 10 ** 6: 1})):
+        rec = core.on_message(make_update(update_id="bad%d" % k, base_version=1, class_counts=counts),
+                              now=1.0).update
+        assert rec.outcome == "rejected" and rec.fields["reason"] == "classes"
+    assert core.version == 1 and core.counters["rejected"] == 3
+
+
 def test_history_bounded():
     core = make_core(history_size=3)
     for i in range(5):
