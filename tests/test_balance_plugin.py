@@ -114,8 +114,9 @@ def test_state_survives_a_restart_and_bad_settings_are_refused():
     again = core()
     again.plugin("balance").load_state(c.plugin("balance").state())
     assert again.plugin("balance").composition == pytest.approx({0: 0.5, 1: 0.5})
-    with pytest.raises(ValueError, match="composition"):
-        again.plugin("balance").load_state({"composition": [1, 2]})
+    for bad in ([1, 2], {"0": float("nan")}, {"0": 2.0}, {"-1": 0.5}):
+        with pytest.raises(ValueError, match="composition"):
+            again.plugin("balance").load_state({"composition": bad})
     for bad in ({"floor": 0.0}, {"floor": 1.5}, {"rest_below": 0.0}, {"rest_rounds": 0}):
         with pytest.raises((ValueError, ConfigError)):
             build(BalanceConfig, bad, "balance")

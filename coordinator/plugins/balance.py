@@ -137,5 +137,8 @@ class BalancePlugin(CoordinatorPlugin):
         comp = state.get("composition") or {}
         if not isinstance(comp, Mapping):
             raise ValueError("balance state: composition must be a mapping")
-        self.composition = {int(c): float(m) for c, m in comp.items()}
+        composition = {int(c): float(m) for c, m in comp.items()}
+        if any(c < 0 or not 0.0 <= m <= 1.0 + 1e-6 for c, m in composition.items()):
+            raise ValueError("balance state: composition needs class ids >= 0 and shares in [0, 1]")
+        self.composition = composition
         self.rested = int(state.get("rested", 0))
