@@ -23,6 +23,19 @@ def _debug_logs(caplog):
     caplog.set_level(logging.INFO, logger="streamfl")
 
 
+@pytest.fixture(autouse=True)
+def _no_leaked_log_handlers():
+    """Take off the root handlers a test installed (a CLI run in-process calls ``setup_logging``),
+    so later tests' captured stdout does not fill with its log lines; pytest's own are its own."""
+    root = logging.getLogger()
+    before, level = set(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in before and not type(handler).__module__.startswith("_pytest"):
+            root.removeHandler(handler)
+    root.setLevel(level)
+
+
 @pytest.fixture
 def fleet(tmp_path, mqtt_broker):
     """Factory for ``FleetRun``s on the test's broker; every process is stopped afterwards."""
