@@ -54,7 +54,8 @@ class CuttableProxy:
                     if not data:
                         return
                     (b if s is a else a).sendall(data)
-        except OSError:
+        except (OSError, ValueError):
+            # ValueError: cut() or stop() closed a socket from another thread (its fd is now -1).
             return
         finally:
             for s in socks:
