@@ -107,18 +107,18 @@ class BalancePlugin(CoordinatorPlugin):
         return factor
 
     def on_aggregation(self, aggregation: Aggregation) -> None:
-        merged = [u for u in aggregation.merged if class_mix(u)]
-        if not merged:
+        mixes = [(max(1, u.num_samples), class_mix(u)) for u in aggregation.merged]
+        mixes = [(n, mix) for n, mix in mixes if mix]
+        if not mixes:
             return
-        if len(aggregation.merged) == 1:
-            rate = float(getattr(self.fleet.strategy, "last_weight", 1.0))
-        else:
-            rate = 1.0
-        total = float(sum(max(1, u.num_samples) for u in merged))
+        # One update (FedAsync) went in at the strategy's weight; a FedAvg round replaces the model.
+        single = len(aggregation.merged) == 1
+        rate = float(getattr(self.fleet.strategy, "last_weight", 1.0)) if single else 1.0
+        total = float(sum(n for n, _ in mixes))
         new: Dict[int, float] = {}
-        for u in merged:
-            for c, p in class_mix(u).items():
-                new[c] = new.get(c, 0.0) + p * max(1, u.num_samples) / total
+        for n, mix in mixes:
+            for c, p in mix.items():
+                new[c] = new.get(c, 0.0) + p * n / total
         if not self.composition:
             self.composition = new
             return
