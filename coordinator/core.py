@@ -111,7 +111,8 @@ class CoordinatorCore:
         self.num_classes = config.model.num_classes
         self.registry = DeviceRegistry()
         self.strategy = strategy if strategy is not None else make_strategy(config, self.registry.online)
-        self.plugins = make_plugins(config.plugins, FleetView(self.registry.online, self.strategy))
+        self.plugins = make_plugins(config.plugins, FleetView(self.registry.online, self.strategy,
+                                                                   self.num_classes))
         self.version = 0
         self._model: Tensors = tensors if tensors is not None else initial_model(config)
         self.history = ModelHistory(config.history_size)
@@ -140,6 +141,9 @@ class CoordinatorCore:
             self.counters["telemetry"] += 1
             if self.registry.greeted(msg.device_id):
                 self.registry.seen(msg.device_id, now)
+                if msg.extras:  # only greeted devices' reports reach the methods
+                    for plugin in self.plugins:
+                        plugin.on_report(msg.device_id, msg.extras, now)
         else:
             self.counters["ignored"] += 1
             log.debug("ignoring %s message", type(msg).__name__)

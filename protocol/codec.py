@@ -129,6 +129,8 @@ def encode(msg: Message, float16: bool = False) -> bytes:
             body[name] = {kind: _extra_fields(kind, extra, tensors) for kind, extra in value.items()}
         else:
             body[name] = value
+    if tensors and cls not in _TENSOR_TYPES:
+        raise ProtocolError("schema", "%s extras carry no tensors" % type_name)
     header = {"type": type_name, "v": PROTOCOL_VERSION, "body": body,
               "dtype": "float16" if float16 else "float32"}
     try:
@@ -287,6 +289,8 @@ class Decoder:
                 self._plans[key] = plan
                 self._plan_bytes += len(st_json)
         if arch_id is None:
+            if body.get("extras"):
+                body["extras"] = parse_extras(body["extras"], {})
             return cls(**body)
         tensors = self._materialize(buf, data_start, n - data_start, plan, WIRE_DTYPES[dtype_name])
         groups = tensors.pop(None, None) or {}

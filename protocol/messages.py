@@ -104,7 +104,8 @@ COMMAND_KIND_RE = r"^[a-z][a-z0-9_.-]{0,63}$"
 
 @dataclass
 class Telemetry:
-    """Periodic, best-effort (QoS 0) device health: buffer fill, clocks, power, temperatures."""
+    """Periodic, best-effort (QoS 0) device health: buffer fill, clocks, power, temperatures, and
+    the methods' cheap round statistics when the device does not train (``extras``, field-only)."""
 
     device_id: str
     time_s: float
@@ -116,6 +117,9 @@ class Telemetry:
     rails_w: Dict[str, float] = field(default_factory=dict)
     clocks_khz: Dict[str, int] = field(default_factory=dict)
     temperatures_c: Dict[str, float] = field(default_factory=dict)
+    #: Agent plug-ins' typed reports (``streamfl.protocol.extras``), without tensor groups: what a
+    #: skipping device tells the coordinator's scheduler (e.g. its class distribution).
+    extras: Dict[str, Any] = field(default_factory=dict)
 
 
 Message = Union[Hello, Offline, CoordinatorStatus, GlobalModel, Update, Command, Telemetry]

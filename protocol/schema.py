@@ -168,7 +168,7 @@ def check_body(cls: type, body: Any) -> Dict[str, Any]:
                 validate_name(value, "device id")
             except ConfigError as exc:
                 raise ProtocolError("schema", "%s: %s" % (path, exc)) from None
-    if cls in (GlobalModel, Update) and "extras" not in out:
+    if cls in (GlobalModel, Update, Telemetry) and "extras" not in out:
         out["extras"] = {}
     if not _RUN_ID.match(out.get("run_id", "")):
         raise ProtocolError("schema", "%s.run_id %r is not a run identity" % (cls.__name__, out["run_id"]))

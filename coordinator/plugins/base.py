@@ -40,10 +40,12 @@ class Addressed:
 
 @dataclass(frozen=True)
 class FleetView:
-    """What a plug-in may read of the coordinator: who is online, and the aggregation strategy."""
+    """What a plug-in may read of the coordinator: who is online, the aggregation strategy, and
+    the model's class count (0 where a caller does not say)."""
 
     online: Callable[[], Collection[str]]
     strategy: Any
+    num_classes: int = 0
 
 
 class CoordinatorPlugin(abc.ABC):
@@ -68,6 +70,10 @@ class CoordinatorPlugin(abc.ABC):
     # ---- inputs -------------------------------------------------------------------------------
     def on_update(self, update: Update, now: float) -> None:
         """An accepted update (deduplicated, of the fleet's model), before the strategy sees it."""
+
+    def on_report(self, device_id: str, extras: Mapping[str, Extra], now: float) -> None:
+        """A greeted device's telemetry carried typed reports (``extras``), e.g. its data's class
+        distribution while it skips rounds; well-typed, but not trusted beyond that."""
 
     def on_aggregation(self, aggregation: Aggregation) -> None:
         """A new global version was made."""
