@@ -24,7 +24,7 @@ from streamfl.agent.buffer_policies import ReplacementPolicy, make_buffer_policy
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.hparams import clamp_hparams, hparam_limits
 from streamfl.agent.model_gate import RESYNC, STALE, ModelGate
-from streamfl.agent.plugins import AgentPlugin, RoundContext, make_plugins
+from streamfl.agent.plugins import AgentPlugin, ReportContext, RoundContext, make_plugins
 from streamfl.agent.trainer import LocalTrainer
 from streamfl.dvfs.policies.base import DomainView, PolicyInput
 from streamfl.dvfs.policies.factory import make_policy
@@ -116,6 +116,11 @@ class AgentCore:
         self._skip_rounds = 0
         self._skip_until_s: Optional[float] = None
         self._train_requested = False
+        #: A "train" command's global version: no round starts from an older model.
+        self._train_from_version: Optional[int] = None
+        #: Rounds a "train" command still allows before its skip (None: no bound).
+        self._train_rounds_left: Optional[int] = None
+        self._then_skip = 0
         self.rejected_models = 0
         self.last_update: Optional[Update] = None
         #: Windows the last round's plug-in statistics ran on, besides training: ``batched`` (in
@@ -194,10 +199,25 @@ class AgentCore:
             self._skip_rounds = 0
             self._skip_until_s = None
             self._train_requested = True
+            self._train_rounds_left, self._then_skip = self._train_budget(cmd.params)
+            version = cmd.params.get("version")
+            self._train_from_version = version if type(version) is int and version >= 0 else None
             log.info("coordinator asks to train now")
         else:
             self.apply_hparams(cmd.params, "override command")
         return True
+
+    def _train_budget(self, params: Mapping[str, Any]) -> Tuple[Optional[int], int]:
+        """A ``train`` command's optional ``rounds`` (train that many, then skip ``then_skip``
+        round intervals: a scheduler's "this round only"); (None, 0) when absent or malformed.
+        Its optional ``version`` holds the round until that global model has arrived (a command
+        can overtake the model it was sent after)."""
+        rounds, then_skip = params.get("rounds"), params.get("then_skip", 0)
+        ok = all(type(v) is int for v in (rounds, then_skip)) and rounds >= 1 and then_skip >= 0
+        if rounds is not None and not ok:
+            log.warning("train command with bad rounds/then_skip %r/%r: training unbounded",
+                        rounds, then_skip)
+        return (rounds, min(then_skip, self.config.max_skip_rounds)) if ok else (None, 0)
 
     def apply_hparams(self, values: Mapping[str, Any], source: str = "") -> Dict[str, float]:
         """Set the known hyper-parameters from ``values``, clamped to this board's limits."""
@@ -219,7 +239,11 @@ class AgentCore:
                 return False
             self._skip_rounds = 0
             self._skip_until_s = None
+        if self._train_from_version is not None and self.global_model is not None \
+                and self.global_model.version >= self._train_from_version:
+            self._train_from_version = None
         return (self.global_model is not None and len(self.buffer) >= self.config.min_buffer
+                and self._train_from_version is None
                 and all(plugin.should_train(now) for plugin in self.plugins))
 
     @property
@@ -268,6 +292,11 @@ class AgentCore:
         if self.global_model is None or len(self.buffer) == 0:
             raise NotReadyError("no global model yet" if self.global_model is None
                                 else "the buffer is empty")
+        if self._train_rounds_left is not None:
+            self._train_rounds_left -= 1
+            if self._train_rounds_left <= 0:  # the commanded rounds are spent: hold till told
+                self._train_rounds_left = None
+                self._skip_rounds, self._skip_until_s = self._then_skip, None
         gm = self.global_model
         start = gm.tensors if gm.version > self.base_version else None
         base = gm.version if start is not None else self.base_version
@@ -341,9 +370,12 @@ class AgentCore:
             with lock:
                 return self.buffer.sample(n, self._rng)
 
+        with lock:
+            buffer_counts = self.buffer.class_counts()
         ctx = RoundContext(model=self.model, tensors=tensors, round_index=plan.round_index,
                            seed=self.seed, sample=sample, buffer_len=len(self.buffer),
-                           loss=loss, start_loss=start_loss, num_classes=self.spec.num_classes)
+                           loss=loss, start_loss=start_loss, num_classes=self.spec.num_classes,
+                           buffer_counts=buffer_counts)
         extras: Dict[str, Any] = {}
         for plugin in self.plugins:
             for stat in plugin.statistics(ctx):
@@ -356,6 +388,16 @@ class AgentCore:
                 if stat.extra is not None:
                     extras[stat.extra.KIND] = stat.extra
         return extras
+
+    def report_extras(self, now: float, lock: Optional[ContextManager] = None) -> Dict[str, Any]:
+        """The plug-ins' cheap reports for a telemetry message while no round runs (empty when no
+        method asks for one, or before the first global model)."""
+        if self.global_model is None:
+            return {}
+        with lock if lock is not None else nullcontext():
+            counts = self.buffer.class_counts()
+        ctx = ReportContext(buffer_counts=counts, num_classes=self.spec.num_classes, now_s=float(now))
+        return {extra.KIND: extra for plugin in self.plugins for extra in plugin.report(ctx)}
 
     def complete_round(self, update: Update, measured: RoundMeasurement) -> Update:
         """The round's update as sent: stamped with what the runtime measured, which the clock

@@ -115,15 +115,18 @@ class AgentDaemon:
         tick_s = 1.0
         if self.notifier.watchdog_interval_s:
             tick_s = min(tick_s, self.notifier.watchdog_interval_s)
-        next_telemetry = self._clock()
+        next_telemetry = next_report = self._clock()
         model_wait = ModelWait(self.config.model_wait_warn_s, self.topics.model, self.config.fleet,
                                next_telemetry)
         try:
             while not self._stop.is_set():
                 now = self._clock()
                 model_wait.check(self._counts["models_received"], now)
-                if self.config.telemetry_interval_s > 0 and now >= next_telemetry:
+                # A device told to skip still reports to a scheduler once per round interval.
+                report_due = self.core.skipping and now >= next_report
+                if (self.config.telemetry_interval_s > 0 and now >= next_telemetry) or report_due:
                     next_telemetry = now + self.config.telemetry_interval_s
+                    next_report = now + self.config.round_interval_s
                     self.send_telemetry()
                 if self._threads["train"].is_alive():
                     self.notifier.watchdog()
@@ -307,7 +310,7 @@ class AgentDaemon:
             self._counts["updates_sent"] += sent
 
     def send_telemetry(self) -> bool:
-        """Best-effort (QoS 0) health report; skipped while offline."""
+        """Best-effort (QoS 0) health report, with the plug-ins' reports; skipped while offline."""
         if not self.transport.connected:
             return False
         board = self.dvfs.telemetry()
@@ -315,7 +318,7 @@ class AgentDaemon:
             tel = Telemetry(device_id=self.device_id, time_s=float(self._wall_clock()),
                             buffer_fill=len(self.core.buffer),
                             buffer_capacity=self.core.buffer.capacity, rounds=self.core.rounds,
-                            **board)
+                            extras=self.core.report_extras(self._clock()), **board)
         ok = self.transport.publish(self.telemetry_topic, encode(tel), qos=0)
         if ok:
             self._counts["telemetry_sent"] += 1

@@ -6,9 +6,10 @@ Adding a method's device side: one file here with its plug-in class and settings
 """
 from typing import Any, Dict, List, Mapping, Type
 
-from streamfl.agent.plugins.base import AgentPlugin, Penalty, RoundContext, Statistic
+from streamfl.agent.plugins.base import AgentPlugin, Penalty, ReportContext, RoundContext, Statistic
 from streamfl.agent.plugins.clp import ClpAgentPlugin
 from streamfl.agent.plugins.fedcurv import FedCurvAgentPlugin
+from streamfl.agent.plugins.schedule import ScheduleAgentPlugin
 from streamfl.plugins import build_settings, register_in
 
 #: Registered plug-ins in calling order.
@@ -22,6 +23,7 @@ def register(cls: Type[AgentPlugin]) -> Type[AgentPlugin]:
 
 register(ClpAgentPlugin)
 register(FedCurvAgentPlugin)
+register(ScheduleAgentPlugin)
 
 
 def plugin_configs(settings: Mapping[str, Any]) -> Dict[str, Any]:
@@ -42,4 +44,4 @@ def make_plugins(configs: Mapping[str, Any]) -> List[AgentPlugin]:
 
 
 __all__ = ["PLUGINS", "register", "plugin_configs", "make_plugins", "AgentPlugin", "Penalty",
-           "RoundContext", "Statistic"]
+           "ReportContext", "RoundContext", "Statistic"]

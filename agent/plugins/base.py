@@ -4,12 +4,12 @@ Every registered agent plug-in runs on every board, dormant until the coordinato
 carries its extra (the coordinator decides the fleet's method; a board needs no per-method
 configuration beyond the plug-in's settings). A plug-in sees each accepted global model and the
 commands addressed to the device; it refines the round's hyper-parameters, adds penalty terms to
-the loss, computes round statistics for the update, says whether the learning is in a critical
+the loss, computes round statistics for the update (and cheap reports while the device skips), says whether the learning is in a critical
 period (clock policies follow it) and may veto a round. Hooks are called in the registry's order
 (``streamfl.agent.plugins.PLUGINS``); all default to doing nothing. Hooks do no I/O.
 """
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Optional, Tuple, Type
 
 import numpy as np
@@ -46,6 +46,19 @@ class RoundContext:
     start_loss: Optional[float] = None
     #: Classes of the model (ln of it is a chance-level loss, a scale any model shares).
     num_classes: int = 0
+    #: ``{class: windows}`` the buffer holds after the round (what the next round trains on).
+    buffer_counts: Dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class ReportContext:
+    """What a plug-in may use for a report while the device does not train (no model access:
+    a report costs no backward pass)."""
+
+    #: ``{class: windows}`` the buffer holds.
+    buffer_counts: Dict[int, int]
+    num_classes: int
+    now_s: float
 
 
 @dataclass(frozen=True)
@@ -98,4 +111,9 @@ class AgentPlugin(abc.ABC):
 
     def statistics(self, ctx: RoundContext) -> List[Statistic]:
         """Typed statistics for this round's update (computed after training)."""
+        return []
+
+    def report(self, ctx: ReportContext) -> List[Extra]:
+        """Cheap typed statistics for the telemetry of a device that does not train now (e.g. one
+        told to skip, so a scheduler still sees its data); field-only extras, no tensors."""
         return []
