@@ -15,6 +15,7 @@ from streamfl.coordinator.plugins.clp import ClpProbePlugin
 from streamfl.coordinator.plugins.criticalfl import CriticalFlPlugin
 from streamfl.coordinator.plugins.fedcurv import FedCurvPlugin
 from streamfl.coordinator.plugins.sampling import SamplingPlugin
+from streamfl.coordinator.plugins.schedule import SchedulePlugin
 from streamfl.plugins import build_settings, register_in
 
 #: Registered plug-ins in calling order.
@@ -31,6 +32,7 @@ register(FedCurvPlugin)
 register(CriticalFlPlugin)
 register(SamplingPlugin)
 register(BalancePlugin)
+register(SchedulePlugin)
 
 
 def plugin_configs(settings: Mapping[str, Any], strategy: str) -> Dict[str, Any]:

@@ -6,6 +6,7 @@ at round start has reported (and at least ``min_updates`` did), or once ``deadli
 least ``min_updates``; otherwise the deadline restarts. A device reporting twice in one round
 replaces its earlier update, so fast devices do not count double. With ``clients_per_round`` a round
 closes once that many devices reported; plug-ins (CriticalFL, client sampling) set it as they go.
+A scheduler instead names the devices rounds wait for (``expect``): the online ones among them.
 A round opened before any device was online waits for whoever is online when it is next checked,
 not for the deadline. ``combine`` picks how a round is merged: the weighted ``mean``, or a robust
 ``median`` / ``trimmed_mean`` (``strategies/robust.py``) when some devices may be hostile.
@@ -88,18 +89,31 @@ class FedAvgAggregator(Aggregator):
         self._factors: Dict[str, float] = {}
         #: Devices a round waits for (None: every device online at round start).
         self.clients_per_round: Optional[int] = clients_per_round
+        #: The devices rounds wait for, as a scheduler chose them (None: every online device).
+        self._chosen: Optional[Set[str]] = None
+
+    def expect(self, devices: Optional[Collection[str]]) -> None:
+        """Make rounds wait for ``devices`` (those online) instead of every online device, from the
+        round open now or the next one; None goes back to every online device."""
+        self._chosen = None if devices is None else set(devices)
+        if self.round_start_s is not None:
+            self.expected = self._waited_for()
+
+    def _waited_for(self) -> Set[str]:
+        online = set(self.online_devices())
+        return online if self._chosen is None else online & self._chosen
 
     def _ensure_round(self, version: int, now: float) -> None:
         if self.round_start_s is None or self.round_version != version:
             self.round_start_s = now
             self.round_version = version
-            self.expected = set(self.online_devices())
+            self.expected = self._waited_for()
             self.pending = {}
             self._factors = {}
 
     def _complete(self) -> bool:
         if not self.expected:  # opened before any device was online: wait for who is online now
-            self.expected = set(self.online_devices())
+            self.expected = self._waited_for()
         if len(self.pending) < self.min_updates:
             return False
         if self.clients_per_round is not None and len(self.pending) >= self.clients_per_round:
@@ -152,7 +166,7 @@ class FedAvgAggregator(Aggregator):
         # Deadline passed without enough updates: restart it, waiting for whoever is online now.
         self.deadline_restarts += 1
         self.round_start_s = now
-        self.expected = set(self.online_devices())
+        self.expected = self._waited_for()
         return None
 
     def state(self) -> Dict[str, Any]:
