@@ -288,9 +288,27 @@ class DeviceModel:
         snr = 10.0 ** ((tx_power_dbm - path_loss_db - noise_dbm) / 10.0)
         return spec.bandwidth_hz * math.log2(1.0 + snr)
 
-    def upload_s(self, nbytes: int) -> float:
-        """Seconds to send ``nbytes`` to the coordinator (FedTeddi: t_cm = D_s / R)."""
-        return _bytes(nbytes) * _BITS_PER_BYTE / self.up_bps
+    @property
+    def snr_hz(self) -> Optional[float]:
+        """The uplink's ``P*|H|^2/N0`` in Hz (the rate at bandwidth B is ``B*log2(1 + snr_hz/B)``);
+        None on a fixed-rate channel. A scheduler plans FedTeddi eq. 14's bandwidth from it."""
+        if self.spec.channel != "shannon":
+            return None
+        spec = self.spec
+        path_loss_db = (spec.path_loss_1km_db + 10.0 * spec.path_loss_exponent
+                        * math.log10(spec.distance_m / 1000.0) + self.shadowing_db)
+        return 10.0 ** ((spec.tx_power_dbm - path_loss_db - spec.noise_dbm_per_hz) / 10.0)
+
+    def upload_s(self, nbytes: int, bandwidth_hz: Optional[float] = None) -> float:
+        """Seconds to send ``nbytes`` to the coordinator (FedTeddi: t_cm = D_s / R); on a Shannon
+        channel ``bandwidth_hz`` is a scheduler's grant of the shared band (None: ``bandwidth_hz``
+        of the spec). A zero or non-finite grant is no grant."""
+        if bandwidth_hz is None or self.spec.channel != "shannon":
+            return _bytes(nbytes) * _BITS_PER_BYTE / self.up_bps
+        if not (math.isfinite(bandwidth_hz) and bandwidth_hz > 0):
+            raise ValueError("bandwidth_hz must be a finite number > 0, got %r" % (bandwidth_hz,))
+        rate = bandwidth_hz * math.log2(1.0 + self.snr_hz / bandwidth_hz)
+        return _bytes(nbytes) * _BITS_PER_BYTE / rate
 
     def download_s(self, nbytes: int) -> float:
         """Seconds to receive ``nbytes`` from the coordinator."""

@@ -26,7 +26,7 @@ from streamfl.dvfs.simulated import SimulatedBackend, SimulatedDomain
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.models.evaluation import Evaluator
 from streamfl.protocol.codec import Decoder, encode
-from streamfl.protocol.messages import GlobalModel, Offline
+from streamfl.protocol.messages import GlobalModel, Offline, Telemetry
 from streamfl.sensors.window import Window
 from streamfl.sim.device import DeviceModel, DeviceSpec, make_devices
 from streamfl.sim.events import EventQueue
@@ -69,6 +69,12 @@ class DeviceState:
     lost_rounds: int = 0
     diverged_rounds: int = 0
     latency_s: float = 0.0
+    #: A scheduler's grant of the shared band for the next upload (the ``train`` command's).
+    grant_hz: Optional[float] = None
+    #: Round events of an older generation are void (a ``train`` command started one early).
+    round_gen: int = 0
+    #: When the round in progress finishes computing.
+    busy_until_s: float = 0.0
 
 
 class SimRun:
@@ -122,6 +128,7 @@ class SimRun:
 
     def _device(self, i: int, dev: DeviceModel, stream: Any, policy: str) -> DeviceState:
         T, C, K = self.data.shape
+        radio = {} if dev.snr_hz is None else {"plugins": {"schedule": {"channel_snr_hz": dev.snr_hz}}}
         values = merge({"fleet": FLEET, "device_id": "dev-%03d" % i, "board": dev.profile.name,
                         "model": dataclasses.asdict(self.spec),
                         # The runtime delivers the stream's windows itself: the sensor section only
@@ -129,7 +136,7 @@ class SimRun:
                         "sensor": {"kind": "mqtt", "window_len": T, "channels": C, "num_classes": K},
                         "dvfs": {"backend": "simulated", "board": dev.profile.name, "policy": policy},
                         "seed": self.seed * 100003 + i, "round_interval_s": 1.0, "min_buffer": 32},
-                       self.scenario.agent, self.method.agent, self._lr_agent)
+                       radio, self.scenario.agent, self.method.agent, self._lr_agent)
         cfg = build(AgentConfig, values, "%s: agent" % self.scenario.name)
         agent = AgentCore(cfg, clock=self._now, timer=lambda: 0.0)
         backend = SimulatedBackend([SimulatedDomain(s.name, s.kind, s.levels_khz, clock=self._now)
@@ -148,7 +155,7 @@ class SimRun:
         for i, d in enumerate(self.devices):
             start = d.model.next_available_s(0.0)
             if start is not None and start < self.end_s:
-                q.push(start + offsets[i] * float(d.agent.config.round_interval_s), "round", i)
+                self._next_round(i, start + offsets[i] * float(d.agent.config.round_interval_s))
         q.push(0.0, "eval")
         self._loop()
         self._evaluate(self.end_s, final=True)
@@ -157,15 +164,16 @@ class SimRun:
     def _loop(self) -> None:
         """Pop and handle events up to ``end_s`` (or ``max_aggregations``)."""
         q = self.queue
-        if self.coordinator.config.strategy == "fedavg":
-            q.push(q.now_s + self.scenario.tick_s, "tick")
+        q.push(q.now_s + self.scenario.tick_s, "tick")  # FedAvg's deadline, plug-ins' timers
         limit = self.scenario.max_aggregations
         while len(q):
             if q.peek_time() > self.end_s:
                 break
             ev = q.pop()
             if ev.kind == "round":
-                self._round(ev.payload, ev.time_s)
+                i, gen = ev.payload
+                if gen == self.devices[i].round_gen:
+                    self._round(i, ev.time_s)
             elif ev.kind == "update":
                 self._arrive(ev.time_s, *ev.payload)
             elif ev.kind == "command":
@@ -189,7 +197,7 @@ class SimRun:
                 self._message(Offline(device_id=d.agent.device_id), t)
             nxt = d.model.next_available_s(t)
             if nxt is not None and nxt < self.end_s:
-                self.queue.push(max(nxt, t + 1e-6), "round", i)
+                self._next_round(i, max(nxt, t + 1e-6))
             return
         if not d.online:
             d.online = True
@@ -202,7 +210,8 @@ class SimRun:
         if gm is not None and (d.agent.global_model is None or gm.version > d.agent.global_model.version):
             d.agent.on_global_model(gm)
         if not d.agent.ready(t) or not d.model.participates():
-            self.queue.push(t + interval, "round", i)
+            self._report(d, t)
+            self._next_round(i, t + interval)
             return
         views = tuple(DomainView(dom.name, dom.kind, tuple(dom.levels_khz), dom.current_level())
                       for dom in d.backend.domains)
@@ -222,7 +231,9 @@ class SimRun:
             clock_levels=levels, seconds_per_sample=compute_s / max(1, work),
             energy_j=round(train_j, 6), finished_s=t + compute_s))
         frame = encode(update)
-        upload_s = d.model.upload_s(len(frame))
+        upload_s = d.model.upload_s(len(frame), d.grant_hz)
+        d.grant_hz = None
+        d.busy_until_s = t + compute_s
         gone_s = d.model.next_unavailable_s(t)
         if gone_s is not None and gone_s < t + compute_s + upload_s:
             # It leaves before its update is out: the work until then is spent, the update lost.
@@ -230,14 +241,28 @@ class SimRun:
             d.busy_s += spent_s
             d.train_j += d.model.train_w(levels) * spent_s
             d.lost_rounds += 1
-            self.queue.push(gone_s, "round", i)
+            self._next_round(i, gone_s)
             return
         d.busy_s += compute_s
         d.train_j += train_j
         d.rounds += 1
         d.latency_s += compute_s + upload_s
         self.queue.push(t + compute_s + upload_s, "update", (i, frame, compute_s, upload_s, train_j))
-        self.queue.push(max(t + interval, t + compute_s), "round", i)
+        self._next_round(i, max(t + interval, t + compute_s))
+
+    def _next_round(self, i: int, t: float) -> None:
+        """Queue device ``i``'s next round event (of its current generation)."""
+        self.queue.push(t, "round", (i, self.devices[i].round_gen))
+
+    def _report(self, d: DeviceState, t: float) -> None:
+        """A device that does not train now sends its plug-ins' reports (if any ask for one) in a
+        telemetry message, through the codec, as the daemon does while told to skip."""
+        extras = d.agent.report_extras(t)
+        if extras:
+            self._message(Telemetry(device_id=d.agent.device_id, time_s=float(t),
+                                    buffer_fill=len(d.agent.buffer),
+                                    buffer_capacity=int(d.agent.config.buffer_capacity),
+                                    rounds=d.rounds, extras=extras), t)
 
     def _diverged(self, i: int, d: DeviceState, t: float, levels: Dict[str, int], interval: float,
                   exc: DivergedError) -> None:
@@ -248,10 +273,11 @@ class SimRun:
         d.busy_s += compute_s
         d.train_j += d.model.train_w(levels) * compute_s
         d.diverged_rounds += 1
+        d.busy_until_s = t + compute_s
         log.info("%s: %s", d.agent.device_id, exc)
         self.emit({"event": "diverged", "method": self.method.name, "seed": self.seed,
                    "time_s": round(t, 6), "device_id": d.agent.device_id, "lr": hp["lr"]})
-        self.queue.push(max(t + interval, t + compute_s), "round", i)
+        self._next_round(i, max(t + interval, t + compute_s))
 
     def _arrive(self, t: float, i: int, frame: bytes, compute_s: float, upload_s: float,
                 train_j: float) -> None:
@@ -287,12 +313,27 @@ class SimRun:
     def _command(self, t: float, i: int, frame: bytes) -> None:
         """A command reaches its device through the codec, as over MQTT. A device offline at that
         moment misses it here, where a broker holding the device's persistent session would
-        deliver it on reconnect: plug-ins must not rely on either. A ``train`` command does not
-        start an extra round here: the device's rounds keep their own schedule (the daemon
-        starts one at once)."""
+        deliver it on reconnect: plug-ins must not rely on either. A ``train`` command starts a
+        round at once on a device not computing one, as the daemon does, and its ``bandwidth_hz``
+        (a scheduler's grant of the shared band) sets the next upload's bandwidth."""
         d = self.devices[i]
-        if d.online:
-            d.agent.on_command(self.decoder.decode(frame))
+        if not d.online:
+            return
+        command = self.decoder.decode(frame)
+        d.agent.on_command(command)
+        if command.kind != "train":
+            return
+        grant = command.params.get("bandwidth_hz")
+        ok = isinstance(grant, (int, float)) and not isinstance(grant, bool) and 0 < grant < float("inf")
+        d.grant_hz = float(grant) if ok else None
+        d.agent.take_train_request()
+        if t >= d.busy_until_s:
+            d.round_gen += 1
+            # The daemon starts the round once the model the command names has arrived.
+            wanted = command.params.get("version")
+            arrive_s = [t_pub + d.model.download_s(nbytes) for t_pub, gm, nbytes in self.published
+                        if type(wanted) is int and gm.version >= wanted]
+            self._next_round(i, max([t] + arrive_s[:1]))
 
     def _message(self, msg: Any, t: float) -> None:
         """A status message from a device, through the codec like everything else."""

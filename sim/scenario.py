@@ -101,7 +101,7 @@ class Scenario:
     method_lr: Dict[str, float] = field(default_factory=dict)
     #: Clock policy of every device unless the method sets one.
     dvfs_policy: str = "none"
-    #: Virtual seconds between FedAvg deadline checks.
+    #: Virtual seconds between coordinator ticks (FedAvg's deadline checks, plug-ins' timers).
     tick_s: float = 1.0
 
     def __post_init__(self) -> None:

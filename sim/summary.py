@@ -11,6 +11,8 @@ Definitions the papers leave open, chosen here:
   period's start to the threshold, and the accumulated accuracy gain, the sum over the period's
   evaluations of (accuracy - accuracy at the period's first evaluation) times the evaluation
   interval, in accuracy-seconds (the session paper's "accumulated accuracy gain" as an area);
+  and rounds (aggregations) from the period's first evaluation to the first whose accuracy on the
+  classes seen so far reaches each threshold (FedTeddi's rounds to a target after a new frame);
 - aggregation figures come from the runtime's ``aggregate`` events, one per new version however it
   was made (an update, or FedAvg's deadline): updates merged per version, distinct devices per
   round (mean and histogram) and the staleness of every merged update relative to the version it
@@ -57,8 +59,18 @@ def energy_to(evals: List[Dict[str, Any]], threshold: float) -> Optional[float]:
     return None
 
 
-def period_figures(evals: List[Dict[str, Any]], threshold: float, eval_every_s: float) -> List[Dict[str, Any]]:
-    """Per period: its start, time to ``threshold`` and accumulated accuracy gain."""
+def rounds_to(evals: List[Dict[str, Any]], threshold: float, key: str = "accuracy_seen") -> Optional[int]:
+    """Aggregations from the first of ``evals`` to the first at or above ``threshold`` (by ``key``)."""
+    for e in evals:
+        if e.get(key) is not None and e[key] >= threshold:
+            return int(e["version"]) - int(evals[0]["version"])
+    return None
+
+
+def period_figures(evals: List[Dict[str, Any]], threshold: float, eval_every_s: float,
+                   thresholds: Sequence[float] = ()) -> List[Dict[str, Any]]:
+    """Per period: its start, time to ``threshold`` and accumulated accuracy gain, and the rounds
+    to each of ``thresholds`` in accuracy on the classes seen so far (FedTeddi's per-frame figure)."""
     out: List[Dict[str, Any]] = []
     periods: Dict[int, List[Dict[str, Any]]] = {}
     for e in evals:
@@ -69,7 +81,9 @@ def period_figures(evals: List[Dict[str, Any]], threshold: float, eval_every_s: 
         base = es[0]["accuracy"]
         out.append({"period": p, "start_s": es[0]["time_s"],
                     "time_to_accuracy_s": time_to(es, threshold, es[0]["time_s"]),
-                    "accumulated_gain": round(sum(e["accuracy"] - base for e in es) * eval_every_s, 4)})
+                    "accumulated_gain": round(sum(e["accuracy"] - base for e in es) * eval_every_s, 4),
+                    "rounds_to_seen": {str(t): rounds_to(es, t) for t in thresholds},
+                    "evaluations": len(es), "rounds": int(es[-1]["version"]) - int(es[0]["version"])})
     return out
 
 
@@ -124,7 +138,8 @@ def run_figures(evals: List[Dict[str, Any]], updates: List[Dict[str, Any]], tota
         "idle_s": round(sum(d["idle_s"] for d in totals.values()), 3),
         "round_latency_s": _mean_std([d["round_latency_s"] for d in totals.values()])["mean"],
         "energy_j_per_device": {k: d["energy_j"] for k, d in totals.items()},
-        "periods": period_figures(evals, thresholds[0], eval_every_s) if thresholds else [],
+        "periods": (period_figures(evals, thresholds[0], eval_every_s, thresholds)
+                    if thresholds else []),
     }
     figures.update(aggregation_figures(list(aggregates)))
     cont = continual_figures(evals)

@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the methods as a Markdown table instead of rendering the report")
     report.add_argument("--reference", default="fedasync",
                         help="method the table compares energy and mean accuracy with (default fedasync)")
+    report.add_argument("--frames", metavar="TARGETS", default=None,
+                        help="print rounds to these comma-separated accuracies (on the classes seen "
+                             "so far) after each new-class frame instead, compared with --reference")
     report.add_argument("--log-level", default="WARNING")
     return parser
 
@@ -179,6 +182,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "report":
             from pathlib import Path
 
+            if args.frames:
+                from streamfl.sim.frame_tables import frames_for_run
+                targets = [t.strip() for t in args.frames.split(",") if t.strip()]
+                print(frames_for_run(Path(args.run_dir), targets, args.reference))
+                return 0
             if args.markdown:
                 from streamfl.sim.tables import markdown_for_run
                 print(markdown_for_run(Path(args.run_dir), args.reference))

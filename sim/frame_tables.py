@@ -1,0 +1,110 @@
+"""FedTeddi's figures as Markdown: per method, the rounds (aggregations) from each frame's start to a
+target accuracy on the classes seen so far, the time it took, how many devices a round trained
+and what a round cost, from a run's ``summary.json`` (``streamfl report --frames``).
+
+Rounds are counted at evaluations (every ``eval_every_s``), so they are resolved to the versions
+made between two evaluations. A seed that never reaches the target in a frame is left out of
+that frame's mean and counted in the ``(reached/seeds)`` note; the comparison with the reference
+counts it at the frame's length instead (a lower bound on its rounds).
+"""
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from streamfl.errors import StreamflError
+from streamfl.sim.summary import read_summary
+
+
+def _frames(entry: Dict[str, Any]) -> List[int]:
+    """Frames every seed evaluated at least twice (a run's last evaluation can open a frame)."""
+    seen: Dict[int, List[int]] = {}
+    for run in entry.get("runs", []):
+        for p in run.get("periods", []):
+            seen.setdefault(int(p["period"]), []).append(int(p.get("evaluations", 2)))
+    runs = len(entry.get("runs", []))
+    return sorted(f for f, evals in seen.items() if len(evals) == runs and min(evals) >= 2)
+
+
+def frame_rounds(entry: Dict[str, Any], frame: int, target: str) -> Dict[str, Any]:
+    """Mean rounds to ``target`` in ``frame`` over the seeds that reached it, how many did, and the
+    mean with a seed that never did counted at the frame's length (a lower bound, ``censored``)."""
+    rounds, censored, seeds = [], [], 0
+    for run in entry.get("runs", []):
+        for p in run.get("periods", []):
+            if int(p["period"]) != frame:
+                continue
+            seeds += 1
+            n = (p.get("rounds_to_seen") or {}).get(target)
+            if n is not None:
+                rounds.append(n)
+            censored.append(n if n is not None else p.get("rounds", 0))
+    return {"rounds": float(np.mean(rounds)) if rounds else None,
+            "rounds_std": float(np.std(rounds)) if rounds else None,
+            "censored": float(np.mean(censored)) if censored else None,
+            "reached": len(rounds), "seeds": seeds}
+
+
+def _per_round(entry: Dict[str, Any], key: str) -> Optional[float]:
+    values = [r[key] / r["versions"] for r in entry.get("runs", [])
+              if r.get(key) is not None and r.get("versions")]
+    return float(np.mean(values)) if values else None
+
+
+def frames_table(summary: Dict[str, Any], targets: Sequence[str], reference: Optional[str] = "random",
+                 first_frame: int = 1) -> str:
+    """One row per method: rounds to each target in each frame from ``first_frame`` on; the change
+    in their sum against ``reference`` ("~": some seed never reached a target, counted at its
+    frame's length, so the figure is a bound); devices per round, training joules per round and
+    final accuracy."""
+    methods = summary.get("methods") or {}
+    if not methods:
+        raise StreamflError("the run has no methods to tabulate")
+    frames = sorted({f for e in methods.values() for f in _frames(e) if f >= first_frame})
+    if not frames:
+        raise StreamflError("the run has no frames from %d on (is it a new-class frame scenario?)"
+                            % first_frame)
+    ref = methods.get(reference) if reference else None
+    header = ["method"]
+    for t in targets:
+        header += ["frame %d to %s (rounds)" % (f, t) for f in frames]
+    if ref is not None:
+        header.append("rounds vs `%s`" % reference)
+    header += ["devices per round", "training J per round", "final accuracy"]
+    rows = []
+    for name, entry in methods.items():
+        row = ["`%s`" % name]
+        total = ref_total = 0.0
+        bound = False
+        for t in targets:
+            for f in frames:
+                got = frame_rounds(entry, f, t)
+                if got["rounds"] is None:
+                    row.append("– (0/%d)" % got["seeds"])
+                else:
+                    note = ("" if got["reached"] == got["seeds"]
+                            else " (%d/%d)" % (got["reached"], got["seeds"]))
+                    row.append("%.1f ± %.1f%s" % (got["rounds"], got["rounds_std"], note))
+                total += got["censored"] or 0.0
+                bound |= got["reached"] < got["seeds"]
+                if ref is not None:
+                    ref_got = frame_rounds(ref, f, t)
+                    ref_total += ref_got["censored"] or 0.0
+                    bound |= ref_got["reached"] < ref_got["seeds"]
+        if ref is not None:
+            row.append("–" if ref_total <= 0 else "%s%+.0f%%" % ("~" if bound else "",
+                                                                 100.0 * (total / ref_total - 1.0)))
+        dpr = entry.get("devices_per_round")
+        jpr = _per_round(entry, "train_energy_j")
+        acc, acc_std = entry.get("final_accuracy"), entry.get("final_accuracy_std")
+        row += ["–" if dpr is None else "%.1f" % dpr, "–" if jpr is None else "%.1f" % jpr,
+                "–" if acc is None else "%.3f ± %.3f" % (acc, acc_std or 0.0)]
+        rows.append(row)
+    lines = ["| %s |" % " | ".join(header), "|%s|" % "|".join("---" for _ in header)]
+    lines += ["| %s |" % " | ".join(r) for r in rows]
+    return "\n".join(lines)
+
+
+def frames_for_run(run_dir: Path, targets: Sequence[str], reference: Optional[str] = "random") -> str:
+    """``frames_table`` of the run in ``run_dir``."""
+    return frames_table(read_summary(Path(run_dir) / "summary.json"), targets, reference)
