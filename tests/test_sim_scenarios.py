@@ -93,7 +93,7 @@ def test_scenario_loads_with_its_defaults(path):
     scenario = load_scenario(path)
     assert scenario.name == path.stem
     assert scenario.stream.kind in FAMILIES
-    assert set(scenario.methods) == {"fedasync", "fedavg"}
+    assert set(scenario.methods) & {"fedasync", "fedavg"}, "compare with a baseline by default"
     assert scenario.seeds == 3
     boards = {g.get("board") for g in scenario.devices}
     assert len(boards) >= 2, "mix board profiles so energy figures differ"

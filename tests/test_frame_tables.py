@@ -1,0 +1,52 @@
+"""Per-frame rounds to a target (FedTeddi's figure): the summary's counts and the Markdown table."""
+import json
+
+import pytest
+
+from streamfl.cli import main
+from streamfl.errors import StreamflError
+from streamfl.sim.frame_tables import frame_rounds, frames_table
+from streamfl.sim.summary import period_figures, rounds_to
+
+
+def _evals(points):
+    return [{"time_s": t, "version": v, "accuracy": a, "accuracy_seen": a, "period": p}
+            for t, v, a, p in points]
+
+
+def test_rounds_count_versions_from_the_frames_first_evaluation():
+    evals = _evals([(0, 0, 0.1, 0), (5, 4, 0.6, 0), (10, 9, 0.5, 1), (15, 13, 0.6, 1), (20, 20, 0.8, 1)])
+    assert rounds_to(evals[2:], 0.6) == 4 and rounds_to(evals[2:], 0.9) is None
+    frames = period_figures(evals, 0.6, 5.0, (0.6, 0.7))
+    assert [f["rounds_to_seen"] for f in frames] == [{"0.6": 4, "0.7": None}, {"0.6": 4, "0.7": 11}]
+    assert [(f["evaluations"], f["rounds"]) for f in frames] == [(2, 4), (3, 11)]
+
+
+def _summary(rounds_by_method, span=30):
+    def run(rounds):
+        return {"periods": [{"period": 0, "rounds_to_seen": {"0.7": 1}, "evaluations": 5, "rounds": span},
+                            {"period": 1, "rounds_to_seen": {"0.7": rounds}, "evaluations": 5, "rounds": span},
+                            {"period": 2, "rounds_to_seen": {}, "evaluations": 1, "rounds": 0}],
+                "train_energy_j": 100.0, "versions": 50}
+    return {"methods": {m: {"runs": [run(r) for r in rs], "devices_per_round": 4.0,
+                            "final_accuracy": 0.8, "final_accuracy_std": 0.01}
+                        for m, rs in rounds_by_method.items()}}
+
+
+def test_the_table_compares_rounds_and_bounds_a_target_never_reached():
+    summary = _summary({"random": [20, 20], "fedteddi": [10, 12], "slow": [None, 10]})
+    assert frame_rounds(summary["methods"]["slow"], 1, "0.7") == {
+        "rounds": 10.0, "rounds_std": 0.0, "censored": 20.0, "reached": 1, "seeds": 2}
+    table = frames_table(summary, ["0.7"], "random")
+    lines = {line.split(" | ")[0]: line for line in table.splitlines()}
+    assert "frame 2" not in table and "frame 0" not in table  # one evaluation; before the first new data
+    assert "11.0 ± 1.0" in lines["| `fedteddi`"] and "-45%" in lines["| `fedteddi`"]
+    assert "10.0 ± 0.0 (1/2)" in lines["| `slow`"] and "~+0%" in lines["| `slow`"]
+    assert "2.0" in lines["| `random`"]  # training joules per round
+
+
+def test_a_run_without_frames_is_an_error(tmp_path):
+    with pytest.raises(StreamflError):
+        frames_table({"methods": {"a": {"runs": [{"periods": []}]}}}, ["0.7"])
+    (tmp_path / "summary.json").write_text(json.dumps(_summary({"random": [20]})))
+    assert main(["report", str(tmp_path), "--frames", "0.7"]) == 0
