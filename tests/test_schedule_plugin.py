@@ -296,3 +296,15 @@ def test_schedule_config_defaults_take_the_fedavg_deadline():
     assert plugin(c).deadline_s == 1.0
     assert plugin(core(deadline_s=0.8)).deadline_s == 0.8
     assert isinstance(plugin(c).config, ScheduleConfig)
+
+
+def test_one_device_cannot_set_the_class_weights_or_the_shares_alone():
+    c = core(policy="fedteddi")
+    for i, d in enumerate(DEVICES):
+        big = d == "d5"
+        update(c, d, [4000000, 4, 0, 0] if big else [4, 4, 0, 0], 1.0 + 0.01 * i,
+               class_grad_norms=(1e300 if big else 1.0 + 0.1 * i, 0.5, 0.0, 0.0))
+    p = plugin(c)
+    assert p.L[0] <= 10 * 1.25  # ten times the median of the fresh reports, not 1e300
+    cand = p._candidates(sorted(DEVICES))
+    assert cand.samples.max() <= 10 * 8

@@ -22,8 +22,11 @@ next choice re-commands them). A choice is made when the last one's devices have
 (FedAvg: the round closed; FedAsync: the invited cohort is back) or ``timeout_factor`` deadlines
 after it. Under FedAvg rounds wait for the chosen devices only (``FedAvgAggregator.expect``).
 
-What a report says is not trusted beyond its types: counts must match the model's classes, and a
-device's reports can only change whether that device itself is chosen and the weights of eq. 18.
+What a report says is not trusted beyond its types: counts must match the model's classes, a
+device's sample count and class norms count for at most MEDIAN_BOUND times the fleet's median, and
+a device's reports change only whether it is chosen and, that bounded, the weights of eq. 18 and
+the shares a_n. A device that claims a new frame every round keeps lambda_k near lambda0 for the
+fleet (the drift term stays on); that is not guarded.
 """
 import logging
 import math
@@ -100,6 +103,24 @@ class ScheduleConfig:
             raise ValueError("headroom must be in [0, 1), got %r" % (self.headroom,))
         if self.sigma is not None and not (math.isfinite(self.sigma) and self.sigma >= 0):
             raise ValueError("sigma must be finite and >= 0, got %r" % (self.sigma,))
+
+
+#: A report counts for at most this many times the fleet's median (sample counts, class norms):
+#: eq. 18's max and the sample shares a_n would otherwise follow one device's claim.
+MEDIAN_BOUND = 10.0
+
+
+def _bounded(values: np.ndarray) -> np.ndarray:
+    """``values`` clipped to MEDIAN_BOUND times their median over the positive ones (3 or more)."""
+    positive = values[values > 0]
+    if positive.size < 3:
+        return values
+    return np.minimum(values, MEDIAN_BOUND * float(np.median(positive)))
+
+
+def _bounded_rows(rows: np.ndarray) -> np.ndarray:
+    """Each class's column of ``rows`` [S, C] bounded as in ``_bounded``."""
+    return np.stack([_bounded(rows[:, c]) for c in range(rows.shape[1])], axis=1) if rows.size else rows
 
 
 @dataclass
@@ -215,7 +236,8 @@ class SchedulePlugin(CoordinatorPlugin):
         p_prev = np.array([r.stats.prev_counts for r in rows], dtype=np.float64)
         num_classes = p_now.shape[1]
         fresh = [r.stats.class_grad_norms for r in rows if r.fresh_norms and r.stats.class_grad_norms]
-        self.L = class_weights(num_classes, np.array(fresh) if fresh else None, previous=self.L)
+        self.L = class_weights(num_classes, _bounded_rows(np.array(fresh)) if fresh else None,
+                               previous=self.L)
         for r in rows:
             r.fresh_norms = False
 
@@ -237,7 +259,7 @@ class SchedulePlugin(CoordinatorPlugin):
         else:
             cost[np.isfinite(latency) & (latency > self.deadline_s)] = np.inf
         return Candidates(device_ids=tuple(ids), p_now=p_now, p_prev=p_prev,
-                          samples=p_now.sum(axis=1), L=self.L, cost=cost,
+                          samples=_bounded(p_now.sum(axis=1)), L=self.L, cost=cost,
                           grad_norm=column([r.stats.grad_norm for r in rows]),
                           loss=column([r.stats.loss for r in rows]), snr_hz=snr, latency_s=latency)
 
