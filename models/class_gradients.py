@@ -13,7 +13,9 @@ import torch
 from torch import nn
 from torch.nn import functional as nnf
 
-from streamfl.models.fisher import ArrayLike, _as_input, _eval, _restore, _rnn_backward_ok, _trainable
+from streamfl.models.grads import (
+    ArrayLike, as_input, eval_modes, restore_modes, rnn_backward_ok, trainable_parameters,
+)
 
 
 @dataclass(frozen=True)
@@ -46,17 +48,17 @@ def gradient_stats(model: nn.Module, X: ArrayLike, y: np.ndarray, num_classes: i
     (the spread a minibatch of the same class mix has), not the spread between classes, which the
     class norms already carry.
     """
-    params = _trainable(model)
-    xb = _as_input(model, X)
+    params = trainable_parameters(model)
+    xb = as_input(model, X)
     yb = torch.as_tensor(np.asarray(y, dtype=np.int64), device=xb.device)
     n = int(yb.shape[0])
     if n == 0:
         raise ValueError("gradient_stats needs at least one window")
     if int(yb.min()) < 0 or int(yb.max()) >= num_classes:
         raise ValueError("labels outside 0..%d" % (num_classes - 1))
-    modes = _eval(model)
+    modes = eval_modes(model)
     try:
-        with torch.enable_grad(), _rnn_backward_ok(xb):
+        with torch.enable_grad(), rnn_backward_ok(xb):
             norms = np.zeros(num_classes)
             halves: List[Optional[torch.Tensor]] = [None, None]
             sizes = [0, 0]
@@ -80,4 +82,4 @@ def gradient_stats(model: nn.Module, X: ArrayLike, y: np.ndarray, num_classes: i
                 variance = float(diff.pow(2).sum() / (1.0 / sizes[0] + 1.0 / sizes[1]))
         return GradientStats(tuple(float(v) for v in norms), variance, float(total.norm()) / n)
     finally:
-        _restore(model, modes)
+        restore_modes(model, modes)

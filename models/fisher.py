@@ -5,14 +5,15 @@ true ones (DESIGN.md section 8). ``fisher_trace`` estimates it with one forward 
 pass; ``fisher_trace_exact`` enumerates every sample and class (slow; for tests and small models).
 ``fisher_diagonal`` is the per-parameter diagonal FedCurv and ST-EWC weigh their penalties with.
 """
-import contextlib
-from typing import Dict, List, Optional, Union
+from typing import Dict, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
-ArrayLike = Union[torch.Tensor, np.ndarray]
+from streamfl.models.grads import (
+    ArrayLike, as_input, eval_modes, restore_modes, rnn_backward_ok, trainable_parameters,
+)
 
 
 def fisher_trace(model: nn.Module, X: ArrayLike, num_samples: Optional[int] = None,
@@ -33,8 +34,8 @@ def fisher_trace(model: nn.Module, X: ArrayLike, num_samples: Optional[int] = No
     ``.grad`` and any optimizer state are left exactly as they were. The same ``generator`` state
     gives the same value.
     """
-    params = _trainable(model)
-    xb = _as_input(model, X)
+    params = trainable_parameters(model)
+    xb = as_input(model, X)
     n = xb.shape[0]
     if num_samples is not None:
         if int(num_samples) < 1:
@@ -43,9 +44,9 @@ def fisher_trace(model: nn.Module, X: ArrayLike, num_samples: Optional[int] = No
             idx = torch.randperm(n, generator=generator)[:int(num_samples)]
             xb = xb[idx.to(xb.device)]
     batch = xb.shape[0]
-    modes = _eval(model)
+    modes = eval_modes(model)
     try:
-        with torch.enable_grad(), _rnn_backward_ok(xb):
+        with torch.enable_grad(), rnn_backward_ok(xb):
             log_p = torch.log_softmax(model(xb), dim=1)
             probs = log_p.detach().exp().to("cpu", torch.float64)
             yhat = torch.multinomial(probs, 1, generator=generator).to(xb.device)
@@ -53,7 +54,7 @@ def fisher_trace(model: nn.Module, X: ArrayLike, num_samples: Optional[int] = No
             grads = torch.autograd.grad(total, params, allow_unused=True)
         return float(_sq_norm(grads)) / batch
     finally:
-        _restore(model, modes)
+        restore_modes(model, modes)
 
 
 def fisher_trace_exact(model: nn.Module, X: ArrayLike) -> float:
@@ -61,12 +62,12 @@ def fisher_trace_exact(model: nn.Module, X: ArrayLike) -> float:
 
     The reference ``fisher_trace`` is tested against; far too slow for a device's round.
     """
-    params = _trainable(model)
-    xb = _as_input(model, X)
-    modes = _eval(model)
+    params = trainable_parameters(model)
+    xb = as_input(model, X)
+    modes = eval_modes(model)
     total = 0.0
     try:
-        with torch.enable_grad(), _rnn_backward_ok(xb):
+        with torch.enable_grad(), rnn_backward_ok(xb):
             for i in range(xb.shape[0]):
                 log_p = torch.log_softmax(model(xb[i:i + 1]), dim=1)[0]
                 probs = log_p.detach().exp()
@@ -75,7 +76,7 @@ def fisher_trace_exact(model: nn.Module, X: ArrayLike) -> float:
                                                 allow_unused=True)
                     total += float(probs[c]) * float(_sq_norm(grads))
     finally:
-        _restore(model, modes)
+        restore_modes(model, modes)
     return total / xb.shape[0]
 
 
@@ -91,8 +92,8 @@ def fisher_diagonal(model: nn.Module, X: ArrayLike, y: ArrayLike, num_samples: O
     model runs in eval mode, modes and ``.grad`` are left as they were.
     """
     names = [name for name, p in model.named_parameters() if p.requires_grad]
-    params = _trainable(model)
-    xb = _as_input(model, X)
+    params = trainable_parameters(model)
+    xb = as_input(model, X)
     yb = torch.as_tensor(np.asarray(y), dtype=torch.int64).to(xb.device)
     if yb.shape[0] != xb.shape[0]:
         raise ValueError("X has %d windows but y %d labels" % (xb.shape[0], yb.shape[0]))
@@ -102,16 +103,16 @@ def fisher_diagonal(model: nn.Module, X: ArrayLike, y: ArrayLike, num_samples: O
         idx = torch.randperm(xb.shape[0], generator=generator)[:int(num_samples)].to(xb.device)
         xb, yb = xb[idx], yb[idx]
     sums = [torch.zeros_like(p, dtype=torch.float64) for p in params]
-    modes = _eval(model)
+    modes = eval_modes(model)
     try:
-        with torch.enable_grad(), _rnn_backward_ok(xb):
+        with torch.enable_grad(), rnn_backward_ok(xb):
             for i in range(xb.shape[0]):
                 log_p = torch.log_softmax(model(xb[i:i + 1]), dim=1)[0, yb[i]]
                 for acc, g in zip(sums, torch.autograd.grad(log_p, params, allow_unused=True)):
                     if g is not None:
                         acc += g.detach().double().pow(2)
     finally:
-        _restore(model, modes)
+        restore_modes(model, modes)
     n = float(xb.shape[0])
     out = {name: (acc / n).to("cpu", torch.float32).numpy() for name, acc in zip(names, sums)}
     # Frozen tensors get a zero diagonal, so the result always covers the whole state dict.
@@ -120,43 +121,5 @@ def fisher_diagonal(model: nn.Module, X: ArrayLike, y: ArrayLike, num_samples: O
     return out
 
 
-def _trainable(model: nn.Module) -> List[nn.Parameter]:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("model has no trainable parameters")
-    return params
-
-
-def _as_input(model: nn.Module, X: ArrayLike) -> torch.Tensor:
-    """``X`` as a tensor on the model's device and in its floating dtype, at least one window."""
-    ref = next(model.parameters())
-    xb = torch.as_tensor(X).to(device=ref.device, dtype=ref.dtype)
-    if xb.dim() < 2 or xb.shape[0] < 1:
-        raise ValueError("X must hold at least one window, got shape %s" % (tuple(xb.shape),))
-    return xb
-
-
 def _sq_norm(grads) -> torch.Tensor:
     return sum(g.detach().double().pow(2).sum() for g in grads if g is not None)
-
-
-def _eval(model: nn.Module) -> Dict[nn.Module, bool]:
-    """Switch to eval mode, returning each module's mode (restoring ``model.training`` alone would
-    flatten a deliberately mixed train/eval setup)."""
-    modes = {m: m.training for m in model.modules()}
-    model.eval()
-    return modes
-
-
-def _restore(model: nn.Module, modes: Dict[nn.Module, bool]) -> None:
-    for m, training in modes.items():
-        m.training = training
-
-
-def _rnn_backward_ok(xb: torch.Tensor):
-    """cuDNN refuses an RNN backward in eval mode; fall back to the native kernels on GPU only."""
-    if xb.device.type != "cuda":
-        return contextlib.nullcontext()
-    cudnn = torch.backends.cudnn
-    return cudnn.flags(enabled=False, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
-                       allow_tf32=cudnn.allow_tf32)
