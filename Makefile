@@ -84,36 +84,42 @@ eval-adaclp: $(STAMP)
 	$(BIN)/python bench/bench_dvfs_oracle.py > runs/eval/bench_dvfs_oracle.json
 
 # FedTeddi (fedteddi.txt sec. V): the paper's CIFAR-10 frames (classes 0-5, then 12 of 30 devices
-# gain one of 6-9), 3 seeds: every scheduling method at T_max = 1 s on digits; FedTeddi, ours,
+# gain one of 6-9), 3 seeds: every scheduling method at T_max = 1 s on digits (FedAvg rounds);
+# FedTeddi composed with AdaCLP beside AdaCLP and FedAsync (FedAsync cohorts); FedTeddi, ours,
 # random, FedCGD and pure drift (the best baseline on digits) on MNIST-5k and the smartwatch data;
 # T_max 0.8 / 1.2 s on digits for FedTeddi, ours, random and FedCGD (about 90 min on 2 cores in all;
 # each part is a file target, so an interrupted run resumes). The band is the paper's 20 MHz scaled
 # by each model's size against the paper's CNN (558,418 parameters): cnn1d on digits 12,266, mlp on
 # MNIST 55,050, cnn1d on the watch 11,751 (docs/results.md).
 TEDDI := configs/scenarios/fedteddi-new-classes.yaml
-TEDDI_METHODS := fedteddi,fedteddi-fill,random,best-channel,best-norm,power-of-choice,pure-drift,fedcbs,fedcgd,fedteddi+adaclp
+TEDDI_METHODS := fedteddi,fedteddi-fill,random,best-channel,best-norm,power-of-choice,pure-drift,fedcbs,fedcgd
+TEDDI_ASYNC := fedteddi+adaclp,adaclp,fedasync
 TEDDI_CORE := fedteddi,fedteddi-fill,random,fedcgd,pure-drift
 TEDDI_SWEEP := fedteddi,fedteddi-fill,random,fedcgd
 TEDDI_SIM = $(SIM) $(TEDDI) --seeds 3 --duration 120 --set stream.params.new_frames=1
-TEDDI_FRAMES = $(BIN)/streamfl report $(1) --frames 0.6,0.7 --reference random > $(1)/frames.md
+TEDDI_FRAMES = $(BIN)/streamfl report $(1) --frames 0.5,0.6 --reference $(if $(3),$(3),random) \
+	--methods $(2) > $(1)/frames.md
 TEDDI_OUT := runs/eval/teddi-digits-1.0 runs/eval/teddi-mnist-1.0 runs/eval/teddi-watch-1.0 \
-	runs/eval/teddi-digits-0.8 runs/eval/teddi-digits-1.2
+	runs/eval/teddi-digits-0.8 runs/eval/teddi-digits-1.2 runs/eval/teddi-digits-async
 eval-fedteddi: $(addsuffix /frames.md,$(TEDDI_OUT))
 runs/eval/teddi-digits-1.0/frames.md: $(STAMP)
 	$(TEDDI_SIM) --methods $(TEDDI_METHODS) --out $(@D)
-	$(call TEDDI_FRAMES,$(@D))
+	$(call TEDDI_FRAMES,$(@D),$(TEDDI_METHODS))
+runs/eval/teddi-digits-async/frames.md: $(STAMP)
+	$(TEDDI_SIM) --methods $(TEDDI_ASYNC) --out $(@D)
+	$(call TEDDI_FRAMES,$(@D),$(TEDDI_ASYNC),fedasync)
 runs/eval/teddi-mnist-1.0/frames.md: $(STAMP)
 	$(TEDDI_SIM) --methods $(TEDDI_CORE) --set data.dataset=mnist --set model.name=mlp \
 	  --set plugins.schedule.total_bandwidth_hz=1.97e6 --out $(@D)
-	$(call TEDDI_FRAMES,$(@D))
+	$(call TEDDI_FRAMES,$(@D),$(TEDDI_CORE))
 runs/eval/teddi-watch-1.0/frames.md: $(STAMP)
 	$(TEDDI_SIM) --methods $(TEDDI_CORE) --set data.dataset=watch \
 	  --set plugins.schedule.total_bandwidth_hz=4.2e5 --out $(@D)
-	$(call TEDDI_FRAMES,$(@D))
+	$(call TEDDI_FRAMES,$(@D),$(TEDDI_CORE))
 runs/eval/teddi-digits-%/frames.md: $(STAMP)
 	$(TEDDI_SIM) --methods $(TEDDI_SWEEP) --set coordinator.fedavg.deadline_s=$* \
 	  --set plugins.schedule.deadline_s=$* --out $(@D)
-	$(call TEDDI_FRAMES,$(@D))
+	$(call TEDDI_FRAMES,$(@D),$(TEDDI_SWEEP))
 
 # Re-record the simulator figures tests/test_golden_sim.py holds every method to (seed 0, two short
 # scenarios); only after a deliberate behaviour change, said in the commit.

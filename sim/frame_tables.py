@@ -16,12 +16,14 @@ from streamfl.errors import StreamflError
 from streamfl.sim.summary import read_summary
 
 
-def _frames(entry: Dict[str, Any]) -> List[int]:
-    """Frames every seed evaluated at least twice (a run's last evaluation can open a frame)."""
+def _frames(entry: Dict[str, Any], end_s: float) -> List[int]:
+    """Frames every seed evaluated at least twice, starting before ``end_s`` (a run's last
+    evaluation can open a frame)."""
     seen: Dict[int, List[int]] = {}
     for run in entry.get("runs", []):
         for p in run.get("periods", []):
-            seen.setdefault(int(p["period"]), []).append(int(p.get("evaluations", 2)))
+            if float(p.get("start_s", 0.0)) < end_s:
+                seen.setdefault(int(p["period"]), []).append(int(p.get("evaluations", 2)))
     runs = len(entry.get("runs", []))
     return sorted(f for f, evals in seen.items() if len(evals) == runs and min(evals) >= 2)
 
@@ -52,19 +54,21 @@ def _per_round(entry: Dict[str, Any], key: str) -> Optional[float]:
 
 
 def frames_table(summary: Dict[str, Any], targets: Sequence[str], reference: Optional[str] = "random",
-                 first_frame: int = 1) -> str:
+                 first_frame: int = 1, methods: Optional[Sequence[str]] = None) -> str:
     """One row per method: rounds to each target in each frame from ``first_frame`` on; the change
     in their sum against ``reference`` ("~": some seed never reached a target, counted at its
     frame's length, so the figure is a bound); devices per round, training joules per round and
     final accuracy."""
-    methods = summary.get("methods") or {}
+    every = summary.get("methods") or {}
+    methods = every if methods is None else {m: every[m] for m in methods if m in every}
     if not methods:
         raise StreamflError("the run has no methods to tabulate")
-    frames = sorted({f for e in methods.values() for f in _frames(e) if f >= first_frame})
+    end_s = float(summary.get("duration_s") or float("inf"))
+    frames = sorted({f for e in methods.values() for f in _frames(e, end_s) if f >= first_frame})
     if not frames:
         raise StreamflError("the run has no frames from %d on (is it a new-class frame scenario?)"
                             % first_frame)
-    ref = methods.get(reference) if reference else None
+    ref = every.get(reference) if reference else None
     header = ["method"]
     for t in targets:
         header += ["frame %d to %s (rounds)" % (f, t) for f in frames]
@@ -105,6 +109,8 @@ def frames_table(summary: Dict[str, Any], targets: Sequence[str], reference: Opt
     return "\n".join(lines)
 
 
-def frames_for_run(run_dir: Path, targets: Sequence[str], reference: Optional[str] = "random") -> str:
-    """``frames_table`` of the run in ``run_dir``."""
-    return frames_table(read_summary(Path(run_dir) / "summary.json"), targets, reference)
+def frames_for_run(run_dir: Path, targets: Sequence[str], reference: Optional[str] = "random",
+                   methods: Optional[Sequence[str]] = None) -> str:
+    """``frames_table`` of the run in ``run_dir`` (``methods``: those rows only, in that order)."""
+    return frames_table(read_summary(Path(run_dir) / "summary.json"), targets, reference,
+                        methods=methods)

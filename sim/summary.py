@@ -83,7 +83,8 @@ def period_figures(evals: List[Dict[str, Any]], threshold: float, eval_every_s: 
                     "time_to_accuracy_s": time_to(es, threshold, es[0]["time_s"]),
                     "accumulated_gain": round(sum(e["accuracy"] - base for e in es) * eval_every_s, 4),
                     "rounds_to_seen": {str(t): rounds_to(es, t) for t in thresholds},
-                    "evaluations": len(es), "rounds": int(es[-1]["version"]) - int(es[0]["version"])})
+                    "evaluations": len({e["time_s"] for e in es}),
+                    "rounds": int(es[-1]["version"]) - int(es[0]["version"])})
     return out
 
 

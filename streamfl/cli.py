@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--frames", metavar="TARGETS", default=None,
                         help="print rounds to these comma-separated accuracies (on the classes seen "
                              "so far) after each new-class frame instead, compared with --reference")
+    report.add_argument("--methods", default=None,
+                        help="with --frames: only these comma-separated methods' rows, in this order")
     report.add_argument("--log-level", default="WARNING")
     return parser
 
@@ -185,7 +187,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             if args.frames:
                 from streamfl.sim.frame_tables import frames_for_run
                 targets = [t.strip() for t in args.frames.split(",") if t.strip()]
-                print(frames_for_run(Path(args.run_dir), targets, args.reference))
+                rows = [m.strip() for m in args.methods.split(",")] if args.methods else None
+                print(frames_for_run(Path(args.run_dir), targets, args.reference, rows))
                 return 0
             if args.markdown:
                 from streamfl.sim.tables import markdown_for_run

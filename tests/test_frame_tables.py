@@ -43,6 +43,9 @@ def test_the_table_compares_rounds_and_bounds_a_target_never_reached():
     assert "11.0 ± 1.0" in lines["| `fedteddi`"] and "-45%" in lines["| `fedteddi`"]
     assert "10.0 ± 0.0 (1/2)" in lines["| `slow`"] and "~+0%" in lines["| `slow`"]
     assert "2.0" in lines["| `random`"]  # training joules per round
+    only = frames_table(dict(summary, duration_s=100.0), ["0.7"], "random", methods=["fedteddi"])
+    rows = [line for line in only.splitlines() if line.startswith("| `")]
+    assert len(rows) == 1 and rows[0].startswith("| `fedteddi`") and "-45%" in rows[0]
 
 
 def test_a_run_without_frames_is_an_error(tmp_path):

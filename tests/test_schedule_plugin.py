@@ -308,3 +308,15 @@ def test_one_device_cannot_set_the_class_weights_or_the_shares_alone():
     assert p.L[0] <= 10 * 1.25  # ten times the median of the fresh reports, not 1e300
     cand = p._candidates(sorted(DEVICES))
     assert cand.samples.max() <= 10 * 8
+
+
+def test_when_nobody_meets_the_deadline_one_device_trains_with_the_whole_band():
+    c = core(policy="random", total_bandwidth_hz=400.0)
+    step = None
+    for i, d in enumerate(DEVICES):
+        step = c.on_message(make_update(SPEC, device_id=d, base_version=c.version,
+                                        class_counts={0: 4}, seconds_per_sample=1.0,  # 8 s rounds
+                                        extras={"schedule_stats": stats([4, 0, 0, 0], snr_hz=1e9)}),
+                            1.0 + 0.01 * i)
+    trains = [cmd for cmd in commands(step).values() if cmd.kind == "train"]
+    assert len(trains) == 1 and trains[0].params["bandwidth_hz"] == 400.0

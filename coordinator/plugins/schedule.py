@@ -18,7 +18,8 @@ the round's place in its frame (k since the last device reported a new frame, ou
   never measured is.
 
 The chosen get ``train``, the other online devices ``skip`` (``skip_rounds`` round intervals; the
-next choice re-commands them). A choice is made when the last one's devices have all reported
+next choice re-commands them). When no device can meet the deadline (slow clocks, bad links), the
+policy picks one device with the whole band rather than stall the fleet. A choice is made when the last one's devices have all reported
 (FedAvg: the round closed; FedAsync: the invited cohort is back) or ``timeout_factor`` deadlines
 after it. Under FedAvg rounds wait for the chosen devices only (``FedAvgAggregator.expect``).
 
@@ -287,9 +288,21 @@ class SchedulePlugin(CoordinatorPlugin):
                         max_devices=self.config.max_devices)
         info = RoundInfo(k=self.frame_round, K=self.config.frame_rounds, sigma=self._sigma(),
                          batch=self.config.batch)
-        chosen = [ids[int(i)] for i in self.policy.select(cand, budget, info)]
-        chosen_set = set(chosen)
+        picks = self.policy.select(cand, budget, info)
         grants = {ids[i]: float(cand.cost[i]) for i in range(len(ids))}
+        if len(picks) == 0 and cand.holds_data().any():
+            # Nobody meets T_max (slow clocks, a bad link): one device, the policy's pick with the
+            # band to itself, rather than a fleet that stops learning.
+            free = Candidates(cand.device_ids, cand.p_now, cand.p_prev, cand.samples, cand.L,
+                              np.zeros(len(ids)), cand.grad_norm, cand.loss, cand.snr_hz,
+                              cand.latency_s)
+            picks = self.policy.select(free, Budget(max_devices=1), info)
+            for i in picks:
+                grants[ids[int(i)]] = float(total) if total is not None else 0.0
+            log.warning("schedule: no device meets the %.3g s deadline; %s trains alone",
+                        self.deadline_s, ", ".join(ids[int(i)] for i in picks) or "nobody")
+        chosen = [ids[int(i)] for i in picks]
+        chosen_set = set(chosen)
         for device_id in online:
             if device_id in chosen_set:
                 params: Dict[str, Any] = {"rounds": 1, "then_skip": self.config.skip_rounds,
