@@ -87,7 +87,8 @@ eval-adaclp: $(STAMP)
 # gain one of 6-9), 3 seeds: every scheduling method at T_max = 1 s on digits (FedAvg rounds);
 # FedTeddi composed with AdaCLP beside AdaCLP and FedAsync (FedAsync cohorts); FedTeddi, ours,
 # random, FedCGD and pure drift (the best baseline on digits) on MNIST-5k and the smartwatch data;
-# T_max 0.8 / 1.2 s on digits for FedTeddi, ours, random and FedCGD (about 90 min on 2 cores in all;
+# T_max 0.8 / 1.2 s on digits for FedTeddi, ours, random and FedCGD; FedTeddi with eq. 17's sigma
+# at 10 and 100 (about 100 min on 2 cores in all;
 # each part is a file target, so an interrupted run resumes). The band is the paper's 20 MHz scaled
 # by each model's size against the paper's CNN (558,418 parameters): cnn1d on digits 12,266, mlp on
 # MNIST 55,050, cnn1d on the watch 11,751 (docs/results.md).
@@ -100,7 +101,8 @@ TEDDI_SIM = $(SIM) $(TEDDI) --seeds 3 --duration 120 --set stream.params.new_fra
 TEDDI_FRAMES = $(BIN)/streamfl report $(1) --frames 0.5,0.6 --reference $(if $(3),$(3),random) \
 	--methods $(2) > $(1)/frames.md
 TEDDI_OUT := runs/eval/teddi-digits-1.0 runs/eval/teddi-mnist-1.0 runs/eval/teddi-watch-1.0 \
-	runs/eval/teddi-digits-0.8 runs/eval/teddi-digits-1.2 runs/eval/teddi-digits-async
+	runs/eval/teddi-digits-0.8 runs/eval/teddi-digits-1.2 runs/eval/teddi-digits-async \
+	runs/eval/teddi-digits-sigma-10 runs/eval/teddi-digits-sigma-100
 eval-fedteddi: $(addsuffix /frames.md,$(TEDDI_OUT))
 runs/eval/teddi-digits-1.0/frames.md: $(STAMP)
 	$(TEDDI_SIM) --methods $(TEDDI_METHODS) --out $(@D)
@@ -116,6 +118,10 @@ runs/eval/teddi-watch-1.0/frames.md: $(STAMP)
 	$(TEDDI_SIM) --methods $(TEDDI_CORE) --set data.dataset=watch \
 	  --set plugins.schedule.total_bandwidth_hz=4.2e5 --out $(@D)
 	$(call TEDDI_FRAMES,$(@D),$(TEDDI_CORE))
+# What eq. 17's stop rule does with a larger gradient-noise scale than the devices report.
+runs/eval/teddi-digits-sigma-%/frames.md: $(STAMP)
+	$(TEDDI_SIM) --methods fedteddi --set plugins.schedule.sigma=$* --out $(@D)
+	$(call TEDDI_FRAMES,$(@D),fedteddi)
 runs/eval/teddi-digits-%/frames.md: $(STAMP)
 	$(TEDDI_SIM) --methods $(TEDDI_SWEEP) --set coordinator.fedavg.deadline_s=$* \
 	  --set plugins.schedule.deadline_s=$* --out $(@D)
