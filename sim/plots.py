@@ -144,8 +144,8 @@ def _draw_band(ax, band, color, label: str, scale: float = 1.0) -> None:
 
 def plot_accuracy_curves(evals, methods: List[str], x_key: str, out_path: Path,
                          thresholds: Sequence[float] = ()) -> Optional[Path]:
-    """Accuracy (and accuracy on classes seen, when recorded) against ``time_s`` or ``energy_j``;
-    ``evals``: eval events by method, then seed."""
+    """Accuracy (and accuracy on classes seen, when recorded) against ``time_s``, ``version``
+    (rounds: aggregations) or ``energy_j``; ``evals``: eval events by method, then seed."""
     y_keys = ["accuracy"]
     if any(r.get("accuracy_seen") is not None for s in evals.values() for rs in s.values() for r in rs):
         y_keys.append("accuracy_seen")
@@ -160,7 +160,7 @@ def plot_accuracy_curves(evals, methods: List[str], x_key: str, out_path: Path,
                 bands[method, y_key] = band
     if not bands:
         return None
-    scale, unit = 1.0, "s" if x_key == "time_s" else "J"
+    scale, unit = 1.0, {"time_s": "s", "version": "aggregations"}.get(x_key, "J")
     if x_key == "energy_j" and max(float(b[0][-1]) for b in bands.values()) >= 1e4:
         scale, unit = 1000.0, "kJ"
     fig = _new_figure(6.5 * len(y_keys), 4.2)
@@ -171,14 +171,15 @@ def plot_accuracy_curves(evals, methods: List[str], x_key: str, out_path: Path,
                 _draw_band(ax, bands[method, y_key], TAB10[i % 10], method, scale)
         for th in thresholds:
             ax.axhline(th, color="grey", linestyle=":", linewidth=0.8)
-        ax.set_xlabel(("virtual time (%s)" if x_key == "time_s" else "fleet energy (%s)") % unit)
+        ax.set_xlabel({"time_s": "virtual time (%s)", "version": "rounds (%s)"}.get(
+            x_key, "fleet energy (%s)") % unit)
         ax.set_ylabel("accuracy, all classes" if y_key == "accuracy" else "accuracy, classes seen so far")
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="lower right", fontsize=8)
     fig.suptitle("accuracy against %s: mean over seeds, band = min..max"
-                 % ("virtual time" if x_key == "time_s" else "energy"), fontsize=10)
+                 % {"time_s": "virtual time", "version": "rounds"}.get(x_key, "energy"), fontsize=10)
     return _save(fig, out_path)
 
 

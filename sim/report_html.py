@@ -93,6 +93,8 @@ def render_report(run_dir: Path, out_dir: Optional[Path] = None) -> Path:
         evals = _by_method_seed(records, "eval")
         plots = [("accuracy_vs_time.png",
                   lambda p: plot_accuracy_curves(evals, methods, "time_s", p, thresholds)),
+                 ("accuracy_vs_rounds.png",
+                  lambda p: plot_accuracy_curves(evals, methods, "version", p, thresholds)),
                  ("accuracy_vs_energy.png",
                   lambda p: plot_accuracy_curves(evals, methods, "energy_j", p)),
                  ("clock_levels.png", lambda p: plot_clock_levels_by_method(
