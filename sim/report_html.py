@@ -32,6 +32,7 @@ figure{margin:1.5em 0}img{max-width:100%}figcaption{color:#555;font-size:13px}""
 
 CAPTIONS = {
     "accuracy_vs_time.png": "Accuracy of the global model against virtual time.",
+    "accuracy_vs_rounds.png": "Accuracy against rounds (global versions), mean and spread over seeds.",
     "accuracy_vs_energy.png": "Accuracy against cumulative fleet energy (training and idle).",
     "clock_levels.png": "Clock level of each device's scaled domain over time (first seed).",
     "clp.png": "Global Fisher information over time; shaded spans are detected critical learning periods.",

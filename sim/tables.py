@@ -142,13 +142,15 @@ def _target(summary: Dict) -> Optional[str]:
     return max(found, key=float) if found else None
 
 
-def markdown_table(summary: Dict, reference: Optional[str] = DEFAULT_REFERENCE) -> str:
-    """The methods of ``summary`` (a ``summary.json``) as a Markdown table; the two "vs" columns
-    appear when ``reference`` is one of them."""
-    methods = summary.get("methods") or {}
+def markdown_table(summary: Dict, reference: Optional[str] = DEFAULT_REFERENCE,
+                   rows: Optional[List[str]] = None) -> str:
+    """The methods of ``summary`` (a ``summary.json``) as a Markdown table (``rows``: only those,
+    in that order); the two "vs" columns appear when ``reference`` is one of the run's methods."""
+    every = summary.get("methods") or {}
+    methods = every if rows is None else {m: every[m] for m in rows if m in every}
     if not methods:
         raise StreamflError("the run has no methods to tabulate")
-    ref = methods.get(reference) if reference else None
+    ref = every.get(reference) if reference else None
     target = _target(summary)
     header = ["method", "final accuracy", "mean accuracy over the run", "energy (kJ)",
               "training energy (kJ)", "idle energy (kJ)"]
@@ -178,6 +180,7 @@ def markdown_table(summary: Dict, reference: Optional[str] = DEFAULT_REFERENCE) 
     return "\n".join(lines)
 
 
-def markdown_for_run(run_dir: Path, reference: Optional[str] = DEFAULT_REFERENCE) -> str:
-    """The Markdown table of the run in ``run_dir``."""
-    return markdown_table(read_summary(Path(run_dir) / "summary.json"), reference)
+def markdown_for_run(run_dir: Path, reference: Optional[str] = DEFAULT_REFERENCE,
+                     rows: Optional[List[str]] = None) -> str:
+    """The Markdown table of the run in ``run_dir`` (``rows``: only those methods)."""
+    return markdown_table(read_summary(Path(run_dir) / "summary.json"), reference, rows)

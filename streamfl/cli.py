@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print rounds to these comma-separated accuracies (on the classes seen "
                              "so far) after each new-class frame instead, compared with --reference")
     report.add_argument("--methods", default=None,
-                        help="with --frames: only these comma-separated methods' rows, in this order")
+                        help="with --frames or --markdown: only these comma-separated methods' "
+                             "rows, in this order")
     report.add_argument("--log-level", default="WARNING")
     return parser
 
@@ -184,15 +185,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "report":
             from pathlib import Path
 
+            rows = [m.strip() for m in args.methods.split(",")] if args.methods else None
             if args.frames:
                 from streamfl.sim.frame_tables import frames_for_run
                 targets = [t.strip() for t in args.frames.split(",") if t.strip()]
-                rows = [m.strip() for m in args.methods.split(",")] if args.methods else None
                 print(frames_for_run(Path(args.run_dir), targets, args.reference, rows))
                 return 0
             if args.markdown:
                 from streamfl.sim.tables import markdown_for_run
-                print(markdown_for_run(Path(args.run_dir), args.reference))
+                print(markdown_for_run(Path(args.run_dir), args.reference, rows))
                 return 0
             from streamfl.sim.report_html import render_report
             print("report: %s" % render_report(Path(args.run_dir)))

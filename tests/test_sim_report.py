@@ -10,7 +10,7 @@ from streamfl.sim.summary import method_summary, run_figures
 from streamfl.sim.tables import fmt_value, markdown_table, methods_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-PLOTS = ("accuracy_vs_time.png", "accuracy_vs_energy.png", "clock_levels.png")
+PLOTS = ("accuracy_vs_time.png", "accuracy_vs_rounds.png", "accuracy_vs_energy.png", "clock_levels.png")
 
 
 def _events(method, seed, speed, clp=False):
@@ -79,7 +79,7 @@ def test_report_writes_plots_and_a_page_with_mean_and_spread(tmp_path):
     assert "mean_staleness" in page and "1.25 ± 0.50" in page and ">note<" not in page
     for name in PLOTS:
         assert page.count('<img src="%s"' % name) == 1
-    assert page.count("<img ") == 3 and "How to read" in page
+    assert page.count("<img ") == 4 and "How to read" in page
 
 
 def _energy_split(method, train, idle, train_std, idle_std):
