@@ -98,9 +98,10 @@ TEDDI_ASYNC := fedteddi+adaclp,adaclp,fedasync
 TEDDI_CORE := fedteddi,fedteddi-fill,random,fedcgd,pure-drift
 TEDDI_SWEEP := fedteddi,fedteddi-fill,random,fedcgd
 TEDDI_SIM = $(SIM) $(TEDDI) --seeds 3 --duration 120 --set stream.params.new_frames=1
-# Targets: accuracy on the classes seen so far that each dataset's frame 1 starts below.
+# Targets: the two thresholds of accuracy on the classes seen so far just above where each
+# dataset's frame 1 starts (digits about 0.35, MNIST-5k and the smartwatch data about 0.5).
 TEDDI_T := 0.5,0.6
-TEDDI_T_MNIST := 0.6,0.7
+TEDDI_T_HIGH := 0.6,0.7
 TEDDI_FRAMES = $(BIN)/streamfl report $(1) --frames $(if $(4),$(4),$(TEDDI_T)) \
 	--reference $(if $(3),$(3),random) --methods $(2) > $(1)/frames.md
 TEDDI_OUT := runs/eval/teddi-digits-1.0 runs/eval/teddi-mnist-1.0 runs/eval/teddi-watch-1.0 \
@@ -116,11 +117,11 @@ runs/eval/teddi-digits-async/frames.md: $(STAMP)
 runs/eval/teddi-mnist-1.0/frames.md: $(STAMP)
 	$(TEDDI_SIM) --methods $(TEDDI_CORE) --set data.dataset=mnist --set model.name=mlp \
 	  --set plugins.schedule.total_bandwidth_hz=1.97e6 --out $(@D)
-	$(call TEDDI_FRAMES,$(@D),$(TEDDI_CORE),,$(TEDDI_T_MNIST))
+	$(call TEDDI_FRAMES,$(@D),$(TEDDI_CORE),,$(TEDDI_T_HIGH))
 runs/eval/teddi-watch-1.0/frames.md: $(STAMP)
 	$(TEDDI_SIM) --methods $(TEDDI_CORE) --set data.dataset=watch \
 	  --set plugins.schedule.total_bandwidth_hz=4.2e5 --out $(@D)
-	$(call TEDDI_FRAMES,$(@D),$(TEDDI_CORE))
+	$(call TEDDI_FRAMES,$(@D),$(TEDDI_CORE),,$(TEDDI_T_HIGH))
 # What eq. 17's stop rule does with a larger gradient-noise scale than the devices report.
 runs/eval/teddi-digits-sigma-%/frames.md: $(STAMP)
 	$(TEDDI_SIM) --methods fedteddi --set plugins.schedule.sigma=$* --out $(@D)
