@@ -54,7 +54,9 @@ def run_one(stem: str, scenario_path: str, duration_s: float, sets: Dict[str, An
     scenario = load_scenario(ROOT / scenario_path, overrides={"duration_s": duration_s},
                              sets=sorted(sets.items()))
     with tempfile.TemporaryDirectory() as tmp:
-        summary = run_sim(scenario, Path(tmp), methods=methods, seeds=1)
+        # Two worker processes: the figures are the serial run's (tests/test_sim_jobs.py), in
+        # half the time now that 26 methods run.
+        summary = run_sim(scenario, Path(tmp), methods=methods, seeds=1, jobs=2)
     return strip(summary)
 
 
