@@ -203,6 +203,16 @@ class SchedulingPolicy(abc.ABC):
             "%s=%r" % kv for kv in sorted(self.options.items())))
 
 
+def option_number(policy: str, key: str, value: Any, positive: bool = False) -> float:
+    """A policy option that must be a finite number >= 0 (> 0 when ``positive``), as a float."""
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+          and (value > 0 if positive else value >= 0))
+    if not ok:
+        raise ValueError("%s: %s must be a finite number %s 0, got %r"
+                         % (policy, key, ">" if positive else ">=", value))
+    return float(value)
+
+
 def affordable(c: Candidates, budget: Budget) -> np.ndarray:
     """[N] bool: devices a round could take on their own: data to train on, a finite cost (inf
     means it cannot meet the deadline, even under an infinite total) within the whole budget."""

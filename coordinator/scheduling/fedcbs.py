@@ -21,7 +21,7 @@ from typing import Any, Dict
 import numpy as np
 
 from streamfl.coordinator.scheduling.base import (
-    Budget, Candidates, RoundInfo, SchedulingPolicy, affordable,
+    Budget, Candidates, RoundInfo, SchedulingPolicy, affordable, option_number,
 )
 
 log = logging.getLogger(__name__)
@@ -51,11 +51,7 @@ class FedCbsPolicy(SchedulingPolicy):
     defaults = {"beta": 2.0}
 
     def check_options(self, options: Dict[str, Any]) -> Dict[str, Any]:
-        beta = options["beta"]
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (
-                math.isfinite(beta) and beta >= 0):
-            raise ValueError("fedcbs: beta must be a finite number >= 0, got %r" % (beta,))
-        return {"beta": float(beta)}
+        return {"beta": option_number("fedcbs", "beta", options["beta"])}
 
     def select(self, c: Candidates, budget: Budget, info: RoundInfo) -> np.ndarray:
         limit = c.num_devices if budget.max_devices is None else budget.max_devices

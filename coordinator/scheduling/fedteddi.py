@@ -17,7 +17,9 @@ from typing import Any, Dict
 
 import numpy as np
 
-from streamfl.coordinator.scheduling.base import Budget, Candidates, RoundInfo, SchedulingPolicy
+from streamfl.coordinator.scheduling.base import (
+    Budget, Candidates, RoundInfo, SchedulingPolicy, option_number,
+)
 from streamfl.coordinator.scheduling.teddi import (
     DEFAULT_LAMBDA0, global_distribution, greedy_select,
 )
@@ -47,11 +49,7 @@ class FedTeddiPolicy(SchedulingPolicy):
     defaults = {"lambda0": DEFAULT_LAMBDA0}
 
     def check_options(self, options: Dict[str, Any]) -> Dict[str, Any]:
-        lam = options["lambda0"]
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not (
-                math.isfinite(lam) and lam >= 0):
-            raise ValueError("fedteddi: lambda0 must be a finite number >= 0, got %r" % (lam,))
-        return {"lambda0": float(lam)}
+        return {"lambda0": option_number("fedteddi", "lambda0", options["lambda0"])}
 
     def select(self, c: Candidates, budget: Budget, info: RoundInfo) -> np.ndarray:
         return teddi_select(c, budget, info, self.options["lambda0"])

@@ -21,7 +21,7 @@ from typing import Any, Dict
 import numpy as np
 
 from streamfl.coordinator.scheduling.base import (
-    Budget, Candidates, RoundInfo, SchedulingPolicy, affordable, fill, order_by,
+    Budget, Candidates, RoundInfo, SchedulingPolicy, affordable, fill, option_number, order_by,
 )
 
 log = logging.getLogger(__name__)
@@ -38,12 +38,8 @@ class PowerOfChoicePolicy(SchedulingPolicy):
         if d is not None and (isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1):
             raise ValueError("power-of-choice: candidates must be an integer >= 1 or None, got %r"
                              % (d,))
-        factor = options["d_factor"]
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (
-                math.isfinite(factor) and factor > 0):
-            raise ValueError("power-of-choice: d_factor must be a finite number > 0, got %r"
-                             % (factor,))
-        return {"candidates": None if d is None else int(d), "d_factor": float(factor)}
+        factor = option_number("power-of-choice", "d_factor", options["d_factor"], positive=True)
+        return {"candidates": None if d is None else int(d), "d_factor": factor}
 
     def candidate_count(self, num_devices: int, budget: Budget) -> int:
         """d before clipping to the drawable devices."""
