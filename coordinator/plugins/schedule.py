@@ -4,7 +4,9 @@ of its baselines, ``streamfl.coordinator.scheduling``) and tells the others to s
 The global model carries a ``ScheduleRequest``; devices then report their ``ScheduleStats`` with
 every update and, while skipping, in their telemetry (``on_report``). At each choice the plug-in
 builds the candidates from the online devices that reported, the per-class weights L (eq. 18: the
-largest per-class gradient norm reported since the last choice, else the last estimate, else 1),
+largest per-class gradient norm among the reports since the last choice, else the last estimate,
+else 1; a skipping device's report repeats its last trained round's norms, so the estimate spans
+the fleet, not only the last round's chosen devices: an upper estimate, as eq. 18 intends),
 sigma (the root of the mean reported gradient variance, Alg. 1 line 12, unless ``sigma`` is set),
 the round's place in its frame (k since the last device reported a new frame, out of
 ``frame_rounds``), and the budget:
