@@ -131,7 +131,6 @@ class _Device:
     """What the plug-in knows of one device."""
 
     stats: ScheduleStats
-    reported_s: float
     #: Seconds of compute of its last round (seconds per sample times samples), measured on board.
     compute_s: Optional[float] = None
     #: Seconds from its last ``train`` command to its update, timed here, and the choice it was
@@ -180,7 +179,7 @@ class SchedulePlugin(CoordinatorPlugin):
         c = self.fleet.num_classes
         return len(stats.counts) == c if c else len(stats.counts) > 0
 
-    def _observe(self, device_id: str, stats: Any, now: float) -> Optional[_Device]:
+    def _observe(self, device_id: str, stats: Any) -> Optional[_Device]:
         if not isinstance(stats, ScheduleStats):
             return self._devices.get(device_id)
         if not self._num_classes(stats):
@@ -191,8 +190,8 @@ class SchedulePlugin(CoordinatorPlugin):
         if known is not None and stats.frame > known.stats.frame:
             self._new_frame(device_id, stats.frame)
         if known is None:
-            known = self._devices[device_id] = _Device(stats, now)
-        known.stats, known.reported_s = stats, now
+            known = self._devices[device_id] = _Device(stats)
+        known.stats = stats
         if stats.class_grad_norms:
             known.fresh_norms = True
         return known
@@ -205,12 +204,12 @@ class SchedulePlugin(CoordinatorPlugin):
         self.frame_round = 0
 
     def on_report(self, device_id: str, extras: Mapping[str, Extra], now: float) -> None:
-        self._observe(device_id, extras.get(ScheduleStats.KIND), now)
+        self._observe(device_id, extras.get(ScheduleStats.KIND))
 
     def on_update(self, update: Update, now: float) -> None:
         # Judged now: a choice made when this update closes a round is for the next round.
         self._flag = (update.update_id, update.device_id in self._chosen_last)
-        known = self._observe(update.device_id, update.extras.get(ScheduleStats.KIND), now)
+        known = self._observe(update.device_id, update.extras.get(ScheduleStats.KIND))
         if known is None:
             return
         known.compute_s = max(0.0, update.seconds_per_sample * update.num_samples)
