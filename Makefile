@@ -84,54 +84,55 @@ eval-adaclp: $(STAMP)
 	$(BIN)/python bench/bench_dvfs_oracle.py > runs/eval/bench_dvfs_oracle.json
 
 # FedTeddi (fedteddi.txt sec. V): the paper's CIFAR-10 frames (classes 0-5, then 12 of 30 devices
-# gain one of 6-9), 3 seeds: every scheduling method at T_max = 1 s on digits (FedAvg rounds);
-# FedTeddi composed with AdaCLP beside AdaCLP and FedAsync (FedAsync cohorts; AdaCLP's eta0 the
-# baselines' rate 0.1, as in the shipped scenarios); FedTeddi, ours,
-# random, FedCGD and pure drift (the best baseline on digits) on MNIST-5k and the smartwatch data;
-# T_max 0.8 / 1.2 s on digits for FedTeddi, ours, random and FedCGD; FedTeddi with eq. 17's sigma
-# at 10 and 100 (about 100 min on 2 cores in all;
-# each part is a file target, so an interrupted run resumes). The band is the paper's 20 MHz scaled
-# by each model's size against the paper's CNN (558,418 parameters): cnn1d on digits 12,266, mlp on
-# MNIST 55,050, cnn1d on the watch 11,751 (docs/results.md).
+# gain one of 6-9), 3 seeds. The grid: every scheduling method on digits, MNIST-5k and the
+# smartwatch data, each at T_max 0.8, 1.0 and 1.2 s (FedAvg rounds; runs/eval/teddi-DATA-TMAX);
+# FedTeddi composed with AdaCLP beside AdaCLP and FedAsync on each dataset at T_max = 1 s
+# (FedAsync cohorts; AdaCLP's eta0 the baselines' rate 0.1, as in the shipped scenarios;
+# runs/eval/teddi-DATA-async); FedTeddi with eq. 17's sigma at 10 and 100 on digits. Each part is a
+# file target, so an interrupted run resumes; about 2 h on 2 cores in all. The band is the paper's
+# 20 MHz scaled by each model's size against the paper's CNN (558,418 parameters): cnn1d on digits
+# 12,266, mlp on MNIST 55,050, cnn1d on the watch 11,751 (docs/results.md).
 TEDDI := configs/scenarios/fedteddi-new-classes.yaml
 TEDDI_METHODS := fedteddi,fedteddi-fill,random,best-channel,best-norm,power-of-choice,pure-drift,fedcbs,fedcgd
 TEDDI_ASYNC := fedteddi+adaclp,adaclp,fedasync
-TEDDI_CORE := fedteddi,fedteddi-fill,random,fedcgd,pure-drift
-TEDDI_SWEEP := fedteddi,fedteddi-fill,random,fedcgd
 TEDDI_SIM = $(SIM) $(TEDDI) --seeds 3 --duration 120 --set stream.params.new_frames=1
-# Targets: the two thresholds of accuracy on the classes seen so far just above where each
-# dataset's frame 1 starts (digits about 0.35, MNIST-5k and the smartwatch data about 0.5).
-TEDDI_T := 0.5,0.6
-TEDDI_T_HIGH := 0.6,0.7
-TEDDI_FRAMES = $(BIN)/streamfl report $(1) --frames $(if $(4),$(4),$(TEDDI_T)) \
-	--reference $(if $(3),$(3),random) --methods $(2) > $(1)/frames.md
-TEDDI_OUT := runs/eval/teddi-digits-1.0 runs/eval/teddi-mnist-1.0 runs/eval/teddi-watch-1.0 \
-	runs/eval/teddi-digits-0.8 runs/eval/teddi-digits-1.2 runs/eval/teddi-digits-async \
-	runs/eval/teddi-digits-sigma-10 runs/eval/teddi-digits-sigma-100
+TEDDI_DATA := digits mnist watch
+TEDDI_TMAX := 0.8 1.0 1.2
+# Each dataset's settings and its two targets: accuracy on the classes seen so far, just above where
+# its frame 1 starts (digits about 0.35, MNIST-5k and the smartwatch data about 0.5).
+TEDDI_SET_digits :=
+TEDDI_SET_mnist := --set data.dataset=mnist --set model.name=mlp --set plugins.schedule.total_bandwidth_hz=1.97e6
+TEDDI_SET_watch := --set data.dataset=watch --set plugins.schedule.total_bandwidth_hz=4.2e5
+TEDDI_T_digits := 0.5,0.6
+TEDDI_T_mnist := 0.6,0.7
+TEDDI_T_watch := 0.6,0.7
+# $(call TEDDI_FRAMES,folder,methods,dataset,reference): the folder's frames table.
+TEDDI_FRAMES = $(BIN)/streamfl report $(1) --frames $(TEDDI_T_$(3)) --reference $(4) --methods $(2) > $(1)/frames.md
+teddi_data = $(word 1,$(subst -, ,$(1)))
+teddi_part = $(word 2,$(subst -, ,$(1)))
+TEDDI_OUT := $(foreach d,$(TEDDI_DATA),$(foreach t,$(TEDDI_TMAX),runs/eval/teddi-$(d)-$(t)) \
+	runs/eval/teddi-$(d)-async) runs/eval/teddi-digits-sigma-10 runs/eval/teddi-digits-sigma-100
+# Then per dataset: the deadline sweep side by side (teddi-DATA-deadlines.md) and the report page
+# with its plots (accuracy against rounds, virtual time and energy) at T_max = 1 s.
 eval-fedteddi: $(addsuffix /frames.md,$(TEDDI_OUT))
-runs/eval/teddi-digits-1.0/frames.md: $(STAMP)
-	$(TEDDI_SIM) --methods $(TEDDI_METHODS) --out $(@D)
-	$(call TEDDI_FRAMES,$(@D),$(TEDDI_METHODS))
-runs/eval/teddi-digits-async/frames.md: $(STAMP)
-	$(TEDDI_SIM) --methods $(TEDDI_ASYNC) --set method_lr.adaclp=0.1 \
-	  --set method_lr.fedteddi+adaclp=0.1 --out $(@D)
-	$(call TEDDI_FRAMES,$(@D),$(TEDDI_ASYNC),fedasync)
-runs/eval/teddi-mnist-1.0/frames.md: $(STAMP)
-	$(TEDDI_SIM) --methods $(TEDDI_CORE) --set data.dataset=mnist --set model.name=mlp \
-	  --set plugins.schedule.total_bandwidth_hz=1.97e6 --out $(@D)
-	$(call TEDDI_FRAMES,$(@D),$(TEDDI_CORE),,$(TEDDI_T_HIGH))
-runs/eval/teddi-watch-1.0/frames.md: $(STAMP)
-	$(TEDDI_SIM) --methods $(TEDDI_CORE) --set data.dataset=watch \
-	  --set plugins.schedule.total_bandwidth_hz=4.2e5 --out $(@D)
-	$(call TEDDI_FRAMES,$(@D),$(TEDDI_CORE),,$(TEDDI_T_HIGH))
+	$(foreach d,$(TEDDI_DATA),$(BIN)/streamfl report $(foreach t,$(TEDDI_TMAX),runs/eval/teddi-$(d)-$(t)) \
+	  --frames $(TEDDI_T_$(d)) --reference random --methods $(TEDDI_METHODS) \
+	  > runs/eval/teddi-$(d)-deadlines.md && $(BIN)/streamfl report runs/eval/teddi-$(d)-1.0 &&) true
 # What eq. 17's stop rule does with a larger gradient-noise scale than the devices report.
 runs/eval/teddi-digits-sigma-%/frames.md: $(STAMP)
 	$(TEDDI_SIM) --methods fedteddi --set plugins.schedule.sigma=$* --out $(@D)
-	$(call TEDDI_FRAMES,$(@D),fedteddi)
-runs/eval/teddi-digits-%/frames.md: $(STAMP)
-	$(TEDDI_SIM) --methods $(TEDDI_SWEEP) --set coordinator.fedavg.deadline_s=$* \
-	  --set plugins.schedule.deadline_s=$* --out $(@D)
-	$(call TEDDI_FRAMES,$(@D),$(TEDDI_SWEEP))
+	$(call TEDDI_FRAMES,$(@D),fedteddi,digits,random)
+# teddi-DATA-async and teddi-DATA-TMAX.
+runs/eval/teddi-%/frames.md: $(STAMP)
+	$(if $(filter async,$(call teddi_part,$*)), \
+	  $(TEDDI_SIM) --methods $(TEDDI_ASYNC) $(TEDDI_SET_$(call teddi_data,$*)) \
+	    --set method_lr.adaclp=0.1 --set method_lr.fedteddi+adaclp=0.1 --out $(@D), \
+	  $(TEDDI_SIM) --methods $(TEDDI_METHODS) $(TEDDI_SET_$(call teddi_data,$*)) \
+	    --set coordinator.fedavg.deadline_s=$(call teddi_part,$*) \
+	    --set plugins.schedule.deadline_s=$(call teddi_part,$*) --out $(@D))
+	$(if $(filter async,$(call teddi_part,$*)), \
+	  $(call TEDDI_FRAMES,$(@D),$(TEDDI_ASYNC),$(call teddi_data,$*),fedasync), \
+	  $(call TEDDI_FRAMES,$(@D),$(TEDDI_METHODS),$(call teddi_data,$*),random))
 
 # Re-record the simulator figures tests/test_golden_sim.py holds every method to (seed 0, two short
 # scenarios); only after a deliberate behaviour change, said in the commit.

@@ -8,12 +8,13 @@ that frame's mean and counted in the ``(reached/seeds)`` note; the comparison wi
 counts it at the frame's length instead (a lower bound on its rounds).
 """
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from streamfl.errors import StreamflError
 from streamfl.sim.summary import read_summary
+from streamfl.sim.tables import markdown_rows
 
 
 def _frames(entry: Dict[str, Any], end_s: float) -> List[int]:
@@ -53,22 +54,60 @@ def _per_round(entry: Dict[str, Any], key: str) -> Optional[float]:
     return float(np.mean(values)) if values else None
 
 
+def _frames_of(methods: Dict[str, Any], summary: Dict[str, Any], first_frame: int) -> List[int]:
+    end_s = float(summary.get("duration_s") or float("inf"))
+    frames = sorted({f for e in methods.values() for f in _frames(e, end_s) if f >= first_frame})
+    if not frames:
+        raise StreamflError("the run has no frames from %d on (is it a new-class frame scenario?)"
+                            % first_frame)
+    return frames
+
+
+def _selected(summary: Dict[str, Any], methods: Optional[Sequence[str]]) -> Dict[str, Any]:
+    every = summary.get("methods") or {}
+    chosen = every if methods is None else {m: every[m] for m in methods if m in every}
+    if not chosen:
+        raise StreamflError("the run has no methods to tabulate")
+    return chosen
+
+
+def _rounds_cells(entry: Dict[str, Any], ref: Optional[Dict[str, Any]], frames: Sequence[int],
+                  targets: Sequence[str]) -> Tuple[List[str], Optional[str]]:
+    """One cell per (target, frame): mean ± std rounds (reached/seeds); and the change of their
+    sum against ``ref`` ("~" when some seed never reached a target: a bound), None without ref."""
+    cells: List[str] = []
+    total = ref_total = 0.0
+    bound = False
+    for t in targets:
+        for f in frames:
+            got = frame_rounds(entry, f, t)
+            if got["rounds"] is None:
+                cells.append("– (0/%d)" % got["seeds"])
+            else:
+                note = ("" if got["reached"] == got["seeds"]
+                        else " (%d/%d)" % (got["reached"], got["seeds"]))
+                cells.append("%.1f ± %.1f%s" % (got["rounds"], got["rounds_std"], note))
+            total += got["censored"] or 0.0
+            bound |= got["reached"] < got["seeds"]
+            if ref is not None:
+                ref_got = frame_rounds(ref, f, t)
+                ref_total += ref_got["censored"] or 0.0
+                bound |= ref_got["reached"] < ref_got["seeds"]
+    if ref is None:
+        return cells, None
+    return cells, ("–" if ref_total <= 0 else "%s%+.0f%%" % ("~" if bound else "",
+                                                            100.0 * (total / ref_total - 1.0)))
+
+
 def frames_table(summary: Dict[str, Any], targets: Sequence[str], reference: Optional[str] = "random",
                  first_frame: int = 1, methods: Optional[Sequence[str]] = None) -> str:
     """One row per method: rounds to each target in each frame from ``first_frame`` on; the change
     in their sum against ``reference`` ("~": some seed never reached a target, counted at its
     frame's length, so the figure is a bound); devices per round, training joules per round and
     final accuracy."""
-    every = summary.get("methods") or {}
-    methods = every if methods is None else {m: every[m] for m in methods if m in every}
-    if not methods:
-        raise StreamflError("the run has no methods to tabulate")
-    end_s = float(summary.get("duration_s") or float("inf"))
-    frames = sorted({f for e in methods.values() for f in _frames(e, end_s) if f >= first_frame})
-    if not frames:
-        raise StreamflError("the run has no frames from %d on (is it a new-class frame scenario?)"
-                            % first_frame)
-    ref = every.get(reference) if reference else None
+    chosen = _selected(summary, methods)
+    frames = _frames_of(chosen, summary, first_frame)
+    ref = (summary.get("methods") or {}).get(reference) if reference else None
     header = ["method"]
     for t in targets:
         header += ["frame %d to %s (rounds)" % (f, t) for f in frames]
@@ -76,37 +115,53 @@ def frames_table(summary: Dict[str, Any], targets: Sequence[str], reference: Opt
         header.append("rounds vs `%s`" % reference)
     header += ["devices per round", "training J per round", "final accuracy"]
     rows = []
-    for name, entry in methods.items():
-        row = ["`%s`" % name]
-        total = ref_total = 0.0
-        bound = False
-        for t in targets:
-            for f in frames:
-                got = frame_rounds(entry, f, t)
-                if got["rounds"] is None:
-                    row.append("– (0/%d)" % got["seeds"])
-                else:
-                    note = ("" if got["reached"] == got["seeds"]
-                            else " (%d/%d)" % (got["reached"], got["seeds"]))
-                    row.append("%.1f ± %.1f%s" % (got["rounds"], got["rounds_std"], note))
-                total += got["censored"] or 0.0
-                bound |= got["reached"] < got["seeds"]
-                if ref is not None:
-                    ref_got = frame_rounds(ref, f, t)
-                    ref_total += ref_got["censored"] or 0.0
-                    bound |= ref_got["reached"] < ref_got["seeds"]
-        if ref is not None:
-            row.append("–" if ref_total <= 0 else "%s%+.0f%%" % ("~" if bound else "",
-                                                                 100.0 * (total / ref_total - 1.0)))
+    for name, entry in chosen.items():
+        cells, vs = _rounds_cells(entry, ref, frames, targets)
         dpr = entry.get("devices_per_round")
         jpr = _per_round(entry, "train_energy_j")
         acc, acc_std = entry.get("final_accuracy"), entry.get("final_accuracy_std")
-        row += ["–" if dpr is None else "%.1f" % dpr, "–" if jpr is None else "%.1f" % jpr,
-                "–" if acc is None else "%.3f ± %.3f" % (acc, acc_std or 0.0)]
+        rows.append(["`%s`" % name] + cells + ([] if vs is None else [vs]) + [
+            "–" if dpr is None else "%.1f" % dpr, "–" if jpr is None else "%.1f" % jpr,
+            "–" if acc is None else "%.3f ± %.3f" % (acc, acc_std or 0.0)])
+    return markdown_rows(header, rows)
+
+
+def grid_table(runs: Sequence[Tuple[str, Dict[str, Any]]], targets: Sequence[str],
+               reference: Optional[str] = "random", first_frame: int = 1,
+               methods: Optional[Sequence[str]] = None) -> str:
+    """Several runs of one scenario side by side (a deadline sweep, say), one row per method: for
+    each ``(label, summary)`` the rounds to the targets (joined by " / "), the change against
+    ``reference`` and the devices per round. A method missing from a run gets "–" there."""
+    if not runs:
+        raise StreamflError("no runs to tabulate")
+    names: List[str] = list(methods) if methods is not None else []
+    if methods is None:
+        for _, summary in runs:
+            names += [m for m in (summary.get("methods") or {}) if m not in names]
+    header = ["method"]
+    columns = []
+    for label, summary in runs:
+        chosen = _selected(summary, names)
+        frames = _frames_of(chosen, summary, first_frame)
+        every = summary.get("methods") or {}
+        ref = every.get(reference) if reference else None
+        header += ["%s: to %s (rounds)" % (label, " / ".join(targets))]
+        header += ([] if ref is None else ["%s: vs `%s`" % (label, reference)]) + ["%s: devices" % label]
+        columns.append((every, ref, frames))
+    rows = []
+    for name in names:
+        row = ["`%s`" % name]
+        for every, ref, frames in columns:
+            entry = every.get(name)
+            if entry is None:
+                row += ["–"] * (3 if ref is not None else 2)
+                continue
+            cells, vs = _rounds_cells(entry, ref, frames, targets)
+            dpr = entry.get("devices_per_round")
+            row += [" / ".join(cells)] + ([] if vs is None else [vs])
+            row.append("–" if dpr is None else "%.1f" % dpr)
         rows.append(row)
-    lines = ["| %s |" % " | ".join(header), "|%s|" % "|".join("---" for _ in header)]
-    lines += ["| %s |" % " | ".join(r) for r in rows]
-    return "\n".join(lines)
+    return markdown_rows(header, rows)
 
 
 def frames_for_run(run_dir: Path, targets: Sequence[str], reference: Optional[str] = "random",
@@ -114,3 +169,10 @@ def frames_for_run(run_dir: Path, targets: Sequence[str], reference: Optional[st
     """``frames_table`` of the run in ``run_dir`` (``methods``: those rows only, in that order)."""
     return frames_table(read_summary(Path(run_dir) / "summary.json"), targets, reference,
                         methods=methods)
+
+
+def grid_for_runs(run_dirs: Sequence[Path], targets: Sequence[str], reference: Optional[str] = "random",
+                  methods: Optional[Sequence[str]] = None) -> str:
+    """``grid_table`` of the runs in ``run_dirs``, each labelled by its folder's name."""
+    return grid_table([(Path(d).name, read_summary(Path(d) / "summary.json")) for d in run_dirs],
+                      targets, reference, methods=methods)

@@ -15,7 +15,7 @@ import html
 import math
 import re
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -105,6 +105,12 @@ def html_table(header: List[str], rows: List[List[str]]) -> str:
     return "<table><thead><tr>%s</tr></thead><tbody>%s</tbody></table>" % (head, body)
 
 
+def markdown_rows(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table (cells as given: they hold no pipes)."""
+    lines = ["| %s |" % " | ".join(header), "|%s|" % "|".join("---" for _ in header)]
+    return "\n".join(lines + ["| %s |" % " | ".join(row) for row in rows])
+
+
 def methods_table(summary: Dict) -> str:
     """Methods × metrics, mean ± std over seeds, as an HTML table."""
     methods = summary.get("methods", {})
@@ -175,9 +181,7 @@ def markdown_table(summary: Dict, reference: Optional[str] = DEFAULT_REFERENCE,
                        if mean is not None and ref_mean is not None else "–")
             row.append("%.2f" % (energy / ref_energy) if energy and ref_energy else "–")
         rows.append(row)
-    lines = ["| %s |" % " | ".join(header), "|%s|" % "|".join("---" for _ in header)]
-    lines += ["| %s |" % " | ".join(row) for row in rows]
-    return "\n".join(lines)
+    return markdown_rows(header, rows)
 
 
 def markdown_for_run(run_dir: Path, reference: Optional[str] = DEFAULT_REFERENCE,

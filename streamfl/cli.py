@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = _sub(sub, "report", REPORT_HELP,
                   "Reads the folder written by 'streamfl sim' and writes the plots and the page "
                   "into it.")
-    report.add_argument("run_dir", help="folder written by 'streamfl sim'")
+    report.add_argument("run_dir", nargs="+",
+                        help="folder written by 'streamfl sim'; with --frames, several folders of "
+                             "one scenario (a sweep) print side by side")
     report.add_argument("--markdown", action="store_true",
                         help="print the methods as a Markdown table instead of rendering the report")
     report.add_argument("--reference", default="fedasync",
@@ -186,17 +188,21 @@ def main(argv: Optional[List[str]] = None) -> int:
             from pathlib import Path
 
             rows = [m.strip() for m in args.methods.split(",")] if args.methods else None
+            dirs = [Path(d) for d in args.run_dir]
             if args.frames:
-                from streamfl.sim.frame_tables import frames_for_run
+                from streamfl.sim.frame_tables import frames_for_run, grid_for_runs
                 targets = [t.strip() for t in args.frames.split(",") if t.strip()]
-                print(frames_for_run(Path(args.run_dir), targets, args.reference, rows))
+                print(frames_for_run(dirs[0], targets, args.reference, rows) if len(dirs) == 1
+                      else grid_for_runs(dirs, targets, args.reference, rows))
                 return 0
+            if len(dirs) > 1:
+                raise ConfigError("several run folders go with --frames only")
             if args.markdown:
                 from streamfl.sim.tables import markdown_for_run
-                print(markdown_for_run(Path(args.run_dir), args.reference, rows))
+                print(markdown_for_run(dirs[0], args.reference, rows))
                 return 0
             from streamfl.sim.report_html import render_report
-            print("report: %s" % render_report(Path(args.run_dir)))
+            print("report: %s" % render_report(dirs[0]))
     except ConfigError as exc:
         print("streamfl: configuration error: %s" % exc, file=sys.stderr)
         return ConfigError.exit_code

@@ -5,7 +5,7 @@ import pytest
 
 from streamfl.cli import main
 from streamfl.errors import StreamflError
-from streamfl.sim.frame_tables import frame_rounds, frames_table
+from streamfl.sim.frame_tables import frame_rounds, frames_table, grid_table
 from streamfl.sim.summary import period_figures, rounds_to
 
 
@@ -53,3 +53,21 @@ def test_a_run_without_frames_is_an_error(tmp_path):
         frames_table({"methods": {"a": {"runs": [{"periods": []}]}}}, ["0.7"])
     (tmp_path / "summary.json").write_text(json.dumps(_summary({"random": [20]})))
     assert main(["report", str(tmp_path), "--frames", "0.7"]) == 0
+
+
+def test_the_grid_sets_runs_side_by_side_and_marks_a_missing_method(tmp_path):
+    fast = _summary({"random": [20, 20], "fedteddi": [10, 12]})
+    slow = _summary({"random": [20, 20], "fedteddi": [None, 10], "fedcgd": [25, 25]})
+    table = grid_table([("T 0.8", fast), ("T 1.2", slow)], ["0.7"], "random")
+    header, _, *rows = table.splitlines()
+    assert header.count("vs `random`") == 2 and "T 0.8: to 0.7 (rounds)" in header
+    lines = {line.split(" | ")[0]: line.split(" | ") for line in rows}
+    assert lines["| `fedteddi`"][1:4] == ["11.0 ± 1.0", "-45%", "4.0"]
+    assert lines["| `fedteddi`"][4:6] == ["10.0 ± 0.0 (1/2)", "~+0%"]
+    assert lines["| `fedcgd`"][1:4] == ["–", "–", "–"] and lines["| `fedcgd`"][5] == "+25%"
+    for name, summary in (("a", fast), ("b", slow)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--frames", "0.7",
+                 "--reference", "random", "--methods", "fedteddi,random"]) == 0
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--markdown"]) != 0
