@@ -156,6 +156,17 @@ register(Method("fedteddi+adaclp", "FedTeddi's choice of who trains next, compos
                                    "(FedAsync, CLP probe, CLP hyper-parameters and clocks)",
                 coordinator=_FEDASYNC, plugins={"clp": {}, "schedule": {"policy": "fedteddi"}},
                 dvfs_policy="clp-aware"))
+# The composition's own references under the same band: the paper's random choice with AdaCLP, and
+# ours (the band filled in FedTeddi's order) with AdaCLP.
+register(Method("random+adaclp", "random choice of who trains next in the shared band, with AdaCLP "
+                                 "(the reference for fedteddi+adaclp)",
+                coordinator=_FEDASYNC, plugins={"clp": {}, "schedule": {"policy": "random"}},
+                dvfs_policy="clp-aware"))
+register(Method("fedteddi-fill+adaclp", "fedteddi-fill's choice of who trains next, with AdaCLP "
+                                        "(ours)",
+                coordinator=_FEDASYNC,
+                plugins={"clp": {}, "schedule": {"policy": "fedteddi", "sigma": 1.0e9}},
+                dvfs_policy="clp-aware"))
 # Ours: FedTeddi's greedy order (divergence, lambda_k-weighted drift) with the set grown until the
 # band or the deadline is full. Eq. 17 stops the greedy where sigma / sqrt(b) no longer outweighs
 # the divergence a device adds; with the gradient noise the devices report that is after 3-4

@@ -209,8 +209,8 @@ def test_a_device_without_a_known_channel_is_not_planned_on_a_shared_channel():
     assert commands(step)["d3"].kind == "skip"
 
 
-def test_fedasync_invites_a_new_cohort_once_the_last_is_back():
-    c = core(strategy="fedasync", policy="random", max_devices=2, seed=5)
+def test_fedasync_without_refill_invites_a_new_cohort_once_the_last_is_back():
+    c = core(strategy="fedasync", policy="random", max_devices=2, seed=5, refill=False)
     step = update(c, "d0", [4, 0, 0, 0], 1.0)
     # The first aggregation chooses among the devices that reported (d0); the rest skip and
     # report while they do.
@@ -228,8 +228,9 @@ def test_fedasync_invites_a_new_cohort_once_the_last_is_back():
     assert len([a for a in second.commands if a.command.kind == "train"]) == 2
 
 
-def test_a_cohort_that_misses_the_timeout_is_replaced():
-    c = core(strategy="fedasync", policy="random", max_devices=2, timeout_factor=2.0)
+@pytest.mark.parametrize("refill", [True, False])
+def test_a_cohort_that_misses_the_timeout_is_replaced(refill):
+    c = core(strategy="fedasync", policy="random", max_devices=2, timeout_factor=2.0, refill=refill)
     for d in DEVICES:
         report(c, d, [4, 0, 0, 0], 0.5)
     c.tick(1.0)  # the first choice, without an aggregation
@@ -240,6 +241,44 @@ def test_a_cohort_that_misses_the_timeout_is_replaced():
     assert [a for a in c.tick(3.5).commands if a.command.kind == "train"]
     assert p.rounds == 2
     assert all(p._devices[d].latency_s >= 2.5 for d in first)
+
+
+def test_fedasync_refills_the_cohort_as_each_device_comes_back():
+    c = core(strategy="fedasync", policy="random", max_devices=2, seed=5, total_bandwidth_hz=400.0,
+             refill=True)
+    for d in DEVICES:
+        report(c, d, [4, 4, 0, 0], 0.5, snr_hz=1e9)
+    c.tick(1.0)
+    p = plugin(c)
+    out, other = sorted(p._cohort)
+    assert len(p._cohort) == 2 and p.rounds == 1
+    step = update(c, out, [4, 4, 0, 0], 1.5, snr_hz=1e9)
+    cmds = commands(step)
+    invited = [d for d, cmd in cmds.items() if cmd.kind == "train"]
+    assert len(invited) == 1 and invited[0] != other and other not in cmds  # left to train on
+    assert p._cohort == {other, invited[0]} and p.rounds == 2
+    assert sum(p._grants_hz.values()) <= 400.0 * (1 + 1e-9)  # the band the busy one holds is kept
+    assert p.frame_round == pytest.approx(1.5)  # half the set turned over
+    # The other one never comes back: given up after timeout_factor deadlines, and replaced.
+    c.tick(2.9)
+    assert other in p._cohort
+    replaced = commands(c.tick(3.2))
+    assert other not in p._cohort and len(p._cohort) == 2 and p._devices[other].latency_s >= 2.0
+    assert [d for d, cmd in replaced.items() if cmd.kind == "train"] and invited[0] not in replaced
+
+
+def test_fedteddi_refill_judges_the_newcomers_with_the_devices_still_out():
+    # Two class-0 devices are out: the refill balances the set with class 1, not more class 0.
+    c = core(strategy="fedasync", policy="fedcgd", sigma=0.0, refill=True)
+    counts = {"d0": [8, 0, 0, 0], "d1": [8, 0, 0, 0], "d2": [8, 0, 0, 0], "d3": [8, 0, 0, 0],
+              "d4": [0, 8, 0, 0], "d5": [0, 8, 0, 0]}
+    for d, n in counts.items():
+        report(c, d, n, 0.5)
+    p = plugin(c)
+    p._choose(1.0)
+    p._choose(1.1, keep={"d0", "d1"})
+    added = p._cohort - {"d0", "d1"}
+    assert added and all(counts[d][1] for d in added)  # alone, the greedy would start anywhere
 
 
 def test_a_new_frame_restarts_the_drift_weight():
@@ -306,7 +345,7 @@ def test_one_device_cannot_set_the_class_weights_or_the_shares_alone():
                class_grad_norms=(1e300 if big else 1.0 + 0.1 * i, 0.5, 0.0, 0.0))
     p = plugin(c)
     assert p.L[0] <= 10 * 1.25  # ten times the median of the fresh reports, not 1e300
-    cand = p._candidates(sorted(DEVICES))
+    cand = p._candidates(sorted(DEVICES), set())
     assert cand.samples.max() <= 10 * 8
 
 

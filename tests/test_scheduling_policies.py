@@ -18,7 +18,7 @@ INFO = RoundInfo(k=0, K=10)
 
 
 def candidates(p_now, samples=None, p_prev=None, L=None, cost=None, grad_norm=None, loss=None,
-               snr_hz=None, latency_s=None) -> Candidates:
+               snr_hz=None, latency_s=None, busy=None) -> Candidates:
     """Candidates from the arrays given, the rest filled: p_prev = p_now, samples = row sums, L = 1,
     cost 0, metrics unknown."""
     p_now = np.asarray(p_now, dtype=np.float64)
@@ -32,11 +32,11 @@ def candidates(p_now, samples=None, p_prev=None, L=None, cost=None, grad_norm=No
         device_ids=tuple("dev%d" % i for i in range(n)), p_now=p_now,
         p_prev=pick(p_prev, p_now.copy()), samples=pick(samples, p_now.sum(axis=1)),
         L=pick(L, np.ones(c)), cost=pick(cost, np.zeros(n)), grad_norm=pick(grad_norm, nan),
-        loss=pick(loss, nan), snr_hz=pick(snr_hz, nan), latency_s=pick(latency_s, nan))
+        loss=pick(loss, nan), snr_hz=pick(snr_hz, nan), latency_s=pick(latency_s, nan), busy=busy)
 
 
 VARIANTS = ("plain", "nan-metrics", "inf-costs", "some-inf", "zero-samples", "max1", "tight",
-            "bandwidth", "frame-change")
+            "bandwidth", "frame-change", "busy")
 
 
 def random_case(seed: int, n: int, num_classes: int, variant: str):
@@ -72,11 +72,14 @@ def random_case(seed: int, n: int, num_classes: int, variant: str):
     elif variant == "bandwidth":
         total = float(cost.sum()) / 3.0 if n else 1.0
         max_devices = max(1, n // 2)
+    elif variant == "busy":  # FedAsync's refill: some devices are still out, the band left is less
+        total = float(cost.sum()) / 4.0 if n else 1.0
     if variant in ("plain", "nan-metrics", "zero-samples", "frame-change"):
         cost[:] = 0.0
+    busy = rng.random(n) < 0.3 if variant == "busy" else None
     c = candidates(counts, samples=samples, p_prev=prev, L=rng.uniform(0.5, 2.0, num_classes),
                    cost=cost, grad_norm=metric["grad_norm"], loss=metric["loss"],
-                   snr_hz=metric["snr"] * 1e6, latency_s=metric["lat"])
+                   snr_hz=metric["snr"] * 1e6, latency_s=metric["lat"], busy=busy)
     info = RoundInfo(k=int(rng.integers(0, 5)), K=5, sigma=float(rng.uniform(0.0, 2.0)))
     return c, Budget(total=total, max_devices=max_devices), info
 
@@ -102,8 +105,9 @@ def check_contract(name: str, c: Candidates, budget: Budget, info: RoundInfo) ->
     if budget.max_devices is not None:
         assert picks.size <= budget.max_devices
     assert c.holds_data()[picks].all()  # nobody without data trains
-    feasible = c.holds_data() & np.isfinite(c.cost) & (c.cost <= budget.total)
-    if feasible.any():
+    assert not c.busy[picks].any()  # nobody still out is invited again
+    feasible = ~c.busy & c.holds_data() & np.isfinite(c.cost) & (c.cost <= budget.total)
+    if feasible.any() and not c.busy.any():  # eq. 17 may find a set with busy devices big enough
         assert picks.size >= 1
     return picks
 
@@ -363,3 +367,22 @@ def test_teddi_policies_never_take_unreachable_devices_with_no_budget():
     c = candidates(now, p_prev=prev, cost=[np.inf, np.inf, np.inf, 0.0, np.inf])
     for name in ("fedcgd", "fedteddi"):
         np.testing.assert_array_equal(make_policy(name).select(c, Budget(), INFO), [3])
+
+
+def test_greedy_starts_from_the_devices_already_in_the_set():
+    # Devices 0 and 1 (class 0) are out training: the set needs class 1, so the greedy takes a
+    # class-1 device first, and eq. 17 counts the two busy ones in |S|.
+    p = [[10, 0], [10, 0], [10, 0], [0, 10], [0, 10]]
+    c = candidates(p, busy=[True, True, False, False, False])
+    picks = make_policy("fedcgd").select(c, Budget(), RoundInfo(k=0, K=10, sigma=0.0))
+    assert picks.tolist()[0] in (3, 4) and not set(picks.tolist()) & {0, 1}
+    assert picks.tolist() == greedy_select(p, p, np.full(5, 10.0), np.ones(2), 0, 10, lambda0=0.0,
+                                           sigma=0.0, given=[0, 1]).tolist()
+    # Balanced already (one of each class busy): with no variance to win, nothing is added.
+    even = [[10, 0], [10, 0], [0, 10], [0, 10]]
+    both = candidates(even, busy=[True, False, True, False])
+    assert make_policy("fedcgd").select(both, Budget(), RoundInfo(k=0, K=10, sigma=0.0)).size == 0
+    # FedCBS balances with them too: a class-1 device is far likelier than a class-0 one.
+    draws = [make_policy("fedcbs", seed=s).select(c, Budget(max_devices=1), INFO)[0]
+             for s in range(50)]
+    assert sum(d in (3, 4) for d in draws) >= 45

@@ -21,9 +21,15 @@ the round's place in its frame (k since the last device reported a new frame, ou
 
 The chosen get ``train``, the other online devices ``skip`` (``skip_rounds`` round intervals; the
 next choice re-commands them). When no device can meet the deadline (slow clocks, bad links), the
-policy picks one device with the whole band rather than stall the fleet. A choice is made when the last one's devices have all reported
-(FedAvg: the round closed; FedAsync: the invited cohort is back) or ``timeout_factor`` deadlines
-after it. Under FedAvg rounds wait for the chosen devices only (``FedAvgAggregator.expect``).
+policy picks one device with the whole band rather than stall the fleet. Under FedAvg a choice
+is made when the last one's devices have all reported (the round closed) or ``timeout_factor``
+deadlines after it, and rounds wait for the chosen devices only (``FedAvgAggregator.expect``).
+Under FedAsync the chosen are the cohort invited to train next. With ``refill`` each device that
+comes back is replaced at once: the devices still out stay in the set (``busy`` to the policy:
+FedTeddi's greedy and eq. 17 start from them) and keep their band, the rest compete for what is
+left, one out for ``timeout_factor`` deadlines is given up, and k of lambda_k grows by the share
+of the set replaced (a round is a turnover). Without it the next cohort waits for the whole last
+one (or the timeout).
 
 What a report says is not trusted beyond its types: counts must match the model's classes, a
 device's sample count and class norms count for at most MEDIAN_BOUND times the fleet's median, and
@@ -33,7 +39,7 @@ fleet (the drift term stays on); that is not guarded.
 """
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
@@ -69,7 +75,8 @@ class ScheduleConfig:
     exponential compute tail come on top, and a device that misses the deadline is lost to the
     round); retry_rounds: choices after which a device measured over the deadline is tried again
     (its link or its load may have changed; without it one slow round would exclude it for good);
-    seed: the policies' random stream."""
+    seed: the policies' random stream; refill: under FedAsync, replace each device as it comes back
+    rather than wait for the whole cohort (off: no better on the shipped scenario, docs/results.md)."""
 
     policy: str = "fedteddi"
     options: Dict[str, Any] = field(default_factory=dict)
@@ -85,6 +92,7 @@ class ScheduleConfig:
     headroom: float = 0.2
     retry_rounds: int = 20
     seed: int = 0
+    refill: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -142,6 +150,11 @@ class _Device:
     #: Its class norms arrived after the last choice (fresh for eq. 18).
     fresh_norms: bool = False
 
+    @property
+    def new_class(self) -> bool:
+        """It holds a class its previous frame lacked."""
+        return any(n > 0 and m == 0 for n, m in zip(self.stats.counts, self.stats.prev_counts))
+
 
 class SchedulePlugin(CoordinatorPlugin):
     """Chooses who trains each round by a scheduling policy; commands ``train`` and ``skip``."""
@@ -153,8 +166,9 @@ class SchedulePlugin(CoordinatorPlugin):
         super().__init__(config, fleet, peers)
         self.policy = make_policy(config.policy, config.seed, config.options)
         self._devices: Dict[str, _Device] = {}
-        #: The current choice: devices not yet reported, when it was made.
+        #: The current choice: devices not yet reported, when it was made, the band each holds.
         self._cohort: Set[str] = set()
+        self._grants_hz: Dict[str, float] = {}
         self._cohort_s: Optional[float] = None
         self._invited_s: Dict[str, float] = {}
         self._chosen_last: Set[str] = set()
@@ -164,10 +178,12 @@ class SchedulePlugin(CoordinatorPlugin):
         #: The newest global version: a chosen device trains from it (or a newer one).
         self.version = 0
         self.frame = 0
-        self.frame_round = 0
+        #: k of lambda_k: choices since the frame began (with refill, turnovers of the set).
+        self.frame_round = 0.0
         self.L: Optional[np.ndarray] = None
         self._pending_events: List[Dict[str, Any]] = []
         self._sync = hasattr(fleet.strategy, "expect")
+        self._refill = config.refill and not self._sync
         #: T_max: the configured one, else the synchronous rounds' deadline, else 1 s.
         self.deadline_s = float(config.deadline_s if config.deadline_s is not None
                                 else getattr(fleet.strategy, "deadline_s", 1.0))
@@ -201,7 +217,7 @@ class SchedulePlugin(CoordinatorPlugin):
         if self.frame_round > 0:
             self.frame += 1
             log.info("schedule: frame %d begins (%s reported its frame %d)", self.frame, device_id, frame)
-        self.frame_round = 0
+        self.frame_round = 0.0
 
     def on_report(self, device_id: str, extras: Mapping[str, Extra], now: float) -> None:
         self._observe(device_id, extras.get(ScheduleStats.KIND))
@@ -218,21 +234,32 @@ class SchedulePlugin(CoordinatorPlugin):
         if invited is not None:
             known.latency_s, known.latency_round = now - invited, self.rounds
         self._cohort.discard(update.device_id)
+        self._grants_hz.pop(update.device_id, None)
 
     def on_aggregation(self, aggregation: Aggregation) -> None:
         self.version = aggregation.version
         if self._sync or not self._cohort:
             self._choose(aggregation.time_s)
+        elif self._refill and len(self._cohort) < len(self._chosen_last):
+            self._choose(aggregation.time_s, keep=set(self._cohort))
 
     def on_tick(self, now: float) -> None:
+        patience_s = self.deadline_s * self.config.timeout_factor
+        if self._refill and self._chosen_last:
+            lost = {d for d in self._cohort if now - self._invited_s.get(d, now) > patience_s}
+            for device_id in lost:  # given up: it takes at least this long; the rest stay
+                self._slow(device_id, now - self._invited_s[device_id])
+            if lost or len(self._cohort) < len(self._chosen_last):  # room a return left unfilled
+                self._choose(now, keep=self._cohort - lost)
+            return
         # A choice whose devices are not all back (or that chose nobody) times out.
         late = (self._cohort_s is not None and (self._cohort or not self._chosen_last)
-                and now - self._cohort_s > self.deadline_s * self.config.timeout_factor)
+                and now - self._cohort_s > patience_s)
         if late or (self._cohort_s is None and self._devices):
             self._choose(now)
 
     # ---- the choice ---------------------------------------------------------------------------
-    def _candidates(self, ids: List[str]) -> Candidates:
+    def _candidates(self, ids: List[str], keep: Set[str]) -> Candidates:
         n, rows = len(ids), [self._devices[d] for d in ids]
         p_now = np.array([r.stats.counts for r in rows], dtype=np.float64)
         p_prev = np.array([r.stats.prev_counts for r in rows], dtype=np.float64)
@@ -260,10 +287,13 @@ class SchedulePlugin(CoordinatorPlugin):
                                       self.deadline_s * (1.0 - self.config.headroom)).bandwidth_hz
         else:
             cost[np.isfinite(latency) & (latency > self.deadline_s)] = np.inf
+        busy = np.array([d in keep for d in ids], dtype=bool)
+        cost[busy] = 0.0  # their band is held already (taken off the budget)
         return Candidates(device_ids=tuple(ids), p_now=p_now, p_prev=p_prev,
                           samples=_bounded(p_now.sum(axis=1)), L=self.L, cost=cost,
                           grad_norm=column([r.stats.grad_norm for r in rows]),
-                          loss=column([r.stats.loss for r in rows]), snr_hz=snr, latency_s=latency)
+                          loss=column([r.stats.loss for r in rows]), snr_hz=snr, latency_s=latency,
+                          busy=busy)
 
     def _sigma(self) -> float:
         if self.config.sigma is not None:
@@ -271,32 +301,38 @@ class SchedulePlugin(CoordinatorPlugin):
         var = [r.stats.grad_var for r in self._devices.values() if r.stats.grad_var is not None]
         return float(math.sqrt(np.mean(var))) if var else DEFAULT_SIGMA
 
-    def _choose(self, now: float) -> None:
+    def _slow(self, device_id: str, waited_s: float) -> None:
+        """``device_id`` was not back ``waited_s`` after its invitation: it takes at least this long."""
+        known = self._devices.get(device_id)
+        if known is not None:
+            known.latency_s = max(known.latency_s or 0.0, waited_s)
+            known.latency_round = self.rounds
+
+    def _choose(self, now: float, keep: Set[str] = frozenset()) -> None:
+        """A new choice; ``keep``: devices still out that stay in the set (FedAsync refill)."""
         waited_s = None if self._cohort_s is None else now - self._cohort_s
-        if waited_s is not None and waited_s > self.deadline_s:
-            for device_id in self._cohort:  # not back by the deadline: it takes at least this long
-                known = self._devices.get(device_id)
-                if known is not None:
-                    known.latency_s = max(known.latency_s or 0.0, waited_s)
-                    known.latency_round = self.rounds
+        if not keep and waited_s is not None and waited_s > self.deadline_s:
+            for device_id in self._cohort:  # not back by the deadline
+                self._slow(device_id, waited_s)
         online = sorted(self.fleet.online())
+        keep = {d for d in keep if d in self._devices and d in online}
         ids = [d for d in online if d in self._devices]
-        if not ids:
-            return
-        cand = self._candidates(ids)
+        cap = self.config.max_devices
+        if not ids or (cap is not None and len(keep) >= cap):
+            return  # nobody to choose from, or the set is full (the next return makes room)
+        cand = self._candidates(ids, keep)
         total = self.config.total_bandwidth_hz
-        budget = Budget(total=math.inf if total is None else float(total),
-                        max_devices=self.config.max_devices)
+        held_hz = sum(self._grants_hz.get(d, 0.0) for d in keep)
+        budget = Budget(total=math.inf if total is None else max(0.0, float(total) - held_hz),
+                        max_devices=None if cap is None else cap - len(keep))
         info = RoundInfo(k=self.frame_round, K=self.config.frame_rounds, sigma=self._sigma(),
                          batch=self.config.batch)
         picks = self.policy.select(cand, budget, info)
         grants = {ids[i]: float(cand.cost[i]) for i in range(len(ids))}
-        if len(picks) == 0 and cand.holds_data().any():
+        if len(picks) == 0 and not keep and cand.holds_data().any():
             # Nobody meets T_max (slow clocks, a bad link): one device, the policy's pick with the
             # band to itself, rather than a fleet that stops learning.
-            free = Candidates(cand.device_ids, cand.p_now, cand.p_prev, cand.samples, cand.L,
-                              np.zeros(len(ids)), cand.grad_norm, cand.loss, cand.snr_hz,
-                              cand.latency_s)
+            free = replace(cand, cost=np.zeros(len(ids)))
             picks = self.policy.select(free, Budget(max_devices=1), info)
             for i in picks:
                 grants[ids[int(i)]] = float(total) if total is not None else 0.0
@@ -305,6 +341,8 @@ class SchedulePlugin(CoordinatorPlugin):
         chosen = [ids[int(i)] for i in picks]
         chosen_set = set(chosen)
         for device_id in online:
+            if device_id in keep:
+                continue  # still training: its invitation stands
             if device_id in chosen_set:
                 params: Dict[str, Any] = {"rounds": 1, "then_skip": self.config.skip_rounds,
                                           "version": self.version}
@@ -312,22 +350,24 @@ class SchedulePlugin(CoordinatorPlugin):
                     params["bandwidth_hz"] = grants[device_id]
                 self.send(device_id, Command("train", params))
                 self._invited_s[device_id] = now
+                self._grants_hz[device_id] = grants[device_id]
             else:
                 self.send(device_id, Command("skip", {"rounds": self.config.skip_rounds}))
                 self._invited_s.pop(device_id, None)
+                self._grants_hz.pop(device_id, None)
         if self._sync:  # nobody fits: rounds wait as usual, and the timeout chooses again
             self.fleet.strategy.expect(chosen_set or None)
-        self._cohort, self._cohort_s, self._chosen_last = set(chosen_set), now, chosen_set
+        in_set = keep | chosen_set
+        self._cohort, self._cohort_s, self._chosen_last = set(in_set), now, in_set
         self._pending_events.append({
             "event": "schedule", "policy": self.config.policy, "round": self.rounds,
             "version": self.version,
-            "frame": self.frame, "frame_round": self.frame_round, "candidates": len(ids),
-            "chosen": chosen, "sigma": round(info.sigma, 6),
-            "L_mean": round(float(np.mean(cand.L)), 6) if cand.L.size else None, "with_new_class": int(sum(
-                1 for d in chosen if any(n > 0 and m == 0 for n, m in zip(
-                    self._devices[d].stats.counts, self._devices[d].stats.prev_counts))))})
+            "frame": self.frame, "frame_round": round(self.frame_round, 3), "candidates": len(ids),
+            "chosen": chosen, "in_flight": len(keep), "sigma": round(info.sigma, 6),
+            "L_mean": round(float(np.mean(cand.L)), 6) if cand.L.size else None,
+            "with_new_class": sum(self._devices[d].new_class for d in chosen)})
         self.rounds += 1
-        self.frame_round += 1
+        self.frame_round += len(chosen_set) / len(in_set) if keep and in_set else 1.0
 
     # ---- outputs ------------------------------------------------------------------------------
     def extras(self) -> List[Extra]:
@@ -343,17 +383,18 @@ class SchedulePlugin(CoordinatorPlugin):
                 else update.device_id in self._chosen_last}
 
     def state(self) -> Dict[str, Any]:
-        return {"rounds": self.rounds, "frame": self.frame, "frame_round": self.frame_round,
+        return {"rounds": self.rounds, "frame": self.frame, "frame_round": float(self.frame_round),
                 "L": None if self.L is None else [float(v) for v in self.L]}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         try:
-            rounds, frame, frame_round = (int(state.get(k, 0)) for k in ("rounds", "frame", "frame_round"))
+            rounds, frame = (int(state.get(k, 0)) for k in ("rounds", "frame"))
+            frame_round = float(state.get("frame_round", 0))
             L = state.get("L")
             L = None if L is None else np.array([float(v) for v in L], dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise ValueError("schedule state is malformed: %s" % exc) from None
-        if min(rounds, frame, frame_round) < 0 or (L is not None and not (np.isfinite(L).all()
-                                                                          and (L >= 0).all())):
+        counts_ok = math.isfinite(frame_round) and min(rounds, frame, frame_round) >= 0
+        if not counts_ok or (L is not None and not (np.isfinite(L).all() and (L >= 0).all())):
             raise ValueError("schedule state holds negative counts or weights")
         self.rounds, self.frame, self.frame_round, self.L = rounds, frame, frame_round, L

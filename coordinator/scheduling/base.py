@@ -7,6 +7,9 @@ seven baselines (fedteddi.txt, section V-A) are one module each beside this one.
 
 Devices that hold nothing (zero samples or an all-zero ``p_now`` row) have nothing to train on and
 are never chosen by any policy, matching ``teddi.greedy_select``; ``holds_data`` is that mask.
+Devices marked ``busy`` (invited earlier and still training: FedAsync's cohort refilled as its
+devices come back) are never chosen either; policies that judge a set as a whole (FedTeddi,
+FedCGD, FedCBS) count them in it. The budget a policy gets is what the busy devices leave.
 """
 import abc
 import dataclasses
@@ -68,6 +71,8 @@ class Candidates:
     snr_hz: np.ndarray
     #: [N] estimated round latency (compute + upload) in seconds; nan = unknown.
     latency_s: np.ndarray
+    #: [N] bool: already in the set (invited, not back yet), never chosen again; None: nobody.
+    busy: Optional[np.ndarray] = None
 
     def __post_init__(self):
         ids = tuple(self.device_ids)
@@ -102,6 +107,11 @@ class Candidates:
         _check_nonnegative("cost", fields["cost"], allow_nan=False, allow_inf=True)
         for name in ("grad_norm", "snr_hz", "latency_s"):
             _check_nonnegative(name, fields[name], allow_nan=True, allow_inf=True)
+        busy = np.zeros(n, dtype=bool) if self.busy is None else np.array(self.busy, dtype=bool)
+        if busy.shape != (n,):
+            raise ValueError("Candidates.busy has shape %s, expected (%d,)" % (busy.shape, n))
+        busy.setflags(write=False)
+        fields["busy"] = busy
         for name, a in fields.items():
             object.__setattr__(self, name, a)
 
@@ -214,9 +224,9 @@ def option_number(policy: str, key: str, value: Any, positive: bool = False) -> 
 
 
 def affordable(c: Candidates, budget: Budget) -> np.ndarray:
-    """[N] bool: devices a round could take on their own: data to train on, a finite cost (inf
-    means it cannot meet the deadline, even under an infinite total) within the whole budget."""
-    return c.holds_data() & np.isfinite(c.cost) & (c.cost <= budget.total)
+    """[N] bool: devices a round could take on their own: not busy, data to train on, a finite cost
+    (inf means it cannot meet the deadline, even under an infinite total) within the whole budget."""
+    return ~c.busy & c.holds_data() & np.isfinite(c.cost) & (c.cost <= budget.total)
 
 
 def fill(order: Sequence[int], c: Candidates, budget: Budget) -> np.ndarray:

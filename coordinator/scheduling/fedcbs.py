@@ -68,7 +68,10 @@ class FedCbsPolicy(SchedulingPolicy):
         two_w = 2.0 * w
         w2pp = w * w * np.einsum("ij,ij->i", p, p)  # w_n^2 ||p_n||^2
         beta = self.options["beta"]
-        sum_wp, sum_w, sum_wp_sq = np.zeros(num_classes), 0.0, 0.0
+        busy = np.flatnonzero(c.busy & c.holds_data())  # already in the set: QCID counts them
+        p_busy = c.p_now[busy] / c.p_now[busy].sum(axis=1, keepdims=True)
+        sum_wp = c.samples[busy] @ p_busy if busy.size else np.zeros(num_classes)
+        sum_w, sum_wp_sq = float(c.samples[busy].sum()), float(sum_wp @ sum_wp)
         remaining = budget.total
         alive = np.ones(cand.size, dtype=bool)
         chosen = []

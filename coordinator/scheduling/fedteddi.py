@@ -39,7 +39,8 @@ def teddi_select(c: Candidates, budget: Budget, info: RoundInfo, lambda0: float)
     return greedy_select(
         c.p_now, c.p_prev, np.where(finite, c.samples, 0.0), c.L, info.k, info.K, lambda0=lambda0,
         sigma=info.sigma, batch=info.batch, max_devices=budget.max_devices, bandwidth_hz=bandwidth,
-        total_bandwidth_hz=total, p_global=global_distribution(c.p_now, c.samples))
+        total_bandwidth_hz=total, p_global=global_distribution(c.p_now, c.samples),
+        given=np.flatnonzero(c.busy))
 
 
 class FedTeddiPolicy(SchedulingPolicy):

@@ -292,7 +292,7 @@ def greedy_select(p_now, p_prev, samples, L, k: float, K: float, lambda0: float 
                   sigma: float = DEFAULT_SIGMA, batch: int = DEFAULT_BATCH, latency_s=None,
                   deadline_s: Optional[float] = None, max_devices: Optional[int] = None,
                   bandwidth_hz=None, total_bandwidth_hz: Optional[float] = None,
-                  p_global=None) -> np.ndarray:
+                  p_global=None, given: Selection = ()) -> np.ndarray:
     """Algorithm 1: add the device with the smallest U(S+n) - U(S) while eq. 17 holds and the
     budget holds; the chosen device indices, in the order they were added.
 
@@ -302,6 +302,10 @@ def greedy_select(p_now, p_prev, samples, L, k: float, K: float, lambda0: float 
     ``total_bandwidth_hz``; ``max_devices`` caps the set. Each step scores every remaining candidate
     at once, O(N C), from running sums of D_n (p_n - p), D_n and D_n drift_n; ties go to the lower
     index. The number of steps is the set's size, bounded by eq. 17, the budget and ``max_devices``.
+
+    ``given``: devices already in the set (FedAsync's in-flight cohort, say). The greedy starts from
+    them: eq. 15's sums and eq. 17's |S| count them, they are never chosen again, and the budgets
+    and ``max_devices`` are what is left beside them (the caller subtracts what they hold).
     """
     if np.asarray(p_now).size == 0 and len(np.shape(p_now)) in (1, 2):
         return np.zeros(0, dtype=np.int64)  # no devices: nothing to schedule
@@ -333,6 +337,9 @@ def greedy_select(p_now, p_prev, samples, L, k: float, K: float, lambda0: float 
         eligible &= bandwidth <= remaining_hz
     target = global_distribution(p, weight) if p_global is None else _vector("p_global", p_global, c)
     limit = n if max_devices is None else min(n, int(max_devices))
+    fixed = _selection(given, n)
+    fixed = fixed[weight[fixed] > 0]  # a given device that holds nothing adds nothing to the set
+    eligible[fixed] = False
 
     # Candidates in ascending index order (ties go to the lower index). With E_n = D_n (p_n - p),
     # the divergence of S+n is sum_c L(c) |E_S(c) + E_n(c)| / (D_S + D_n): one pass over [R, C].
@@ -342,8 +349,10 @@ def greedy_select(p_now, p_prev, samples, L, k: float, K: float, lambda0: float 
     bw = bandwidth[cand] if bandwidth_hz is not None else None
     alive = np.ones(cand.size, dtype=bool)
     n_alive = cand.size
-    sum_excess, sum_w, sum_wdrift = np.zeros(c), 0.0, 0.0
-    current = float(target @ L)  # U({}) with the empty aggregate at 0
+    sum_excess = (weight[fixed, None] * (p[fixed] - target)).sum(axis=0)
+    sum_w, sum_wdrift = float(weight[fixed].sum()), float(weight[fixed] @ drift[fixed])
+    current = (float(np.abs(sum_excess) @ L - lam * sum_wdrift) / sum_w if fixed.size
+               else float(target @ L))  # U(given); U({}) with the empty aggregate at 0
     noise = sigma / np.sqrt(float(batch))
     chosen = []
     scratch = np.empty_like(excess)
@@ -355,7 +364,7 @@ def greedy_select(p_now, p_prev, samples, L, k: float, K: float, lambda0: float 
         score /= sum_w + w  # U(S+n) for every candidate
         score[~alive] = np.inf
         j = int(np.argmin(score))
-        s = len(chosen)
+        s = len(chosen) + fixed.size
         if s and score[j] - current + noise * (1.0 / np.sqrt(s + 1.0) - 1.0 / np.sqrt(s)) > 0:
             break  # eq. 17: the best addition no longer pays for itself
         chosen.append(int(cand[j]))

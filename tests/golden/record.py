@@ -27,7 +27,7 @@ RUNS: List[Tuple[str, str, float, Dict[str, Any]]] = [
 #: Methods recorded on the first scenario only: the scheduling baselines share one plug-in and one
 #: code path with ``fedteddi`` (which both scenarios keep), and the second scenario is the slow one.
 FIRST_SCENARIO_ONLY = ("random", "best-channel", "best-norm", "power-of-choice", "pure-drift",
-                       "fedcbs", "fedcgd")
+                       "fedcbs", "fedcgd", "random+adaclp", "fedteddi-fill+adaclp")
 
 
 def methods_for(stem: str, registered: List[str]) -> List[str]:
