@@ -86,15 +86,18 @@ eval-adaclp: $(STAMP)
 # FedTeddi (fedteddi.txt sec. V): the paper's CIFAR-10 frames (classes 0-5, then 12 of 30 devices
 # gain one of 6-9), 3 seeds. The grid: every scheduling method on digits, MNIST-5k and the
 # smartwatch data, each at T_max 0.8, 1.0 and 1.2 s (FedAvg rounds; runs/eval/teddi-DATA-TMAX);
-# FedTeddi composed with AdaCLP beside AdaCLP and FedAsync on each dataset at T_max = 1 s
-# (FedAsync cohorts; AdaCLP's eta0 the baselines' rate 0.1, as in the shipped scenarios;
-# runs/eval/teddi-DATA-async); FedTeddi with eq. 17's sigma at 10 and 100 on digits. Each part is a
+# FedTeddi composed with AdaCLP beside random and fedteddi-fill choices with AdaCLP in the same
+# band, AdaCLP and FedAsync on each dataset at T_max = 1 s (FedAsync cohorts; AdaCLP's eta0 the
+# baselines' rate 0.1, as in the shipped scenarios; runs/eval/teddi-DATA-async), and on digits
+# again with the cohorts refilled device by device (teddi-digits-async-refill); FedTeddi with
+# eq. 17's sigma at 10 and 100 on digits. Each part is a
 # file target, so an interrupted run resumes; about 2 h on 2 cores in all. The band is the paper's
 # 20 MHz scaled by each model's size against the paper's CNN (558,418 parameters): cnn1d on digits
 # 12,266, mlp on MNIST 55,050, cnn1d on the watch 11,751 (docs/results.md).
 TEDDI := configs/scenarios/fedteddi-new-classes.yaml
 TEDDI_METHODS := fedteddi,fedteddi-fill,random,best-channel,best-norm,power-of-choice,pure-drift,fedcbs,fedcgd
-TEDDI_ASYNC := fedteddi+adaclp,adaclp,fedasync
+TEDDI_ASYNC_SCHED := fedteddi+adaclp,random+adaclp,fedteddi-fill+adaclp
+TEDDI_ASYNC := $(TEDDI_ASYNC_SCHED),adaclp,fedasync
 TEDDI_SIM = $(SIM) $(TEDDI) --seeds 3 --duration 120 --set stream.params.new_frames=1
 TEDDI_DATA := digits mnist watch
 TEDDI_TMAX := 0.8 1.0 1.2
@@ -108,10 +111,12 @@ TEDDI_T_mnist := 0.6,0.7
 TEDDI_T_watch := 0.6,0.7
 # $(call TEDDI_FRAMES,folder,methods,dataset,reference): the folder's frames table.
 TEDDI_FRAMES = $(BIN)/streamfl report $(1) --frames $(TEDDI_T_$(3)) --reference $(4) --methods $(2) > $(1)/frames.md
+comma := ,
 teddi_data = $(word 1,$(subst -, ,$(1)))
 teddi_part = $(word 2,$(subst -, ,$(1)))
 TEDDI_OUT := $(foreach d,$(TEDDI_DATA),$(foreach t,$(TEDDI_TMAX),runs/eval/teddi-$(d)-$(t)) \
-	runs/eval/teddi-$(d)-async) runs/eval/teddi-digits-sigma-10 runs/eval/teddi-digits-sigma-100
+	runs/eval/teddi-$(d)-async) runs/eval/teddi-digits-async-refill \
+	runs/eval/teddi-digits-sigma-10 runs/eval/teddi-digits-sigma-100
 # Then per dataset: the deadline sweep side by side (teddi-DATA-deadlines.md) and the report page
 # with its plots (accuracy against rounds, virtual time and energy) at T_max = 1 s.
 eval-fedteddi: $(addsuffix /frames.md,$(TEDDI_OUT))
@@ -122,16 +127,20 @@ eval-fedteddi: $(addsuffix /frames.md,$(TEDDI_OUT))
 runs/eval/teddi-digits-sigma-%/frames.md: $(STAMP)
 	$(TEDDI_SIM) --methods fedteddi --set plugins.schedule.sigma=$* --out $(@D)
 	$(call TEDDI_FRAMES,$(@D),fedteddi,digits,random)
-# teddi-DATA-async and teddi-DATA-TMAX.
+# teddi-DATA-TMAX: the frames table. teddi-DATA-async (and -async-refill, the scheduled methods
+# only): whole runs against random+adaclp, since FedAsync makes a version per update and its rounds
+# do not compare with FedAvg's.
+teddi_async_methods = $(if $(word 3,$(subst -, ,$(1))),$(TEDDI_ASYNC_SCHED),$(TEDDI_ASYNC))
 runs/eval/teddi-%/frames.md: $(STAMP)
 	$(if $(filter async,$(call teddi_part,$*)), \
-	  $(TEDDI_SIM) --methods $(TEDDI_ASYNC) $(TEDDI_SET_$(call teddi_data,$*)) \
-	    --set method_lr.adaclp=0.1 --set method_lr.fedteddi+adaclp=0.1 --out $(@D), \
+	  $(TEDDI_SIM) --methods $(call teddi_async_methods,$*) $(TEDDI_SET_$(call teddi_data,$*)) \
+	    $(foreach m,$(subst $(comma), ,$(TEDDI_ASYNC)),--set method_lr.$(m)=0.1) \
+	    $(if $(word 3,$(subst -, ,$*)),--set plugins.schedule.refill=true) --out $(@D) && \
+	  $(BIN)/streamfl report $(@D) --markdown --reference random+adaclp \
+	    --methods $(call teddi_async_methods,$*) > $@, \
 	  $(TEDDI_SIM) --methods $(TEDDI_METHODS) $(TEDDI_SET_$(call teddi_data,$*)) \
 	    --set coordinator.fedavg.deadline_s=$(call teddi_part,$*) \
-	    --set plugins.schedule.deadline_s=$(call teddi_part,$*) --out $(@D))
-	$(if $(filter async,$(call teddi_part,$*)), \
-	  $(call TEDDI_FRAMES,$(@D),$(TEDDI_ASYNC),$(call teddi_data,$*),fedasync), \
+	    --set plugins.schedule.deadline_s=$(call teddi_part,$*) --out $(@D) && \
 	  $(call TEDDI_FRAMES,$(@D),$(TEDDI_METHODS),$(call teddi_data,$*),random))
 
 # Re-record the simulator figures tests/test_golden_sim.py holds every method to (seed 0, two short
