@@ -24,6 +24,7 @@ from streamfl.agent.buffer_policies import ReplacementPolicy, make_buffer_policy
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.hparams import clamp_hparams, hparam_limits
 from streamfl.agent.model_gate import RESYNC, STALE, ModelGate
+from streamfl.agent.orders import Orders
 from streamfl.agent.plugins import AgentPlugin, ReportContext, RoundContext, make_plugins
 from streamfl.agent.trainer import LocalTrainer
 from streamfl.dvfs.policies.base import DomainView, PolicyInput
@@ -113,14 +114,8 @@ class AgentCore:
         self.base_version = -1
         #: Rounds completed (the next update's ``round_index``).
         self.rounds = 0
-        self._skip_rounds = 0
-        self._skip_until_s: Optional[float] = None
-        self._train_requested = False
-        #: A "train" command's global version: no round starts from an older model.
-        self._train_from_version: Optional[int] = None
-        #: Rounds a "train" command still allows before its skip (None: no bound).
-        self._train_rounds_left: Optional[int] = None
-        self._then_skip = 0
+        #: The coordinator's skip and train orders in force.
+        self.orders = Orders(config.max_skip_rounds, config.round_interval_s)
         self.rejected_models = 0
         self.last_update: Optional[Update] = None
         #: Windows the last round's plug-in statistics ran on, besides training: ``batched`` (in
@@ -185,39 +180,12 @@ class AgentCore:
             log.warning("ignoring unsupported command %r", cmd.kind)
             return False
         if cmd.kind == "skip":
-            try:
-                n = int(cmd.params.get("rounds", 1))
-            except (TypeError, ValueError):
-                log.warning("ignoring skip command with bad rounds %r", cmd.params.get("rounds"))
-                return False
-            self._skip_rounds = max(0, min(n, self.config.max_skip_rounds))
-            if n > self.config.max_skip_rounds:
-                log.warning("skip of %d rounds bounded to max_skip_rounds=%d", n, self._skip_rounds)
-            self._skip_until_s = None
-            log.info("coordinator asks to skip %d round(s)", self._skip_rounds)
-        elif cmd.kind == "train":
-            self._skip_rounds = 0
-            self._skip_until_s = None
-            self._train_requested = True
-            self._train_rounds_left, self._then_skip = self._train_budget(cmd.params)
-            version = cmd.params.get("version")
-            self._train_from_version = version if type(version) is int and version >= 0 else None
-            log.info("coordinator asks to train now")
+            return self.orders.skip(cmd.params)
+        if cmd.kind == "train":
+            self.orders.train(cmd.params)
         else:
             self.apply_hparams(cmd.params, "override command")
         return True
-
-    def _train_budget(self, params: Mapping[str, Any]) -> Tuple[Optional[int], int]:
-        """A ``train`` command's optional ``rounds`` (train that many, then skip ``then_skip``
-        round intervals: a scheduler's "this round only"); (None, 0) when absent or malformed.
-        Its optional ``version`` holds the round until that global model has arrived (a command
-        can overtake the model it was sent after)."""
-        rounds, then_skip = params.get("rounds"), params.get("then_skip", 0)
-        ok = all(type(v) is int for v in (rounds, then_skip)) and rounds >= 1 and then_skip >= 0
-        if rounds is not None and not ok:
-            log.warning("train command with bad rounds/then_skip %r/%r: training unbounded",
-                        rounds, then_skip)
-        return (rounds, min(then_skip, self.config.max_skip_rounds)) if ok else (None, 0)
 
     def apply_hparams(self, values: Mapping[str, Any], source: str = "") -> Dict[str, float]:
         """Set the known hyper-parameters from ``values``, clamped to this board's limits."""
@@ -228,33 +196,21 @@ class AgentCore:
     # ---- scheduling ---------------------------------------------------------------------------
 
     def ready(self, now: float) -> bool:
-        """True when a round can start: enough windows, a global model, and no skip in force.
-
-        A skip of n rounds lasts n * round_interval_s from the first time it is consulted.
-        """
-        if self._skip_rounds > 0:
-            if self._skip_until_s is None:
-                self._skip_until_s = now + self._skip_rounds * self.config.round_interval_s
-            if now < self._skip_until_s:
-                return False
-            self._skip_rounds = 0
-            self._skip_until_s = None
-        if self._train_from_version is not None and self.global_model is not None \
-                and self.global_model.version >= self._train_from_version:
-            self._train_from_version = None
-        return (self.global_model is not None and len(self.buffer) >= self.config.min_buffer
-                and self._train_from_version is None
+        """True when a round can start: enough windows, a global model, the orders allow it
+        (no skip in force, the commanded model arrived) and every plug-in agrees."""
+        version = None if self.global_model is None else self.global_model.version
+        return (self.orders.allow(now, version) and self.global_model is not None
+                and len(self.buffer) >= self.config.min_buffer
                 and all(plugin.should_train(now) for plugin in self.plugins))
 
     @property
     def skipping(self) -> bool:
         """True while a skip command is in force."""
-        return self._skip_rounds > 0
+        return self.orders.skipping
 
     def take_train_request(self) -> bool:
         """True once after a "train" command: the runtime may start a round without pacing."""
-        requested, self._train_requested = self._train_requested, False
-        return requested
+        return self.orders.take_train_request()
 
     def plugin(self, name: str) -> Optional[AgentPlugin]:
         """The plug-in called ``name`` (every registered one runs), None if there is none."""
@@ -292,11 +248,7 @@ class AgentCore:
         if self.global_model is None or len(self.buffer) == 0:
             raise NotReadyError("no global model yet" if self.global_model is None
                                 else "the buffer is empty")
-        if self._train_rounds_left is not None:
-            self._train_rounds_left -= 1
-            if self._train_rounds_left <= 0:  # the commanded rounds are spent: hold till told
-                self._train_rounds_left = None
-                self._skip_rounds, self._skip_until_s = self._then_skip, None
+        self.orders.round_started()
         gm = self.global_model
         start = gm.tensors if gm.version > self.base_version else None
         base = gm.version if start is not None else self.base_version

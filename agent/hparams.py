@@ -7,7 +7,7 @@ agent YAML's ``hparam_limits`` (``{name: [low, high]}``), merged over ``DEFAULT_
 Defaults, chosen for an IMU-sized model on a Raspberry Pi or a Jetson: lr up to 0.5 (SGD on these
 models diverges above that; AdaCLP's eq. 4 never exceeds its eta0), batches of at most 256 windows
 (a few MB of activations for the LSTM) and 500 local steps (a round of minutes, not hours, on a Pi
-4). A ``skip`` command is bounded by ``max_skip_rounds`` the same way (``AgentCore.on_command``).
+4). A ``skip`` command is bounded by ``max_skip_rounds`` the same way (``agent/orders.py``).
 """
 import logging
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple

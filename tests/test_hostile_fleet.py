@@ -188,7 +188,7 @@ def test_a_pinned_key_refuses_forgeries_and_follows_a_reset_coordinator(mqtt_bro
         stamped = Command("skip", {"rounds": 100000}, run_id=server.core.run_id, seq=1)
         attacker.t.publish(topic, real.sign(topic, encode(stamped)), qos=1)
         wait_until(lambda: daemon.core.skipping, what="the signed skip obeyed")
-        assert daemon.core._skip_rounds == agent_cfg.max_skip_rounds          # and bounded
+        assert daemon.core.orders.skip_rounds == agent_cfg.max_skip_rounds          # and bounded
         attacker.t.publish(topic, real.sign(topic, encode(stamped)), qos=1)    # replayed
         wait_until(lambda: daemon.counters["rejected_commands"] >= 1, what="the replay refused")
         attacker.t.publish(topic, real.sign(topic, encode(Command("train", run_id=server.core.run_id,

@@ -85,7 +85,7 @@ def test_skip_and_hparams_are_bounded_by_the_boards_config():
     agent.on_global_model(gm(1, lr=0.5, local_steps=100))
     assert agent.hparams["lr"] == 0.02 and agent.hparams["local_steps"] == 3
     agent.on_command(Command("skip", {"rounds": 100000}))
-    assert agent._skip_rounds == 5
+    assert agent.orders.skip_rounds == 5
     agent.on_command(Command("override", {"lr": 1e-9}))
     assert agent.hparams["lr"] == 0.001
 
