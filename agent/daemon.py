@@ -389,14 +389,10 @@ class AgentDaemon:
     @property
     def counters(self) -> Dict[str, int]:
         """Rounds, updates sent/queued, outbox drops, rejected frames and the like."""
-        out = dict(self._counts)
-        out["outbox_len"] = len(self.outbox)
-        out["outbox_in_flight"] = self.outbox.in_flight
-        out["outbox_dropped"] = self.outbox.counters["dropped"]
-        out["outbox_write_errors"] = self.outbox.counters["write_errors"]
-        out["rejected_frames"] = sum(self.decoder.rejected.values())
-        out["run_resyncs"] = self.core.gate.resyncs
-        out["rejected_commands"] = self.core.gate.rejected_commands
-        out["buffer_fill"] = len(self.core.buffer)
-        out["dvfs_errors"] = self.dvfs.errors
-        return out
+        return dict(self._counts, outbox_len=len(self.outbox), outbox_in_flight=self.outbox.in_flight,
+                    outbox_dropped=self.outbox.counters["dropped"],
+                    outbox_write_errors=self.outbox.counters["write_errors"],
+                    rejected_frames=sum(self.decoder.rejected.values()),
+                    run_resyncs=self.core.gate.resyncs,
+                    rejected_commands=self.core.gate.rejected_commands,
+                    buffer_fill=len(self.core.buffer), dvfs_errors=self.dvfs.errors)

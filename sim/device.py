@@ -18,7 +18,6 @@ what it draws meanwhile, and when it is there at all.
 
 Every random draw comes from the device's own numpy Generators, seeded, so a run repeats exactly.
 """
-import bisect
 import dataclasses
 import math
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -28,6 +27,7 @@ import numpy as np
 from streamfl.dvfs.profiles import PROFILE_NAMES, BoardProfile, load_profile, load_profile_file
 from streamfl.dvfs.utilization import training_utilization
 from streamfl.errors import ConfigError
+from streamfl.sim.presence import Presence
 
 CPU, GPU = "cpu", "gpu"
 CHANNELS = ("fixed", "shannon")
@@ -194,8 +194,8 @@ class DeviceModel:
         else:
             self.up_bps = spec.up_mbps * _MBPS
             self.down_bps = spec.down_mbps * _MBPS
-        self._starts = [w[0] for w in spec.offline]
-        self._ends = [w[1] for w in spec.offline]
+        #: When it is there: join, leave and offline windows.
+        self.presence = Presence(spec.join_s, spec.leave_s, spec.offline)
 
     # --- clocks and compute --------------------------------------------------------------------
 
@@ -314,51 +314,7 @@ class DeviceModel:
         """Seconds to receive ``nbytes`` from the coordinator."""
         return _bytes(nbytes) * _BITS_PER_BYTE / self.down_bps
 
-    # --- availability --------------------------------------------------------------------------
-
-    def available(self, t_s: float) -> bool:
-        """Whether the device is present at ``t_s``: joined, not left, outside offline windows."""
-        spec = self.spec
-        if t_s < spec.join_s or (spec.leave_s is not None and t_s >= spec.leave_s):
-            return False
-        i = bisect.bisect_right(self._starts, t_s) - 1
-        return not (i >= 0 and t_s < self._ends[i])
-
-    def next_available_s(self, t_s: float) -> Optional[float]:
-        """The first time >= ``t_s`` the device is present; None if it never is again."""
-        t_s = max(float(t_s), self.spec.join_s)
-        i = bisect.bisect_right(self._starts, t_s) - 1
-        if i >= 0 and t_s < self._ends[i]:
-            t_s = self._ends[i]
-            # Sorted, non-overlapping: only a window starting exactly here can hold it longer.
-            while i + 1 < len(self._starts) and self._starts[i + 1] <= t_s:
-                i += 1
-                t_s = self._ends[i]
-        if not math.isfinite(t_s) or (self.spec.leave_s is not None and t_s >= self.spec.leave_s):
-            return None
-        return t_s
-
-    def next_unavailable_s(self, t_s: float) -> Optional[float]:
-        """The first time >= ``t_s`` the device is absent (``t_s`` itself if it is); None if never.
-
-        The runtime uses it to drop a round the device leaves before finishing."""
-        if not self.available(t_s):
-            return float(t_s)
-        ends = [self.spec.leave_s] if self.spec.leave_s is not None else []
-        i = bisect.bisect_right(self._starts, t_s)
-        if i < len(self._starts):
-            ends.append(self._starts[i])
-        return min(ends) if ends else None
-
-    def online_s(self, t_s: float) -> float:
-        """Seconds the device was present in [0, ``t_s``): what its idle power is counted over."""
-        end = float(t_s) if self.spec.leave_s is None else min(float(t_s), self.spec.leave_s)
-        total = max(0.0, end - self.spec.join_s)
-        for start, stop in zip(self._starts, self._ends):
-            lo, hi = max(start, self.spec.join_s), min(stop, end)
-            if hi > lo:
-                total -= hi - lo
-        return max(0.0, total)
+    # --- participation -------------------------------------------------------------------------
 
     def participates(self) -> bool:
         """One Bernoulli(``participation``) draw: does it take part in this round?"""

@@ -28,7 +28,8 @@ from streamfl.models.evaluation import Evaluator
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import GlobalModel, Offline, Telemetry
 from streamfl.sensors.window import Window
-from streamfl.sim.device import DeviceModel, DeviceSpec, make_devices
+from streamfl.sim.device import DeviceModel, make_devices
+from streamfl.sim.device_state import DeviceState, device_specs
 from streamfl.sim.events import EventQueue
 from streamfl.sim.methods import Method
 from streamfl.sim.scenario import Scenario
@@ -40,41 +41,6 @@ log = logging.getLogger(__name__)
 Emit = Callable[[Dict[str, Any]], None]
 FLEET = "sim"
 
-
-
-def device_specs(scenario: Scenario) -> List[DeviceSpec]:
-    """One ``DeviceSpec`` per device, the groups expanded in order."""
-    specs = []
-    for k, group in enumerate(scenario.devices):
-        values = {key: value for key, value in group.items() if key != "count"}
-        spec = build(DeviceSpec, values, "%s: devices[%d]" % (scenario.name, k))
-        specs.extend([spec] * int(group.get("count", 1)))
-    return specs
-
-
-@dataclasses.dataclass
-class DeviceState:
-    """What the runtime tracks of one simulated device besides its cores."""
-
-    model: DeviceModel
-    agent: AgentCore
-    backend: SimulatedBackend
-    stream: Any
-    fed_until_s: float = 0.0
-    online: bool = False
-    busy_s: float = 0.0
-    #: Whole-board joules of every round it ran (finished, lost or diverged): ``train_w`` x time.
-    train_j: float = 0.0
-    rounds: int = 0
-    lost_rounds: int = 0
-    diverged_rounds: int = 0
-    latency_s: float = 0.0
-    #: A scheduler's grant of the shared band for the next upload (the ``train`` command's).
-    grant_hz: Optional[float] = None
-    #: Round events of an older generation are void (a ``train`` command started one early).
-    round_gen: int = 0
-    #: When the round in progress finishes computing.
-    busy_until_s: float = 0.0
 
 
 class SimRun:
@@ -153,7 +119,7 @@ class SimRun:
         # Boards do not boot in lockstep: each starts within its first round interval.
         offsets = np.random.default_rng([self.seed, 0x5EED]).random(len(self.devices))
         for i, d in enumerate(self.devices):
-            start = d.model.next_available_s(0.0)
+            start = d.model.presence.next_available_s(0.0)
             if start is not None and start < self.end_s:
                 self._next_round(i, start + offsets[i] * float(d.agent.config.round_interval_s))
         q.push(0.0, "eval")
@@ -191,11 +157,11 @@ class SimRun:
     def _round(self, i: int, t: float) -> None:
         d = self.devices[i]
         interval = max(1e-3, float(d.agent.config.round_interval_s))
-        if not d.model.available(t):
+        if not d.model.presence.available(t):
             if d.online:
                 d.online = False
                 self._message(Offline(device_id=d.agent.device_id), t)
-            nxt = d.model.next_available_s(t)
+            nxt = d.model.presence.next_available_s(t)
             if nxt is not None and nxt < self.end_s:
                 self._next_round(i, max(nxt, t + 1e-6))
             return
@@ -234,7 +200,7 @@ class SimRun:
         upload_s = d.model.upload_s(len(frame), d.grant_hz)
         d.grant_hz = None
         d.busy_until_s = t + compute_s
-        gone_s = d.model.next_unavailable_s(t)
+        gone_s = d.model.presence.next_unavailable_s(t)
         if gone_s is not None and gone_s < t + compute_s + upload_s:
             # It leaves before its update is out: the work until then is spent, the update lost.
             spent_s = max(0.0, min(compute_s, gone_s - t))
@@ -362,11 +328,8 @@ class SimRun:
         """Fleet (training, idle) joules up to ``t``. Training: each round's whole-board power (idle
         floor included, as a meter on the board measures a round) times its time; idle: idle power
         over the rest of the online time. Split by time, as ``train_s`` and ``idle_s`` are."""
-        train_j = idle_j = 0.0
-        for d in self.devices:
-            train_j += d.train_j
-            idle_j += d.model.idle_w * max(0.0, d.model.online_s(t) - d.busy_s)
-        return train_j, idle_j
+        return (sum(d.train_j for d in self.devices),
+                sum(d.model.idle_w * d.idle_s(t) for d in self.devices))
 
     def energy_j(self, t: float) -> float:
         """Fleet energy up to ``t``: training joules plus idle power over the rest of online time."""
@@ -375,7 +338,7 @@ class SimRun:
     def _evaluate(self, t: float, final: bool = False) -> None:
         seen = set()
         for d in self.devices:
-            if d.model.online_s(t) > 0:
+            if d.model.presence.online_s(t) > 0:
                 seen |= set(d.stream.classes_seen(t))
         tensors = self.coordinator.model
         accuracy, loss, accuracy_seen = self.evaluator.evaluate_classes(tensors, seen)
@@ -395,19 +358,5 @@ class SimRun:
             self.progress(min(1.0, t / self.end_s))
 
     def totals(self) -> Dict[str, Any]:
-        """Per-device training time, idle time, energy (in all, training and idle, split as in
-        ``energy_split_j``), rounds and mean round latency."""
-        out = {}
-        for d in self.devices:
-            online_s = d.model.online_s(self.end_s)
-            idle_s = max(0.0, online_s - d.busy_s)
-            out[d.agent.device_id] = {
-                "board": d.model.profile.name, "rounds": d.rounds, "lost_rounds": d.lost_rounds,
-                "diverged_rounds": d.diverged_rounds,
-                "train_s": round(d.busy_s, 3),
-                "idle_s": round(idle_s, 3),
-                "energy_j": round(d.train_j + d.model.idle_w * idle_s, 3),
-                "train_energy_j": round(d.train_j, 3),
-                "idle_energy_j": round(d.model.idle_w * idle_s, 3),
-                "round_latency_s": round(d.latency_s / d.rounds, 4) if d.rounds else None}
-        return out
+        """Per-device figures at the run's end (``DeviceState.totals``)."""
+        return {d.agent.device_id: d.totals(self.end_s) for d in self.devices}

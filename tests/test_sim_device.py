@@ -297,21 +297,21 @@ def test_shannon_rate_falls_with_distance_and_matches_fedteddi():
 
 def test_availability_windows():
     dev = device(join_s=10.0, leave_s=100.0, offline=[(20.0, 30.0), (30.0, 40.0), (60.0, 70.0)])
-    assert [dev.available(t) for t in (0, 10, 19.9, 20, 35, 40, 65, 70, 99.9, 100)] == \
+    assert [dev.presence.available(t) for t in (0, 10, 19.9, 20, 35, 40, 65, 70, 99.9, 100)] == \
         [False, True, True, False, False, True, False, True, True, False]
-    assert dev.next_available_s(0.0) == 10.0
-    assert dev.next_available_s(15.0) == 15.0
-    assert dev.next_available_s(25.0) == 40.0  # touching windows are one stretch
-    assert dev.next_available_s(65.0) == 70.0
-    assert dev.next_available_s(100.0) is None
-    assert dev.next_unavailable_s(12.0) == 20.0
-    assert dev.next_unavailable_s(45.0) == 60.0
-    assert dev.next_unavailable_s(80.0) == 100.0
-    assert dev.next_unavailable_s(25.0) == 25.0
+    assert dev.presence.next_available_s(0.0) == 10.0
+    assert dev.presence.next_available_s(15.0) == 15.0
+    assert dev.presence.next_available_s(25.0) == 40.0  # touching windows are one stretch
+    assert dev.presence.next_available_s(65.0) == 70.0
+    assert dev.presence.next_available_s(100.0) is None
+    assert dev.presence.next_unavailable_s(12.0) == 20.0
+    assert dev.presence.next_unavailable_s(45.0) == 60.0
+    assert dev.presence.next_unavailable_s(80.0) == 100.0
+    assert dev.presence.next_unavailable_s(25.0) == 25.0
     forever = device(offline=[(5.0, math.inf)])
-    assert forever.next_available_s(6.0) is None and forever.next_unavailable_s(1.0) == 5.0
+    assert forever.presence.next_available_s(6.0) is None and forever.presence.next_unavailable_s(1.0) == 5.0
     always = device()
-    assert always.available(1e9) and always.next_unavailable_s(0.0) is None
+    assert always.presence.available(1e9) and always.presence.next_unavailable_s(0.0) is None
 
 
 @pytest.mark.parametrize("p", [0.0, 0.3, 1.0])

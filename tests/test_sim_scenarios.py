@@ -97,7 +97,7 @@ def test_scenario_loads_with_its_defaults(path):
     assert scenario.seeds == 3
     boards = {g.get("board") for g in scenario.devices}
     assert len(boards) >= 2, "mix board profiles so energy figures differ"
-    from streamfl.sim.runtime import device_specs
+    from streamfl.sim.device_state import device_specs
     assert len(device_specs(scenario)) == scenario.num_devices
 
 
@@ -250,7 +250,7 @@ def test_fast_slow_one_to_twenty_runs(tmp_path):
 def test_fedteddi_devices_have_the_papers_compute_shift_and_mean():
     """FedTeddi V-A: shift a = 0.5 ms/sample and mu = 2 samples/ms, so a mean of 1 ms/sample."""
     from streamfl.sim.device import make_devices
-    from streamfl.sim.runtime import device_specs
+    from streamfl.sim.device_state import device_specs
     scenario = load_scenario(SCENARIOS / "fedteddi-new-classes.yaml")
     for dev in make_devices(device_specs(scenario), 0):
         assert dev.min_seconds_per_sample({}) == pytest.approx(0.0005)
