@@ -122,6 +122,7 @@ TEDDI_OUT := $(foreach d,$(TEDDI_DATA),$(foreach t,$(TEDDI_TMAX),runs/eval/teddi
 eval-fedteddi: $(addsuffix /frames.md,$(TEDDI_OUT))
 	$(foreach d,$(TEDDI_DATA),$(BIN)/streamfl report $(foreach t,$(TEDDI_TMAX),runs/eval/teddi-$(d)-$(t)) \
 	  --frames $(TEDDI_T_$(d)) --reference random --methods $(TEDDI_METHODS) \
+	  --labels "$(foreach t,$(TEDDI_TMAX),T_max $(t) s,)" \
 	  > runs/eval/teddi-$(d)-deadlines.md && $(BIN)/streamfl report runs/eval/teddi-$(d)-1.0 &&) true
 # What eq. 17's stop rule does with a larger gradient-noise scale than the devices report.
 runs/eval/teddi-digits-sigma-%/frames.md: $(STAMP)

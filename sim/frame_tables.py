@@ -172,7 +172,11 @@ def frames_for_run(run_dir: Path, targets: Sequence[str], reference: Optional[st
 
 
 def grid_for_runs(run_dirs: Sequence[Path], targets: Sequence[str], reference: Optional[str] = "random",
-                  methods: Optional[Sequence[str]] = None) -> str:
-    """``grid_table`` of the runs in ``run_dirs``, each labelled by its folder's name."""
-    return grid_table([(Path(d).name, read_summary(Path(d) / "summary.json")) for d in run_dirs],
-                      targets, reference, methods=methods)
+                  methods: Optional[Sequence[str]] = None,
+                  labels: Optional[Sequence[str]] = None) -> str:
+    """``grid_table`` of the runs in ``run_dirs``, labelled by ``labels`` (default: folder names)."""
+    if labels is not None and len(labels) != len(run_dirs):
+        raise StreamflError("%d labels for %d run folders" % (len(labels), len(run_dirs)))
+    names = labels if labels is not None else [Path(d).name for d in run_dirs]
+    return grid_table([(name.strip(), read_summary(Path(d) / "summary.json"))
+                       for name, d in zip(names, run_dirs)], targets, reference, methods=methods)

@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--frames", metavar="TARGETS", default=None,
                         help="print rounds to these comma-separated accuracies (on the classes seen "
                              "so far) after each new-class frame instead, compared with --reference")
+    report.add_argument("--labels", default=None,
+                        help="with several folders: their column labels, comma-separated, in order "
+                             "(default: the folder names)")
     report.add_argument("--methods", default=None,
                         help="with --frames or --markdown: only these comma-separated methods' "
                              "rows, in this order")
@@ -193,7 +196,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 from streamfl.sim.frame_tables import frames_for_run, grid_for_runs
                 targets = [t.strip() for t in args.frames.split(",") if t.strip()]
                 print(frames_for_run(dirs[0], targets, args.reference, rows) if len(dirs) == 1
-                      else grid_for_runs(dirs, targets, args.reference, rows))
+                      else grid_for_runs(dirs, targets, args.reference, rows,
+                                         [x for x in args.labels.split(",") if x.strip()]
+                                         if args.labels else None))
                 return 0
             if len(dirs) > 1:
                 raise ConfigError("several run folders go with --frames only")

@@ -5,7 +5,7 @@ import pytest
 
 from streamfl.cli import main
 from streamfl.errors import StreamflError
-from streamfl.sim.frame_tables import frame_rounds, frames_table, grid_table
+from streamfl.sim.frame_tables import frame_rounds, frames_table, grid_for_runs, grid_table
 from streamfl.sim.summary import period_figures, rounds_to
 
 
@@ -71,3 +71,7 @@ def test_the_grid_sets_runs_side_by_side_and_marks_a_missing_method(tmp_path):
     assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--frames", "0.7",
                  "--reference", "random", "--methods", "fedteddi,random"]) == 0
     assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--markdown"]) != 0
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--frames", "0.7",
+                 "--labels", "only one"]) != 0
+    grid = grid_for_runs([tmp_path / "a", tmp_path / "b"], ["0.7"], labels=["T 0.8", "T 1.2"])
+    assert "| T 0.8: to 0.7 (rounds) |" in grid and "T 1.2: vs `random`" in grid
