@@ -117,9 +117,15 @@ teddi_part = $(word 2,$(subst -, ,$(1)))
 TEDDI_OUT := $(foreach d,$(TEDDI_DATA),$(foreach t,$(TEDDI_TMAX),runs/eval/teddi-$(d)-$(t)) \
 	runs/eval/teddi-$(d)-async) runs/eval/teddi-digits-async-refill \
 	runs/eval/teddi-digits-sigma-10 runs/eval/teddi-digits-sigma-100
-# Then per dataset: the deadline sweep side by side (teddi-DATA-deadlines.md) and the report page
-# with its plots (accuracy against rounds, virtual time and energy) at T_max = 1 s.
+# Then the change in rounds against random in all nine settings (teddi-overview.md), per dataset
+# the deadline sweep side by side (teddi-DATA-deadlines.md) and the report page with its plots
+# (accuracy against rounds, virtual time and energy) at T_max = 1 s.
+TEDDI_GRID := $(foreach d,$(TEDDI_DATA),$(foreach t,$(TEDDI_TMAX),$(d)-$(t)))
 eval-fedteddi: $(addsuffix /frames.md,$(TEDDI_OUT))
+	$(BIN)/streamfl report $(addprefix runs/eval/teddi-,$(TEDDI_GRID)) --overview --reference random \
+	  --frames "$(foreach g,$(TEDDI_GRID),$(TEDDI_T_$(call teddi_data,$(g)));)" \
+	  --labels "$(foreach g,$(TEDDI_GRID),$(call teddi_data,$(g)) $(call teddi_part,$(g)) s,)" \
+	  --methods $(TEDDI_METHODS) > runs/eval/teddi-overview.md
 	$(foreach d,$(TEDDI_DATA),$(BIN)/streamfl report $(foreach t,$(TEDDI_TMAX),runs/eval/teddi-$(d)-$(t)) \
 	  --frames $(TEDDI_T_$(d)) --reference random --methods $(TEDDI_METHODS) \
 	  --labels "$(foreach t,$(TEDDI_TMAX),T_max $(t) s,)" \

@@ -71,10 +71,20 @@ def _selected(summary: Dict[str, Any], methods: Optional[Sequence[str]]) -> Dict
     return chosen
 
 
+Change = Tuple[Optional[float], bool]
+
+
+def _change_cell(change: Change) -> str:
+    """"-45%", "~+0%" (a bound), or "–" (no reference figure)."""
+    pct, bound = change
+    return "–" if pct is None else "%s%+.0f%%" % ("~" if bound else "", pct)
+
+
 def _rounds_cells(entry: Dict[str, Any], ref: Optional[Dict[str, Any]], frames: Sequence[int],
-                  targets: Sequence[str]) -> Tuple[List[str], Optional[str]]:
-    """One cell per (target, frame): mean ± std rounds (reached/seeds); and the change of their
-    sum against ``ref`` ("~" when some seed never reached a target: a bound), None without ref."""
+                  targets: Sequence[str]) -> Tuple[List[str], Optional[Change]]:
+    """One cell per (target, frame): mean ± std rounds (reached/seeds); and the change in percent
+    of their sum against ``ref`` with whether it is a bound (some seed never reached a target),
+    None without ref."""
     cells: List[str] = []
     total = ref_total = 0.0
     bound = False
@@ -95,8 +105,7 @@ def _rounds_cells(entry: Dict[str, Any], ref: Optional[Dict[str, Any]], frames: 
                 bound |= ref_got["reached"] < ref_got["seeds"]
     if ref is None:
         return cells, None
-    return cells, ("–" if ref_total <= 0 else "%s%+.0f%%" % ("~" if bound else "",
-                                                            100.0 * (total / ref_total - 1.0)))
+    return cells, (None if ref_total <= 0 else 100.0 * (total / ref_total - 1.0), bound)
 
 
 def frames_table(summary: Dict[str, Any], targets: Sequence[str], reference: Optional[str] = "random",
@@ -120,7 +129,7 @@ def frames_table(summary: Dict[str, Any], targets: Sequence[str], reference: Opt
         dpr = entry.get("devices_per_round")
         jpr = _per_round(entry, "train_energy_j")
         acc, acc_std = entry.get("final_accuracy"), entry.get("final_accuracy_std")
-        rows.append(["`%s`" % name] + cells + ([] if vs is None else [vs]) + [
+        rows.append(["`%s`" % name] + cells + ([] if vs is None else [_change_cell(vs)]) + [
             "–" if dpr is None else "%.1f" % dpr, "–" if jpr is None else "%.1f" % jpr,
             "–" if acc is None else "%.3f ± %.3f" % (acc, acc_std or 0.0)])
     return markdown_rows(header, rows)
@@ -158,7 +167,7 @@ def grid_table(runs: Sequence[Tuple[str, Dict[str, Any]]], targets: Sequence[str
                 continue
             cells, vs = _rounds_cells(entry, ref, frames, targets)
             dpr = entry.get("devices_per_round")
-            row += [" / ".join(cells)] + ([] if vs is None else [vs])
+            row += [" / ".join(cells)] + ([] if vs is None else [_change_cell(vs)])
             row.append("–" if dpr is None else "%.1f" % dpr)
         rows.append(row)
     return markdown_rows(header, rows)
@@ -171,6 +180,35 @@ def frames_for_run(run_dir: Path, targets: Sequence[str], reference: Optional[st
                         methods=methods)
 
 
+def overview_table(runs: Sequence[Tuple[str, Dict[str, Any], Sequence[str]]],
+                   reference: str = "random", first_frame: int = 1,
+                   methods: Optional[Sequence[str]] = None) -> str:
+    """Only the change against ``reference`` per method for each ``(label, summary, targets)``
+    (settings with their own targets, e.g. datasets), and its mean over the settings ("~" when
+    any is a bound)."""
+    if not runs:
+        raise StreamflError("no runs to tabulate")
+    names = list(methods) if methods is not None else list(runs[0][1].get("methods") or {})
+    header = ["method"] + [label for label, _, _ in runs] + ["mean"]
+    rows = []
+    for name in names:
+        row, values, bound = ["`%s`" % name], [], False
+        for _, summary, targets in runs:
+            every = summary.get("methods") or {}
+            entry, ref = every.get(name), every.get(reference)
+            if entry is None or ref is None:
+                row.append("–")
+                continue
+            _, vs = _rounds_cells(entry, ref, _frames_of({name: entry}, summary, first_frame), targets)
+            row.append(_change_cell(vs))
+            if vs[0] is not None:
+                bound |= vs[1]
+                values.append(vs[0])
+        row.append(_change_cell((float(np.mean(values)) if values else None, bound)))
+        rows.append(row)
+    return markdown_rows(header, rows)
+
+
 def grid_for_runs(run_dirs: Sequence[Path], targets: Sequence[str], reference: Optional[str] = "random",
                   methods: Optional[Sequence[str]] = None,
                   labels: Optional[Sequence[str]] = None) -> str:
@@ -180,3 +218,18 @@ def grid_for_runs(run_dirs: Sequence[Path], targets: Sequence[str], reference: O
     names = labels if labels is not None else [Path(d).name for d in run_dirs]
     return grid_table([(name.strip(), read_summary(Path(d) / "summary.json"))
                        for name, d in zip(names, run_dirs)], targets, reference, methods=methods)
+
+
+def overview_for_runs(run_dirs: Sequence[Path], targets: Sequence[Sequence[str]],
+                      reference: str = "random", methods: Optional[Sequence[str]] = None,
+                      labels: Optional[Sequence[str]] = None) -> str:
+    """``overview_table`` of the runs in ``run_dirs``, with one target list each (or one for all)."""
+    if len(targets) not in (1, len(run_dirs)):
+        raise StreamflError("%d target lists for %d run folders" % (len(targets), len(run_dirs)))
+    if labels is not None and len(labels) != len(run_dirs):
+        raise StreamflError("%d labels for %d run folders" % (len(labels), len(run_dirs)))
+    names = labels if labels is not None else [Path(d).name for d in run_dirs]
+    lists = list(targets) * len(run_dirs) if len(targets) == 1 else list(targets)
+    return overview_table([(name.strip(), read_summary(Path(d) / "summary.json"), t)
+                           for name, d, t in zip(names, run_dirs, lists)], reference,
+                          methods=methods)

@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--frames", metavar="TARGETS", default=None,
                         help="print rounds to these comma-separated accuracies (on the classes seen "
                              "so far) after each new-class frame instead, compared with --reference")
+    report.add_argument("--overview", action="store_true",
+                        help="with --frames and several folders: only each folder's change against "
+                             "--reference and their mean; --frames may then give one target list "
+                             "per folder, separated by ';'")
     report.add_argument("--labels", default=None,
                         help="with several folders: their column labels, comma-separated, in order "
                              "(default: the folder names)")
@@ -193,12 +197,17 @@ def main(argv: Optional[List[str]] = None) -> int:
             rows = [m.strip() for m in args.methods.split(",")] if args.methods else None
             dirs = [Path(d) for d in args.run_dir]
             if args.frames:
-                from streamfl.sim.frame_tables import frames_for_run, grid_for_runs
-                targets = [t.strip() for t in args.frames.split(",") if t.strip()]
-                print(frames_for_run(dirs[0], targets, args.reference, rows) if len(dirs) == 1
-                      else grid_for_runs(dirs, targets, args.reference, rows,
-                                         [x for x in args.labels.split(",") if x.strip()]
-                                         if args.labels else None))
+                from streamfl.sim.frame_tables import frames_for_run, grid_for_runs, overview_for_runs
+                lists = [[t.strip() for t in part.split(",") if t.strip()]
+                         for part in args.frames.split(";") if part.strip()]
+                labels = [x for x in args.labels.split(",") if x.strip()] if args.labels else None
+                if args.overview:
+                    print(overview_for_runs(dirs, lists, args.reference, rows, labels))
+                elif len(lists) > 1:
+                    raise ConfigError("one target list per folder goes with --overview only")
+                else:
+                    print(frames_for_run(dirs[0], lists[0], args.reference, rows) if len(dirs) == 1
+                          else grid_for_runs(dirs, lists[0], args.reference, rows, labels))
                 return 0
             if len(dirs) > 1:
                 raise ConfigError("several run folders go with --frames only")

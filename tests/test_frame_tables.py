@@ -5,7 +5,9 @@ import pytest
 
 from streamfl.cli import main
 from streamfl.errors import StreamflError
-from streamfl.sim.frame_tables import frame_rounds, frames_table, grid_for_runs, grid_table
+from streamfl.sim.frame_tables import (
+    frame_rounds, frames_table, grid_for_runs, grid_table, overview_table,
+)
 from streamfl.sim.summary import period_figures, rounds_to
 
 
@@ -75,3 +77,19 @@ def test_the_grid_sets_runs_side_by_side_and_marks_a_missing_method(tmp_path):
                  "--labels", "only one"]) != 0
     grid = grid_for_runs([tmp_path / "a", tmp_path / "b"], ["0.7"], labels=["T 0.8", "T 1.2"])
     assert "| T 0.8: to 0.7 (rounds) |" in grid and "T 1.2: vs `random`" in grid
+
+
+def test_the_overview_keeps_each_settings_change_and_their_mean(tmp_path):
+    a = _summary({"random": [20, 20], "fedteddi": [10, 12], "fedcgd": [30, 30]})
+    b = _summary({"random": [20, 20], "fedteddi": [None, 10]})
+    table = overview_table([("digits", a, ["0.7"]), ("watch", b, ["0.7"])], "random")
+    lines = {line.split(" | ")[0]: line.split(" | ") for line in table.splitlines()[2:]}
+    assert lines["| `fedteddi`"][1:] == ["-45%", "~+0%", "~-22% |"]  # the mean, -22.5, to even
+    assert lines["| `fedcgd`"][1:] == ["+50%", "–", "+50% |"]
+    for name, summary in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert main(["report", *dirs, "--frames", "0.7;0.7", "--overview", "--reference", "random"]) == 0
+    assert main(["report", *dirs, "--frames", "0.7;0.7;0.7", "--overview"]) != 0
+    assert main(["report", *dirs, "--frames", "0.7;0.7"]) != 0  # per-folder targets: overview only
