@@ -130,10 +130,11 @@ eval-fedteddi: $(addsuffix /frames.md,$(TEDDI_OUT))
 	  --frames $(TEDDI_T_$(d)) --reference random --methods $(TEDDI_METHODS) \
 	  --labels "$(foreach t,$(TEDDI_TMAX),T_max $(t) s,)" \
 	  > runs/eval/teddi-$(d)-deadlines.md && $(BIN)/streamfl report runs/eval/teddi-$(d)-1.0 &&) true
-# What eq. 17's stop rule does with a larger gradient-noise scale than the devices report.
+# What eq. 17's stop rule does with a larger gradient-noise scale than the devices report (random
+# beside it, the same runs as in teddi-digits-1.0, for the comparison).
 runs/eval/teddi-digits-sigma-%/frames.md: $(STAMP)
-	$(TEDDI_SIM) --methods fedteddi --set plugins.schedule.sigma=$* --out $(@D)
-	$(call TEDDI_FRAMES,$(@D),fedteddi,digits,random)
+	$(TEDDI_SIM) --methods fedteddi,random --set plugins.schedule.sigma=$* --out $(@D)
+	$(call TEDDI_FRAMES,$(@D),fedteddi$(comma)random,digits,random)
 # teddi-DATA-TMAX: the frames table. teddi-DATA-async (and -async-refill, the scheduled methods
 # only): whole runs against random+adaclp, since FedAsync makes a version per update and its rounds
 # do not compare with FedAvg's.
