@@ -90,10 +90,10 @@ eval-adaclp: $(STAMP)
 # band, AdaCLP and FedAsync on each dataset at T_max = 1 s (FedAsync cohorts; AdaCLP's eta0 the
 # baselines' rate 0.1, as in the shipped scenarios; runs/eval/teddi-DATA-async), and on digits
 # again with the cohorts refilled device by device (teddi-digits-async-refill); FedTeddi with
-# eq. 17's sigma at 10 and 100 on digits. Each part is a
-# file target, so an interrupted run resumes; about 2 h on 2 cores in all. The band is the paper's
-# 20 MHz scaled by each model's size against the paper's CNN (558,418 parameters): cnn1d on digits
-# 12,266, mlp on MNIST 55,050, cnn1d on the watch 11,751 (docs/results.md).
+# eq. 17's sigma at 10 and 100 on digits. Each part is a file target, so an interrupted run
+# resumes; about 50 minutes on 2 cores in all. The band is the paper's 20 MHz scaled by each
+# model's size against the paper's CNN (558,418 parameters): cnn1d on digits 12,266, mlp on MNIST
+# 55,050, cnn1d on the watch 11,751 (docs/results.md).
 TEDDI := configs/scenarios/fedteddi-new-classes.yaml
 TEDDI_METHODS := fedteddi,fedteddi-fill,random,best-channel,best-norm,power-of-choice,pure-drift,fedcbs,fedcgd
 TEDDI_ASYNC_SCHED := fedteddi+adaclp,random+adaclp,fedteddi-fill+adaclp
