@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 from streamfl.coordinator.admission import UpdateAdmission
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.history import ModelHistory
+from streamfl.coordinator.persistence import PLUGIN_TENSORS
 from streamfl.coordinator.plugins import Addressed, Aggregation, CoordinatorPlugin, FleetView, make_plugins
 from streamfl.coordinator.registry import DeviceRegistry
 from streamfl.coordinator.strategies import AGGREGATED, STALE, Aggregator, make_strategy, staleness_of
@@ -252,18 +253,23 @@ class CoordinatorCore:
 
     # ---- persistence --------------------------------------------------------------------------
     def state(self) -> Dict[str, Any]:
-        """JSON-able state for ``state.json`` (the tensors go to model.safetensors separately)."""
-        plugins = {}
+        """State for the state directory: JSON-able but for ``PLUGIN_TENSORS`` (the plug-ins'
+        arrays, by reference, for plugins.safetensors; the model goes to model.safetensors)."""
+        plugins, arrays = {}, {}
         for plugin in self.plugins:
             saved = plugin.state()
             if saved is not None:
                 plugins[plugin.name] = saved
+            tensors = plugin.state_tensors()
+            if tensors:
+                arrays[plugin.name] = tensors
         return {"version": self.version, "arch_id": self.arch_id,
                 "history_versions": self.history.versions(), "strategy": self.strategy.name,
                 "strategy_state": self.strategy.state(), "plugins": plugins,
                 "recent_update_ids": list(self._seen)[-PERSISTED_IDS:],
                 "counters": dict(self.counters), "run_id": self.run_id,
-                "known_devices": self.registry.greeted_ids(), "admission": self.admission.state()}
+                "known_devices": self.registry.greeted_ids(), "admission": self.admission.state(),
+                PLUGIN_TENSORS: arrays}
 
     def restore(self, tensors: Tensors, state: Dict[str, Any], now: float) -> None:
         """Continue from a saved state: same version, same model, same counters, same plug-ins."""
@@ -274,9 +280,15 @@ class CoordinatorCore:
         if state.get("strategy") == self.strategy.name:
             self.strategy.load_state(dict(state.get("strategy_state") or {}))
         saved = state.get("plugins") or {}
+        arrays = state.get(PLUGIN_TENSORS) or {}
         for plugin in self.plugins:
             if isinstance(saved.get(plugin.name), dict):
                 plugin.load_state(saved[plugin.name])
+            if arrays.get(plugin.name):
+                try:
+                    plugin.load_state_tensors(arrays[plugin.name])
+                except ValueError as exc:
+                    log.error("%s: saved arrays ignored (%s); it starts without them", plugin.name, exc)
         for key, value in (state.get("counters") or {}).items():
             if key in self.counters:
                 self.counters[key] = int(value)

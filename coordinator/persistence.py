@@ -8,9 +8,16 @@ between the two renames, the checkpoint's version wins (the version must describ
 devices that said Hello and the admission norms. Saves happen in the publisher thread before each
 publish (``publisher.py``), at most every ``persist_interval_s``: at hundreds of updates per second
 an fsync per aggregation would cost more than the aggregation itself.
+
+A third file, ``plugins.safetensors``, holds the plug-ins' arrays (``state_tensors``: FedCurv's
+per-device contributions, say), keyed ``plugin/key``. They can be O(devices x model), so the
+``Persister`` rewrites it at most every ``plugin_interval_s`` (and at a clean shutdown); what it
+holds is self-contained, so an older file beside a newer model is still consistent. A missing or
+corrupt file loses only those arrays (logged; the plug-ins refill them), never the model.
 """
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
@@ -25,7 +32,12 @@ log = logging.getLogger(__name__)
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "state.json"
+PLUGINS_FILE = "plugins.safetensors"
 STATE_FORMAT = 1
+#: The key of a state dict that holds the plug-ins' arrays ({plugin: {key: array}}), not JSON.
+PLUGIN_TENSORS = "plugin_tensors"
+#: Seconds between rewrites of plugins.safetensors (its arrays can be O(devices x model)).
+PLUGIN_INTERVAL_S = 30.0
 
 
 class StateStore:
@@ -35,12 +47,27 @@ class StateStore:
         self.state_dir = Path(state_dir)
         self.model_path = self.state_dir / MODEL_FILE
         self.state_path = self.state_dir / STATE_FILE
+        self.plugins_path = self.state_dir / PLUGINS_FILE
 
     def save(self, tensors: Tensors, state: Dict[str, Any]) -> None:
-        """Write model then state, each atomically; StorageError if the disk refuses."""
+        """Write model, the plug-ins' arrays (when ``state`` carries them) and state, each
+        atomically; StorageError if the disk refuses."""
         meta = {"version": int(state["version"]), "arch_id": state["arch_id"]}
         save_checkpoint(self.model_path, tensors, meta)
-        doc = dict(state, format=STATE_FORMAT)
+        arrays = state.get(PLUGIN_TENSORS)
+        if arrays is not None:
+            flat = {"%s/%s" % (plugin, key): a for plugin, group in arrays.items()
+                    for key, a in group.items()}
+            if flat:
+                save_checkpoint(self.plugins_path, flat, meta)
+            elif self.plugins_path.exists():  # nothing left to keep: no stale arrays come back
+                try:
+                    self.plugins_path.unlink()
+                except OSError as exc:
+                    raise StorageError("cannot remove %s: %s" % (self.plugins_path,
+                                                                 exc.strerror or exc)) from exc
+        doc = {k: v for k, v in state.items() if k != PLUGIN_TENSORS}
+        doc["format"] = STATE_FORMAT
         atomic_write_bytes(self.state_path, json.dumps(doc, sort_keys=True, indent=1).encode("utf-8"))
 
     def load(self, spec) -> Optional[Tuple[Tensors, Dict[str, Any]]]:
@@ -76,7 +103,22 @@ class StateStore:
                         version, version)
             state = dict(state, version=version)
         self._check_tensors(tensors, spec)
-        return tensors, state
+        return tensors, dict(state, **{PLUGIN_TENSORS: self._read_plugins()})
+
+    def _read_plugins(self) -> Dict[str, Dict[str, np.ndarray]]:
+        """The plug-ins' arrays ({} without the file, or with a corrupt one: logged)."""
+        if not self.plugins_path.exists():
+            return {}
+        try:
+            flat, _ = load_checkpoint(self.plugins_path)
+        except StorageError as exc:
+            log.error("%s: the plug-ins start without their saved arrays", exc)
+            return {}
+        out: Dict[str, Dict[str, np.ndarray]] = {}
+        for key, a in flat.items():
+            plugin, _, name = key.partition("/")
+            out.setdefault(plugin, {})[name] = a
+        return out
 
     def _read_state(self) -> Dict[str, Any]:
         try:
@@ -112,15 +154,25 @@ class Persister:
     """Saves the core's model and state, counting failures instead of raising (a full disk must
     not kill the coordinator; what was not saved is simply not published)."""
 
-    def __init__(self, store: StateStore):
+    def __init__(self, store: StateStore, plugin_interval_s: float = PLUGIN_INTERVAL_S,
+                 clock=time.monotonic):
         self.store = store
         self.saves = 0
         self.errors = 0
         #: The version last saved (None: nothing yet).
         self.saved_version: Optional[int] = None
+        self.plugin_interval_s = float(plugin_interval_s)
+        self._clock = clock
+        self._plugins_saved_s: Optional[float] = None
 
-    def save(self, tensors: Tensors, state: Dict[str, Any]) -> bool:
-        """Write ``tensors`` and ``state`` durably; True if it worked."""
+    def save(self, tensors: Tensors, state: Dict[str, Any], force: bool = False) -> bool:
+        """Write ``tensors`` and ``state`` durably; True if it worked. The plug-ins' arrays go
+        along at most every ``plugin_interval_s`` (always with ``force``)."""
+        now = self._clock()
+        due = (force or self._plugins_saved_s is None
+               or now - self._plugins_saved_s >= self.plugin_interval_s)
+        if not due:
+            state = {k: v for k, v in state.items() if k != PLUGIN_TENSORS}
         try:
             self.store.save(tensors, state)
         except StorageError as exc:
@@ -129,8 +181,11 @@ class Persister:
             return False
         self.saves += 1
         self.saved_version = int(state["version"])
+        if due and PLUGIN_TENSORS in state:
+            self._plugins_saved_s = now
         return True
 
     def flush(self, core, now: float = 0.0) -> bool:
-        """Save the core now (clean shutdown, start-up); only from the thread that owns the core."""
-        return self.save(core.model, core.state())
+        """Save the core now, the plug-ins' arrays too (clean shutdown, start-up); only from the
+        thread that owns the core."""
+        return self.save(core.model, core.state(), force=True)

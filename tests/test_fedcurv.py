@@ -1,15 +1,19 @@
-"""FedCurv through the cores: the Fisher diagonal, the coordinator's U/V sums, the device's penalty."""
+"""FedCurv through the cores: the Fisher diagonal, the coordinator's U/V sums (and their survival of a
+restart), the device's penalty."""
+import json
+
 import numpy as np
 import pytest
 import torch
 
-from factories import greet, make_update
+from factories import UNBOUNDED_ADMISSION, greet, make_hello, make_update
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore
 from streamfl.agent.plugins.fedcurv import FedCurvAgentPlugin
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
+from streamfl.coordinator.persistence import Persister, StateStore
 from streamfl.coordinator.plugins.fedcurv import CurvatureSums
 from streamfl.models import ModelSpec, build_model, tensor_spec
 from streamfl.models.fisher import fisher_diagonal
@@ -154,3 +158,95 @@ def test_fedcurv_off_sends_no_diagonal():
     update = agent.train_round()
     assert "curvature_diagonal" not in update.extras and agent.trainer.penalties == []
     assert "curvature" not in coord.global_model().extras
+
+
+def _fedcurv_core(tensors=None):
+    return CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "plugins": {"fedcurv": {}},
+                                                     "admission": UNBOUNDED_ADMISSION}, "test"),
+                           tensors=tensors)
+
+
+def _curv_update(core, device, tensors, fisher):
+    return make_update(ModelSpec(**SPEC), device_id=device, base_version=core.version,
+                       tensors=tensors, extras={"curvature_diagonal": CurvatureDiagonal(fisher)})
+
+
+def _fleet_with_sums(n_devices=3, rounds=2):
+    """A coordinator whose FedCurv sums hold ``n_devices`` devices' contributions."""
+    core = _fedcurv_core()
+    for i in range(n_devices):
+        core.on_message(make_hello("d%d" % i, ModelSpec(**SPEC)), 0.0)
+    rng = np.random.default_rng(4)
+    for r in range(rounds):
+        for i in range(n_devices):
+            t = {k: rng.standard_normal(s).astype(np.float32)
+                 for k, (s, _) in tensor_spec(ModelSpec(**SPEC)).items()}
+            f = {k: rng.random(a.shape).astype(np.float32) for k, a in t.items()}
+            core.on_message(_curv_update(core, "d%d" % i, t, f), float(r))
+    assert len(core.plugin("fedcurv").sums) == n_devices
+    return core
+
+
+def _restart(state_dir):
+    tensors, state = StateStore(state_dir).load(ModelSpec(**SPEC))
+    core = _fedcurv_core(tensors)
+    core.restore(tensors, state, now=50.0)
+    return core
+
+
+def test_sums_survive_a_coordinator_restart(tmp_path):
+    core = _fleet_with_sums()
+    Persister(StateStore(tmp_path)).flush(core)
+    assert (tmp_path / "plugins.safetensors").exists()
+    assert "plugin_tensors" not in json.loads((tmp_path / "state.json").read_text())
+    again = _restart(tmp_path)
+    before, after = core.plugin("fedcurv").sums, again.plugin("fedcurv").sums
+    assert len(after) == len(before) == 3
+    for b, a in zip(before.sums(), after.sums()):
+        for k in b:
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-7)
+    # The next update of a device replaces its restored contribution, as before the restart.
+    update = _curv_update(again, "d1", {k: np.zeros_like(v) for k, v in core.model.items()},
+                          {k: np.ones_like(v) for k, v in core.model.items()})
+    before.on_update(update)
+    after.on_update(update)
+    for k, u in before.sums()[0].items():
+        np.testing.assert_allclose(after.sums()[0][k], u, rtol=1e-6, atol=1e-7)
+
+
+def test_saved_sums_that_are_not_finite_or_torn_are_refused_whole(tmp_path, caplog):
+    core = _fleet_with_sums(n_devices=2)
+    arrays = dict(core.plugin("fedcurv").sums.arrays())
+    key = next(k for k in arrays if "/F/" in k)
+    for bad in ({**arrays, key: np.full_like(arrays[key], np.nan)},      # not finite
+                {**arrays, key: -np.abs(arrays[key]) - 1.0},              # a negative Fisher value
+                {k: v for k, v in arrays.items() if k != key},            # F without its pair
+                {**arrays, "zz/F/w": arrays[key]}):                       # a key that is no device
+        sums = CurvatureSums()
+        with pytest.raises(ValueError):
+            sums.load(bad)
+        assert len(sums) == 0 and sums.sums() == (None, None)
+    Persister(StateStore(tmp_path)).flush(core)
+    (tmp_path / "plugins.safetensors").write_bytes(b"not a checkpoint")
+    again = _restart(tmp_path)  # the model and the rest of the state still load
+    assert again.version == core.version and len(again.plugin("fedcurv").sums) == 0
+    assert "plugins.safetensors" in caplog.text
+
+
+def test_the_arrays_are_rewritten_at_most_every_interval(tmp_path):
+    clock = [0.0]
+    persister = Persister(StateStore(tmp_path), plugin_interval_s=30.0, clock=lambda: clock[0])
+    core = _fleet_with_sums(n_devices=1)
+    assert persister.save(core.model, core.state())
+    first = (tmp_path / "plugins.safetensors").stat().st_mtime_ns
+    core.on_message(_curv_update(core, "d0", dict(core.model),
+                                 {k: np.ones_like(v) for k, v in core.model.items()}), 10.0)
+    clock[0] = 10.0
+    assert persister.save(core.model, core.state())  # the model is saved; the arrays wait
+    assert (tmp_path / "plugins.safetensors").stat().st_mtime_ns == first
+    assert _restart(tmp_path).plugin("fedcurv").sums.sums()[0]["head.bias"].max() < 1.0  # older
+    clock[0] = 31.0
+    assert persister.save(core.model, core.state())
+    restored = _restart(tmp_path).plugin("fedcurv").sums
+    assert len(restored) == 1
+    np.testing.assert_array_equal(restored.sums()[0]["head.bias"], 1.0)  # d0's newest F

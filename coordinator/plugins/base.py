@@ -12,6 +12,8 @@ import abc
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Collection, Dict, List, Mapping, Optional, Tuple, Type
 
+import numpy as np
+
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Command, Update
 
@@ -115,3 +117,13 @@ class CoordinatorPlugin(abc.ABC):
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state()`` returned; ``ValueError`` if it is malformed."""
+
+    def state_tensors(self) -> Optional[Dict[str, np.ndarray]]:
+        """Arrays to keep across restarts beside ``state()`` (the state directory's
+        ``plugins.safetensors``), None if none. Handed out by reference, so a snapshot copies
+        nothing: a plug-in never changes an array it returned in place (it replaces it)."""
+        return None
+
+    def load_state_tensors(self, tensors: Mapping[str, np.ndarray]) -> None:
+        """Restore what ``state_tensors()`` returned; ``ValueError`` if it is malformed (the core
+        then logs it and the plug-in starts without them)."""

@@ -7,9 +7,12 @@ device subtracts its own ``F_k`` and ``F_k * theta_k`` and trains with the gradi
 of the model's size however many devices there are.
 
 The sums are float64 and each device's last contribution is kept, so a new update replaces it
-exactly (subtract old, add new) without float32 drift over thousands of updates. They are not
-persisted: after a coordinator restart they refill as each device sends its next update (a
-device's penalty is weaker until then, never wrong in sign).
+exactly (subtract old, add new) without float32 drift over thousands of updates. The
+contributions persist across coordinator restarts (``state_tensors``: the state directory's
+plugins.safetensors, rewritten at most every 30 s, so a restart loses at most the contributions of
+that span, older ones standing in) and the sums are rebuilt from them; saved arrays that are not
+finite, not matched in pairs or negative Fisher values are refused whole (the sums then refill as
+devices send their next updates).
 """
 import logging
 from dataclasses import dataclass
@@ -53,6 +56,8 @@ class CurvatureSums:
         self._last: Dict[str, Tuple[Tensors, Tensors]] = {}
         self._u: Dict[str, np.ndarray] = {}
         self._v: Dict[str, np.ndarray] = {}
+        #: ``arrays()`` as last built (None: the contributions changed since).
+        self._arrays: Optional[Dict[str, np.ndarray]] = None
 
     def __len__(self) -> int:
         """Devices whose contribution is in the sums."""
@@ -75,12 +80,14 @@ class CurvatureSums:
             u += f[name]
             v += fw[name]
         self._last[update.device_id] = (f, fw)
+        self._arrays = None
         return True
 
     def forget(self, device_id: str) -> None:
         """Drop a device's contribution (e.g. it left the fleet for good)."""
         old = self._last.pop(device_id, None)
         if old is not None:
+            self._arrays = None
             for name in old[0]:
                 self._u[name] -= old[0][name]
                 self._v[name] -= old[1][name]
@@ -96,6 +103,47 @@ class CurvatureSums:
         """The device's ``(F_k, F_k * theta_k)`` in the sums, or None."""
         return self._last.get(device_id)
 
+    def arrays(self) -> Dict[str, np.ndarray]:
+        """Every contribution, keyed ``DEVICE_HEX/F/name`` and ``DEVICE_HEX/FW/name`` (the device id
+        hex-encoded: any id is a safe key). By reference: contributions are replaced, never changed."""
+        if self._arrays is None:
+            self._arrays = {}
+            for device_id, (f, fw) in self._last.items():
+                tag = device_id.encode("utf-8").hex()
+                self._arrays.update({"%s/F/%s" % (tag, k): a for k, a in f.items()})
+                self._arrays.update({"%s/FW/%s" % (tag, k): a for k, a in fw.items()})
+        return self._arrays
+
+    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Replace everything with the contributions ``arrays()`` returned; ValueError (nothing
+        changed) unless every device has F and FW for the same tensors and shapes, all finite,
+        F >= 0."""
+        parts: Dict[str, Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]] = {}
+        for key, a in arrays.items():
+            tag, kind, name = (key.split("/", 2) + ["", ""])[:3]
+            try:
+                device_id = bytes.fromhex(tag).decode("utf-8")
+            except ValueError:
+                raise ValueError("fedcurv: bad array key %r" % key) from None
+            if kind not in ("F", "FW") or not name:
+                raise ValueError("fedcurv: bad array key %r" % key)
+            a = np.asarray(a, dtype=np.float32)
+            if not np.isfinite(a).all() or (kind == "F" and (a < 0).any()):
+                raise ValueError("fedcurv: %s is not finite%s" % (key, " and >= 0" if kind == "F" else ""))
+            parts.setdefault(device_id, ({}, {}))[kind == "FW"][name] = a
+        names = None
+        for device_id, (f, fw) in parts.items():
+            shapes = {k: v.shape for k, v in f.items()}
+            if shapes != {k: v.shape for k, v in fw.items()} or (names is not None and shapes != names):
+                raise ValueError("fedcurv: %s's saved F and F*theta do not match" % device_id)
+            names = shapes
+        self._last, self._u, self._v, self._arrays = {}, {}, {}, None
+        for device_id, (f, fw) in parts.items():
+            for name in f:
+                self._u[name] = self._u.get(name, 0.0) + f[name].astype(np.float64)
+                self._v[name] = self._v.get(name, 0.0) + fw[name].astype(np.float64)
+            self._last[device_id] = (f, fw)
+
 
 class FedCurvPlugin(CoordinatorPlugin):
     """Keeps the sums from every update's Fisher diagonal and broadcasts them with ``lambda2``."""
@@ -109,6 +157,13 @@ class FedCurvPlugin(CoordinatorPlugin):
 
     def on_update(self, update: Update, now: float) -> None:
         self.sums.on_update(update)
+
+    def state_tensors(self) -> Optional[Dict[str, np.ndarray]]:
+        return self.sums.arrays() or None
+
+    def load_state_tensors(self, tensors: Mapping[str, np.ndarray]) -> None:
+        self.sums.load(tensors)
+        log.info("fedcurv: %d devices' contributions restored", len(self.sums))
 
     def extras(self) -> List[Extra]:
         u, v = self.sums.sums()
