@@ -213,11 +213,16 @@ def grid_for_runs(run_dirs: Sequence[Path], targets: Sequence[str], reference: O
                   methods: Optional[Sequence[str]] = None,
                   labels: Optional[Sequence[str]] = None) -> str:
     """``grid_table`` of the runs in ``run_dirs``, labelled by ``labels`` (default: folder names)."""
+    return grid_table([(name, read_summary(Path(d) / "summary.json"))
+                       for name, d in _labelled(run_dirs, labels)], targets, reference, methods=methods)
+
+
+def _labelled(run_dirs: Sequence[Path], labels: Optional[Sequence[str]]) -> List[Tuple[str, Path]]:
+    """``(label, folder)`` pairs: ``labels`` in order, else the folders' names."""
     if labels is not None and len(labels) != len(run_dirs):
         raise StreamflError("%d labels for %d run folders" % (len(labels), len(run_dirs)))
     names = labels if labels is not None else [Path(d).name for d in run_dirs]
-    return grid_table([(name.strip(), read_summary(Path(d) / "summary.json"))
-                       for name, d in zip(names, run_dirs)], targets, reference, methods=methods)
+    return [(name.strip(), Path(d)) for name, d in zip(names, run_dirs)]
 
 
 def overview_for_runs(run_dirs: Sequence[Path], targets: Sequence[Sequence[str]],
@@ -226,10 +231,7 @@ def overview_for_runs(run_dirs: Sequence[Path], targets: Sequence[Sequence[str]]
     """``overview_table`` of the runs in ``run_dirs``, with one target list each (or one for all)."""
     if len(targets) not in (1, len(run_dirs)):
         raise StreamflError("%d target lists for %d run folders" % (len(targets), len(run_dirs)))
-    if labels is not None and len(labels) != len(run_dirs):
-        raise StreamflError("%d labels for %d run folders" % (len(labels), len(run_dirs)))
-    names = labels if labels is not None else [Path(d).name for d in run_dirs]
     lists = list(targets) * len(run_dirs) if len(targets) == 1 else list(targets)
-    return overview_table([(name.strip(), read_summary(Path(d) / "summary.json"), t)
-                           for name, d, t in zip(names, run_dirs, lists)], reference,
+    return overview_table([(name, read_summary(d / "summary.json"), t)
+                           for (name, d), t in zip(_labelled(run_dirs, labels), lists)], reference,
                           methods=methods)
