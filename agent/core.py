@@ -137,6 +137,8 @@ class AgentCore:
 
     def add_window(self, window: Window) -> bool:
         """Offer one sensor window to the buffer; False if it was not stored (see buffer counters)."""
+        for plugin in self.plugins:
+            plugin.on_window(window.x)
         return self.buffer.add(window.x, window.label)
 
     def on_global_model(self, gm: GlobalModel) -> bool:

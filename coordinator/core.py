@@ -113,7 +113,7 @@ class CoordinatorCore:
         self.registry = DeviceRegistry()
         self.strategy = strategy if strategy is not None else make_strategy(config, self.registry.online)
         self.plugins = make_plugins(config.plugins, FleetView(self.registry.online, self.strategy,
-                                                                   self.num_classes))
+                                                              self.num_classes, lambda: self._model))
         self.version = 0
         self._model: Tensors = tensors if tensors is not None else initial_model(config)
         self.history = ModelHistory(config.history_size)

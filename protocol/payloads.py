@@ -153,7 +153,11 @@ class CurvatureDiagonal(Extra):
         got = _groups(cls.KIND, groups, ("F",))
         if "F" not in got:
             raise ProtocolError("schema", "extras.%s: missing tensor group F" % cls.KIND)
-        return cls(F={name: np.asarray(a, dtype=np.float32) for name, a in got["F"].items()})
+        F = {name: np.asarray(a, dtype=np.float32) for name, a in got["F"].items()}
+        if not all(np.isfinite(a).all() and (a >= 0).all() for a in F.values()):
+            # A NaN or negative diagonal would poison every device's U and V.
+            raise ProtocolError("schema", "extras.%s.F: expected finite values >= 0" % cls.KIND)
+        return cls(F=F)
 
 
 #: Most classes a scheduling report may list (a report is bounded whatever its sender claims).

@@ -175,3 +175,22 @@ register(Method("fedteddi-fill+adaclp", "fedteddi-fill's choice of who trains ne
 register(Method("fedteddi-fill", "FedTeddi's greedy order with the set grown until the shared band "
                                  "is full (eq. 17's stop rule off; ours)",
                 coordinator=_FEDAVG, plugins={"schedule": {"policy": "fedteddi", "sigma": 1.0e9}}))
+
+
+# ST-EWC (st-ewc.txt) and its baselines (sec. 5.1): FedAvg (lambda1 = lambda2 = 0) and FedCurv
+# (lambda1 = 0) are registered above; TimeEWC is the temporal term alone (lambda2 = 0), ST-EWC both
+# (FedCurv's plug-in is the spatial half). Synchronous as in the paper; -async under FedAsync;
+# +adaclp composed with the CLP regulator. A scenario's ``plugins.stewc`` settings (the period
+# boundary: its schedule, or drift) apply to each.
+register(Method("timeewc", "TimeEWC: FedAvg whose devices train with the temporal EWC term "
+                           "lambda1 (P theta - Q) over past periods' T-FDMs (Hashash et al. 2022)",
+                coordinator=_FEDAVG, plugins={"stewc": {}}))
+register(Method("stewc", "ST-EWC: FedAvg with the temporal term of past periods' T-FDMs and "
+                         "FedCurv's spatial term of the peers' S-FDMs (eq. 12)",
+                coordinator=_FEDAVG, plugins={"fedcurv": {}, "stewc": {}}))
+register(Method("stewc-async", "ST-EWC's two terms under FedAsync aggregation",
+                coordinator=_FEDASYNC, plugins={"fedcurv": {}, "stewc": {}}))
+register(Method("stewc+adaclp", "ST-EWC's two terms composed with AdaCLP (FedAsync, CLP probe, "
+                                "CLP hyper-parameters and clocks)",
+                coordinator=_FEDASYNC, plugins={"clp": {}, "fedcurv": {}, "stewc": {}},
+                dvfs_policy="clp-aware"))

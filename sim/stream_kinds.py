@@ -228,14 +228,25 @@ def _kind_sessions(ctx: KindContext, params: Dict) -> Built:
     return out, p
 
 
+#: The input changes of "domain_incremental" periods.
+DOMAINS = ("pixels", "channels", "rotation")
+
+
 def _kind_domain_incremental(ctx: KindContext, params: Dict) -> Built:
     """ST-EWC sec. 5 PermutedMNIST: ``num_periods`` (T = 5) periods of ``period_s`` (duration_s / 5).
 
     Every class in every period (``mix``: "uniform", or "pool" for the device's own shares, which
-    keeps e.g. the paper's two-classes-per-device split); period p > 0 permutes the flattened input
-    with its own fixed permutation (``transform``); the last period lasts to the end of time.
+    keeps e.g. the paper's two-classes-per-device split); period p > 0 transforms the input with
+    its own fixed ``domain`` change (``DeviceStream.transform``): "pixels" permutes the flattened
+    window (PermutedMNIST), "channels" permutes the channels (a re-wired sensor), "rotation"
+    rotates every x/y/z channel triple by one random rotation (a watch worn another way: the
+    accelerometer and gyroscope turn together). The last period lasts to the end of time.
     """
-    p = _take("domain_incremental", params, {"num_periods": 5, "period_s": None, "mix": "uniform"})
+    p = _take("domain_incremental", params, {"num_periods": 5, "period_s": None, "mix": "uniform",
+                                             "domain": "pixels"})
+    if p["domain"] not in DOMAINS:
+        raise ConfigError("stream kind 'domain_incremental': domain must be one of %s, got %r"
+                          % (", ".join(DOMAINS), p["domain"]))
     if p["period_s"] is None:
         p["period_s"] = ctx.duration_s / float(p["num_periods"])
     _positive("domain_incremental", p, "num_periods", "period_s")

@@ -36,14 +36,14 @@ class DeviceStream:
     def __init__(self, ds: Dataset, pool: np.ndarray, device: int, kind: str, seed: int,
                  windows_per_s: float, duration_s: float, timeline: Timeline,
                  global_by_class: List[np.ndarray], num_periods: Optional[int] = None,
-                 permute: bool = False, params: Optional[Dict] = None, meta: Optional[Dict] = None,
+                 domain: Optional[str] = None, params: Optional[Dict] = None, meta: Optional[Dict] = None,
                  states: Optional[List[int]] = None):
         self.ds, self.pool, self.device, self.kind = ds, np.asarray(pool, dtype=np.int64), device, kind
         self.seed, self.windows_per_s = int(seed), float(windows_per_s)
         self.duration_s = float(duration_s)
         self.timeline, self.params, self.meta = timeline, dict(params or {}), dict(meta or {})
         self.num_classes = ds.num_classes
-        self._num_periods, self._permute, self._states = num_periods, permute, states
+        self._num_periods, self._domain, self._states = num_periods, domain, states
         self.phase = float(hash_uniform(stream_key(seed, T_PHASE, device), np.zeros(1))[0])
         self._k_class, self._k_sample = stream_key(seed, T_CLASS, device), stream_key(seed, T_SAMPLE, device)
         pool_y = ds.y[self.pool]
@@ -90,7 +90,7 @@ class DeviceStream:
         """(X float32 [n, T, C], y int64 [n]) of the windows arriving in [t0_s, t1_s)."""
         rows, y, period = self.draw(t0_s, t1_s)
         X = self.ds.X[rows]
-        if self._permute and len(rows):
+        if self._domain is not None and len(rows):
             for p in np.unique(period):
                 at = np.flatnonzero(period == p)
                 X[at] = self.transform(X[at], int(p))
@@ -135,14 +135,31 @@ class DeviceStream:
 
     def transform(self, X: np.ndarray, period: int) -> np.ndarray:
         """Inputs as seen in ``period``: identity, except "domain_incremental", where period p > 0
-        applies its fixed permutation of the flattened window (PermutedMNIST, ST-EWC sec. 5)."""
-        if not self._permute or int(period) == 0:
+        applies its fixed change of ``domain`` (ST-EWC sec. 5; ``sim.stream_kinds``): "pixels"
+        permutes the flattened window (PermutedMNIST), "channels" the last axis, "rotation" turns
+        each x/y/z channel triple by the period's random rotation (channels past the last whole
+        triple stay as they are)."""
+        if self._domain is None or int(period) == 0:
             return X
         X = np.asarray(X)
-        flat = X.reshape(X.shape[0], -1)
         p = int(period)
         if p not in self._perms:
-            self._perms[p] = keyed_rng(self.seed, T_PERM, p).permutation(flat.shape[1])
+            rng = keyed_rng(self.seed, T_PERM, p)
+            if self._domain == "rotation":
+                q, r = np.linalg.qr(rng.normal(size=(3, 3)))
+                q = q * np.sign(np.diag(r))  # uniform on O(3); flip one axis if needed for SO(3)
+                self._perms[p] = (q if np.linalg.det(q) > 0 else q * np.array([1.0, 1.0, -1.0])).astype(X.dtype)
+            else:
+                size = X.shape[-1] if self._domain == "channels" else int(np.prod(X.shape[1:]))
+                self._perms[p] = rng.permutation(size)
+        if self._domain == "channels":
+            return X[..., self._perms[p]]
+        if self._domain == "rotation":
+            out = np.array(X, copy=True)
+            for c in range(0, X.shape[-1] - 2, 3):
+                out[..., c:c + 3] = X[..., c:c + 3] @ self._perms[p].T
+            return out
+        flat = X.reshape(X.shape[0], -1)
         return flat[:, self._perms[p]].reshape(X.shape)
 
     def __repr__(self) -> str:
@@ -168,7 +185,8 @@ def make_streams(ds: Dataset, parts: List[np.ndarray], kind: str, seed: int, win
     - new_class_frames: frame_s=D/3, initial_frac=0.6, new_frac=0.4, two_class_frac=1/3, new_frames=2
     - sessions: session_s=D/5, label_overlap=0.2, dirichlet_alpha=0.3, labels_per_session=K//2,
       per_device=False
-    - domain_incremental: num_periods=5, period_s=D/num_periods, mix="uniform" | "pool"
+    - domain_incremental: num_periods=5, period_s=D/num_periods, mix="uniform" | "pool",
+      domain="pixels" | "channels" | "rotation"
     - latent_states: n_states=12, concentrations=(0.05, 0.1, 0.2, 0.5, 1, 100), state_s=D/50,
       access="full" | "partial", states_per_device=n_states/6, stay_prob=0, high_het_frac=0.5
 
@@ -202,7 +220,8 @@ def make_streams(ds: Dataset, parts: List[np.ndarray], kind: str, seed: int, win
         out.append(DeviceStream(
             ds, ctx.parts[d], d, kind, int(seed), windows_per_s, duration_s, timeline,
             global_by_class, num_periods=int(resolved["num_periods"]) if kind == "domain_incremental"
-            else None, permute=kind == "domain_incremental", params=resolved, meta=meta,
+            else None, domain=resolved.get("domain") if kind == "domain_incremental" else None,
+            params=resolved, meta=meta,
             states=meta.pop("states", None)))
     return out
 

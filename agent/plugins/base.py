@@ -89,6 +89,9 @@ class AgentPlugin(abc.ABC):
     def on_global_model(self, gm: GlobalModel) -> None:
         """A newer global model of this device's architecture was accepted."""
 
+    def on_window(self, x: np.ndarray) -> None:
+        """A sensor window was offered to the buffer (called for every one: keep it cheap)."""
+
     def on_command(self, command: Command) -> bool:
         """A command of a kind the core does not handle; True if this plug-in handled it."""
         return False

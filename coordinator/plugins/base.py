@@ -42,12 +42,14 @@ class Addressed:
 
 @dataclass(frozen=True)
 class FleetView:
-    """What a plug-in may read of the coordinator: who is online, the aggregation strategy, and
-    the model's class count (0 where a caller does not say)."""
+    """What a plug-in may read of the coordinator: who is online, the aggregation strategy, the
+    model's class count (0 where a caller does not say) and the current global model's tensors
+    (None where a caller does not give them; shared: never change them)."""
 
     online: Callable[[], Collection[str]]
     strategy: Any
     num_classes: int = 0
+    model: Optional[Callable[[], Dict[str, np.ndarray]]] = None
 
 
 class CoordinatorPlugin(abc.ABC):

@@ -1,0 +1,156 @@
+"""ST-EWC's temporal sums on the coordinator (st-ewc.txt eq. 8-9; DESIGN.md s8): P and Q.
+
+The paper's device penalty ``(lambda1/2) sum_{i<t} (theta - theta*_i)^T F^i (theta - theta*_i)``
+has the gradient ``lambda1 (P theta - Q)`` with ``P = sum_i F^i`` and ``Q = sum_i F^i * theta*_i``,
+so however many periods pass the global model carries two tensors of the model's size.
+
+At a period boundary a ``Consolidation`` opens: ``theta*_t`` is the global model that announces it
+(devices compute their local T-FDM ``F_k^t`` at the model that carries the announcement, so both
+sides use the same point), and each device's ``F_k^t`` is folded in with its sample count
+``n_k,t``: ``F^t = sum_k n_k,t F_k^t / sum_k n_k,t`` (eq. 9). Guards the paper does not need (its
+devices are honest and all answer): each device counts once per period; each ``F_k^t`` element is
+clipped to ``max_fisher`` and each ``n_k,t`` to ``max_samples`` (a forged report can stiffen the
+pull, never move its target: ``theta*_t`` is the coordinator's own model); a period is folded when
+``quorum`` of the devices online at the boundary answered, or ``wait_s`` after it opened with at
+least one answer, so a device that went away cannot hold the term back.
+"""
+import math
+from dataclasses import dataclass, field
+from typing import Any, Collection, Dict, Mapping, Optional, Set
+
+import numpy as np
+
+from streamfl.protocol.messages import Tensors
+from streamfl.protocol.period_payloads import PeriodFisher
+
+
+@dataclass
+class Consolidation:
+    """A period's T-FDM being collected: its anchor ``theta*_t`` and the weighted sum so far."""
+
+    period: int
+    anchor: Tensors
+    anchor_version: int
+    started_s: float
+    expected: Set[str]
+    fsum: Dict[str, np.ndarray] = field(default_factory=dict)
+    samples: float = 0.0
+    devices: Set[str] = field(default_factory=set)
+
+    def meta(self) -> Dict[str, Any]:
+        """JSON-able fields (the arrays go to ``arrays()``)."""
+        return {"period": self.period, "anchor_version": self.anchor_version,
+                "started_s": self.started_s, "expected": sorted(self.expected),
+                "samples": self.samples, "devices": sorted(self.devices)}
+
+
+class TemporalSums:
+    """P and Q over the consolidated periods, and the consolidation in progress (if any)."""
+
+    def __init__(self, max_fisher: float = 1.0e4, max_samples: int = 100000):
+        self.max_fisher, self.max_samples = float(max_fisher), int(max_samples)
+        self.P: Optional[Tensors] = None
+        self.Q: Optional[Tensors] = None
+        #: Periods folded into P and Q.
+        self.folded = 0
+        self.pending: Optional[Consolidation] = None
+
+    def begin(self, period: int, anchor: Tensors, version: int, now: float,
+              expected: Collection[str]) -> None:
+        """Open period ``period``'s consolidation at ``anchor`` (replacing an open one)."""
+        self.pending = Consolidation(int(period), {k: np.asarray(a, dtype=np.float32) for k, a in anchor.items()},
+                                     int(version), float(now), set(expected))
+
+    def add(self, device_id: str, fisher: PeriodFisher) -> bool:
+        """Fold a device's local T-FDM in; False if none is open, it is another period's, the
+        device already answered, or its tensors are not the model's."""
+        c = self.pending
+        if c is None or fisher.period != c.period or device_id in c.devices:
+            return False
+        if {k: a.shape for k, a in fisher.F.items()} != {k: a.shape for k, a in c.anchor.items()}:
+            return False
+        n = float(min(int(fisher.samples), self.max_samples))
+        for name, f in fisher.F.items():
+            part = n * np.clip(np.asarray(f, dtype=np.float64), 0.0, self.max_fisher)
+            # Replaced, never changed in place: arrays() hands them out by reference.
+            c.fsum[name] = part if name not in c.fsum else c.fsum[name] + part
+        c.samples += n
+        c.devices.add(device_id)
+        return True
+
+    def ready(self, now: float, online: Collection[str], quorum: float, wait_s: float) -> bool:
+        """The open consolidation has enough answers to fold."""
+        c = self.pending
+        if c is None or not c.devices:
+            return False
+        present = [d for d in c.expected if d in set(online)] or list(c.expected)
+        need = max(1, math.ceil(quorum * len(present) - 1e-9))
+        return len(c.devices & set(present)) >= need or now - c.started_s >= wait_s
+
+    def fold(self) -> Optional[Dict[str, Any]]:
+        """Fold the open consolidation into P and Q (eq. 9); its summary, or None if it had no
+        answer (then it is dropped)."""
+        c, self.pending = self.pending, None
+        if c is None or not c.devices or c.samples <= 0:
+            return None
+        P, Q = dict(self.P or {}), dict(self.Q or {})
+        for name, s in c.fsum.items():
+            f = (s / c.samples).astype(np.float32)
+            P[name] = f if name not in P else P[name] + f
+            fq = f * c.anchor[name]
+            Q[name] = fq if name not in Q else Q[name] + fq
+        self.P, self.Q = P, Q
+        self.folded += 1
+        return {"period": c.period, "devices": len(c.devices), "samples": c.samples,
+                "anchor_version": c.anchor_version,
+                "fisher_mean": float(np.mean(np.concatenate([a.ravel() for a in c.fsum.values()]))
+                                     / c.samples)}
+
+    # ---- persistence --------------------------------------------------------------------------
+    def meta(self) -> Dict[str, Any]:
+        return {"folded": self.folded, "pending": None if self.pending is None else self.pending.meta()}
+
+    def arrays(self) -> Dict[str, np.ndarray]:
+        """``P/name``, ``Q/name``, and the open consolidation's ``anchor/name`` and ``fsum/name``
+        (by reference: every array here is replaced, never changed in place)."""
+        out: Dict[str, np.ndarray] = {}
+        for group, tensors in (("P", self.P), ("Q", self.Q)):
+            out.update({"%s/%s" % (group, k): a for k, a in (tensors or {}).items()})
+        if self.pending is not None:
+            out.update({"anchor/%s" % k: a for k, a in self.pending.anchor.items()})
+            out.update({"fsum/%s" % k: a for k, a in self.pending.fsum.items()})
+        return out
+
+    def load(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        """Restore ``meta()`` and ``arrays()``; ValueError (nothing changed) if any array is not
+        finite, P or a Fisher sum is negative, P and Q (or anchor and sums) do not pair up, or the
+        open consolidation's arrays are missing."""
+        groups: Dict[str, Dict[str, np.ndarray]] = {"P": {}, "Q": {}, "anchor": {}, "fsum": {}}
+        for key, a in arrays.items():
+            group, _, name = key.partition("/")
+            if group not in groups or not name:
+                raise ValueError("stewc: bad array key %r" % key)
+            a = np.asarray(a)
+            if not np.isfinite(a).all() or (group in ("P", "fsum") and (a < 0).any()):
+                raise ValueError("stewc: saved %s is not finite%s" % (key, "" if group in ("Q", "anchor") else " and >= 0"))
+            groups[group][name] = a.astype(np.float32 if group != "fsum" else np.float64)
+
+        def shapes(g: str) -> Dict[str, Any]:
+            return {k: v.shape for k, v in groups[g].items()}
+
+        if shapes("P") != shapes("Q"):
+            raise ValueError("stewc: saved P and Q do not match")
+        pending = meta.get("pending")
+        c = None
+        if pending is not None:
+            if not groups["anchor"] or not set(shapes("fsum")) <= set(shapes("anchor")):
+                raise ValueError("stewc: the open consolidation's arrays are missing or torn")
+            try:
+                c = Consolidation(int(pending["period"]), groups["anchor"], int(pending["anchor_version"]),
+                                  float(pending["started_s"]), set(map(str, pending["expected"])),
+                                  groups["fsum"], float(pending["samples"]), set(map(str, pending["devices"])))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError("stewc: bad saved consolidation (%s)" % exc) from None
+        self.P, self.Q = (groups["P"] or None), (groups["Q"] or None)
+        self.folded = int(meta.get("folded", 0))
+        self.pending = c
