@@ -1,7 +1,8 @@
 """The local SGD loop, apart from the agent core so regularizers (EWC) and statistics (Fisher) plug in.
 
 ``LocalTrainer.run`` takes minibatches already sampled from the buffer and returns what the round
-measured; penalty hooks add terms such as ST-EWC's spatial/temporal penalties (st-ewc.txt) to the loss.
+measured; penalty hooks add terms such as ST-EWC's spatial/temporal penalties (st-ewc.txt): a
+``QuadraticPull`` (``agent/quadratic.py``) straight to the gradients, any other penalty to the loss.
 """
 import logging
 from dataclasses import dataclass, field
@@ -10,6 +11,8 @@ from typing import Callable, Dict, Iterable, List, Tuple
 import numpy as np
 import torch
 from torch import nn
+
+from streamfl.agent.quadratic import QuadraticPull
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,9 @@ class LocalTrainer:
         opt = torch.optim.SGD(model.parameters(), lr=float(lr), momentum=self.momentum,
                               weight_decay=self.weight_decay)
         model.train()
+        # Quadratic pulls go in as one fused gradient per parameter, other penalties as loss terms.
+        pulls = QuadraticPull.merge([p for p in self.penalties if isinstance(p, QuadraticPull)], model)
+        terms = [p for p in self.penalties if not isinstance(p, QuadraticPull)]
         counts = np.zeros(self.num_classes, dtype=np.int64)
         losses: List[float] = []
         samples = 0
@@ -59,9 +65,11 @@ class LocalTrainer:
             yb = torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64))
             opt.zero_grad(set_to_none=True)
             loss = self._loss_fn(model(xb), yb)
-            for penalty in self.penalties:
+            for penalty in terms:
                 loss = loss + penalty(model)
             loss.backward()
+            if pulls:
+                QuadraticPull.add_gradients(pulls)
             opt.step()
             losses.append(float(loss.detach()))
             counts += np.bincount(y, minlength=self.num_classes)[:self.num_classes]

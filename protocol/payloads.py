@@ -109,9 +109,14 @@ class CurvatureTerms(Extra):
     fisher_samples: int
     U: Optional[Tensors] = None
     V: Optional[Tensors] = None
+    #: A device estimates its diagonal every this many of its rounds (1: every round).
+    fisher_every: int = 1
 
     def fields(self) -> Dict[str, Any]:
-        return {"lambda2": self.lambda2, "fisher_samples": self.fisher_samples}
+        out = {"lambda2": self.lambda2, "fisher_samples": self.fisher_samples}
+        if self.fisher_every != 1:  # absent, as agents from before it expect
+            out["fisher_every"] = self.fisher_every
+        return out
 
     def groups(self) -> Dict[str, Tensors]:
         return {} if self.U is None else {"U": self.U, "V": self.V}
@@ -124,7 +129,7 @@ class CurvatureTerms(Extra):
     @classmethod
     def parse(cls, fields: Mapping[str, Any], groups: Mapping[str, Tensors]) -> "CurvatureTerms":
         k = cls.KIND
-        check_keys(k, fields, ("lambda2", "fisher_samples"))
+        check_keys(k, fields, ("lambda2", "fisher_samples", "fisher_every"))
         lambda2 = get_float(k, fields, "lambda2")
         if lambda2 < 0:
             raise ProtocolError("schema", "extras.%s.lambda2 must be >= 0, got %r" % (k, lambda2))
@@ -132,7 +137,8 @@ class CurvatureTerms(Extra):
         if len(got) == 1:
             raise ProtocolError("schema", "extras.%s: U and V travel together" % k)
         return cls(lambda2=lambda2, fisher_samples=get_int(k, fields, "fisher_samples", minimum=1),
-                   U=got.get("U"), V=got.get("V"))
+                   U=got.get("U"), V=got.get("V"),
+                   fisher_every=get_int(k, fields, "fisher_every", default=1, minimum=1))
 
 
 @register_extra

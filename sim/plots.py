@@ -34,7 +34,7 @@ def have_matplotlib(what: str = "plots") -> bool:
     return True
 
 
-def _new_figure(width: float, height: float):
+def new_figure(width: float, height: float):
     """A figure on an explicit Agg canvas: no pyplot registry, so nothing to leak or close."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -43,7 +43,7 @@ def _new_figure(width: float, height: float):
     return fig
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
     """Write a figure as PNG and drop its memory."""
     path = Path(path)
     fig.tight_layout()
@@ -74,7 +74,7 @@ def plot_accuracy(metrics: List[Dict], out_path: Path, title: str = "streamfl") 
     evals = [m for m in metrics if m.get("event") == "eval"]
     if not evals or not have_matplotlib("plot written"):
         return None
-    fig = _new_figure(7, 4)
+    fig = new_figure(7, 4)
     ax = fig.add_subplot(1, 1, 1)
     ax.plot(elapsed_s(evals), [m["accuracy"] for m in evals], marker="o", markersize=3,
             label="global model")
@@ -87,7 +87,7 @@ def plot_accuracy(metrics: List[Dict], out_path: Path, title: str = "streamfl") 
     top.set_xlabel("version %d -> %d" % (evals[0]["version"], evals[-1]["version"]))
     top.set_ticks([])
     ax.legend(loc="lower right")
-    return _save(fig, out_path)
+    return save_figure(fig, out_path)
 
 
 def plot_clock_levels(metrics: List[Dict], out_path: Path, boards: Optional[Dict[str, str]] = None,
@@ -96,7 +96,7 @@ def plot_clock_levels(metrics: List[Dict], out_path: Path, boards: Optional[Dict
     updates = [m for m in metrics if m.get("event") == "update" and m.get("clock_levels")]
     if not updates or not have_matplotlib("plot written"):
         return None
-    fig = _new_figure(7, 4)
+    fig = new_figure(7, 4)
     ax = fig.add_subplot(1, 1, 1)
     _draw_clock_levels(ax, updates, elapsed_s(updates),
                        lambda device, domain: "%s (%s, %s)" % (device, (boards or {}).get(device, "?"), domain))
@@ -105,7 +105,7 @@ def plot_clock_levels(metrics: List[Dict], out_path: Path, boards: Optional[Dict
     ax.grid(alpha=0.3)
     ax.set_title(title)
     ax.legend(loc="lower right", fontsize=8)
-    return _save(fig, out_path)
+    return save_figure(fig, out_path)
 
 
 # ---- a simulator run: methods over seeds (``streamfl report``) ----------------------------------
@@ -132,7 +132,7 @@ def band_over_seeds(curves: List[Tuple[List[float], List[float]]], points: int =
     return grid, mean, np.fmin.reduce(stack, axis=0), np.fmax.reduce(stack, axis=0), count
 
 
-def _draw_band(ax, band, color, label: str, scale: float = 1.0) -> None:
+def draw_band(ax, band, color, label: str, scale: float = 1.0) -> None:
     """Mean line, and a min..max band where at least two seeds cover the grid."""
     grid, mean, lo, hi, count = band
     ax.plot(grid / scale, mean, color=color, label=label, linewidth=1.6,
@@ -163,12 +163,12 @@ def plot_accuracy_curves(evals, methods: List[str], x_key: str, out_path: Path,
     scale, unit = 1.0, {"time_s": "s", "version": "aggregations"}.get(x_key, "J")
     if x_key == "energy_j" and max(float(b[0][-1]) for b in bands.values()) >= 1e4:
         scale, unit = 1000.0, "kJ"
-    fig = _new_figure(6.5 * len(y_keys), 4.2)
+    fig = new_figure(6.5 * len(y_keys), 4.2)
     for col, y_key in enumerate(y_keys):
         ax = fig.add_subplot(1, len(y_keys), col + 1)
         for i, method in enumerate(methods):
             if (method, y_key) in bands:
-                _draw_band(ax, bands[method, y_key], TAB10[i % 10], method, scale)
+                draw_band(ax, bands[method, y_key], TAB10[i % 10], method, scale)
         for th in thresholds:
             ax.axhline(th, color="grey", linestyle=":", linewidth=0.8)
         ax.set_xlabel({"time_s": "virtual time (%s)", "version": "rounds (%s)"}.get(
@@ -180,7 +180,7 @@ def plot_accuracy_curves(evals, methods: List[str], x_key: str, out_path: Path,
             ax.legend(loc="lower right", fontsize=8)
     fig.suptitle("accuracy against %s: mean over seeds, band = min..max"
                  % {"time_s": "virtual time", "version": "rounds"}.get(x_key, "energy"), fontsize=10)
-    return _save(fig, out_path)
+    return save_figure(fig, out_path)
 
 
 def _first_seed(per_seed: Dict[int, List[Dict]], seeds: Sequence[int]) -> int:
@@ -200,7 +200,7 @@ def plot_clock_levels_by_method(updates, methods: List[str], out_path: Path,
             panels.append((method, seed, per_seed[seed]))
     if not panels:
         return None
-    fig = _new_figure(8, 2.4 * len(panels) + 0.4)
+    fig = new_figure(8, 2.4 * len(panels) + 0.4)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (method, seed, recs) in zip(axes, panels):
         devices = _draw_clock_levels(ax, recs, [r["time_s"] for r in recs],
@@ -215,7 +215,7 @@ def plot_clock_levels_by_method(updates, methods: List[str], out_path: Path,
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=6)
     ax.set_xlabel("virtual time (s)")
-    return _save(fig, out_path)
+    return save_figure(fig, out_path)
 
 
 def _clp_spans(recs: List[Dict]) -> List[Tuple[float, float]]:
@@ -237,7 +237,7 @@ def plot_clp(clps, methods: List[str], out_path: Path, seeds: Sequence[int] = ()
     panels = [(m, _first_seed(clps[m], seeds)) for m in methods if clps.get(m)]
     if not panels:
         return None
-    fig = _new_figure(8, 2.4 * len(panels) + 0.4)
+    fig = new_figure(8, 2.4 * len(panels) + 0.4)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (method, seed) in zip(axes, panels):
         recs = clps[method][seed]
@@ -255,4 +255,4 @@ def plot_clp(clps, methods: List[str], out_path: Path, seeds: Sequence[int] = ()
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper right", fontsize=7)
     ax.set_xlabel("virtual time (s)")
-    return _save(fig, out_path)
+    return save_figure(fig, out_path)

@@ -349,10 +349,10 @@ class SimRun:
                  "energy_j": round(train_j + idle_j, 3), "train_energy_j": round(train_j, 3),
                  "idle_energy_j": round(idle_j, 3), "period": self.data.period(t),
                  "final": final}
-        if self.scenario.stream.kind == "domain_incremental":
-            transform = self.devices[0].stream.transform
-            event["period_accuracy"] = [round(self.evaluator.evaluate_classes(tensors, (), transform, p)[0], 6)
-                                        for p in range((self.data.period(t) or 0) + 1)]
+        if self.scenario.stream.kind == "domain_incremental":  # every period's, future ones too
+            stream = self.devices[0].stream
+            event["period_accuracy"] = [round(self.evaluator.evaluate_classes(tensors, (), stream.transform, p)[0], 6)
+                                        for p in range(stream.num_periods)]
         self.emit(event)
         if self.progress is not None:
             self.progress(min(1.0, t / self.end_s))

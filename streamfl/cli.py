@@ -108,11 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --frames and several folders: only each folder's change against "
                              "--reference and their mean; --frames may then give one target list "
                              "per folder, separated by ';'")
+    report.add_argument("--periods", action="store_true",
+                        help="print ST-EWC's metrics of a domain-incremental run instead (accuracy "
+                             "on period 1, average and overall accuracy, compared with --reference) "
+                             "and write periods.png beside it")
     report.add_argument("--labels", default=None,
                         help="with several folders: their column labels, comma-separated, in order "
                              "(default: the folder names)")
     report.add_argument("--methods", default=None,
-                        help="with --frames or --markdown: only these comma-separated methods' "
+                        help="with --frames, --periods or --markdown: only these comma-separated methods' "
                              "rows, in this order")
     report.add_argument("--log-level", default="WARNING")
     return parser
@@ -211,6 +215,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                 return 0
             if len(dirs) > 1:
                 raise ConfigError("several run folders go with --frames only")
+            if args.periods:
+                from streamfl.sim.period_report import periods_for_run
+                print(periods_for_run(dirs[0], args.reference, rows))
+                return 0
             if args.markdown:
                 from streamfl.sim.tables import markdown_for_run
                 print(markdown_for_run(dirs[0], args.reference, rows))

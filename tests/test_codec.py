@@ -47,7 +47,7 @@ def samples():
         Update(device_id="pi-7", update_id="pi-7-0003", base_version=6, arch_id=ARCH, tensors=t,
                num_samples=640, class_counts={0: 10, 3: 630}, loss=0.25, seconds_per_sample=0.002,
                round_index=3, created_s=1700000000.5, energy_j=3.0, clock_levels={"cpu": 2},
-               extras={"fisher_trace": FisherTrace(12.5), "curvature_diagonal": CurvatureDiagonal(tensors(3))}),
+               extras={"fisher_trace": FisherTrace(12.5), "curvature_diagonal": CurvatureDiagonal({k: np.abs(v) for k, v in tensors(3).items()})}),
         Command(kind="override", params={"lr": 0.001, "dvfs": {"cpu": 1}}),
         Telemetry(device_id="pi-7", time_s=12.5, buffer_fill=100, buffer_capacity=512, rounds=4,
                   power_w=5.5, clocks_khz={"cpu": 1500000}, temperatures_c={"soc": 51.0}),

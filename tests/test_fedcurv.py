@@ -250,3 +250,27 @@ def test_the_arrays_are_rewritten_at_most_every_interval(tmp_path):
     restored = _restart(tmp_path).plugin("fedcurv").sums
     assert len(restored) == 1
     np.testing.assert_array_equal(restored.sums()[0]["head.bias"], 1.0)  # d0's newest F
+
+
+def test_devices_estimate_their_diagonal_every_n_rounds_and_the_sums_follow_their_models():
+    """fisher_every_rounds = 3: a diagonal on rounds 1, 4, ...; in between the coordinator keeps the
+    device's last F_k with its newest model, so V's F_k * theta_k moves with the device."""
+    coord = greet(CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "plugins": {"fedcurv": {
+        "fisher_samples": 6, "fisher_every_rounds": 3}}, "admission": UNBOUNDED_ADMISSION}, "test")), "d1")
+    dec = Decoder({coord.arch_id: tensor_spec(ModelSpec(**SPEC))})
+    agent = _agent("d1")
+    sent = []
+    for _ in range(5):
+        gm = dec.decode(encode(coord.global_model()))
+        assert gm.extras["curvature"].fisher_every == 3
+        agent.on_global_model(gm)
+        update = dec.decode(encode(agent.train_round()))
+        sent.append("curvature_diagonal" in update.extras)
+        coord.on_update(update, 1.0)
+        f, fw = coord.plugin("fedcurv").sums.contribution("d1")
+        for k in f:
+            np.testing.assert_allclose(fw[k], f[k] * update.tensors[k], rtol=1e-6, atol=1e-9)
+    assert sent == [True, False, False, True, False]
+    plugin = next(p for p in agent.plugins if p.name == "fedcurv")
+    for k, theta in plugin._own[1].items():       # the device subtracts its newest model too
+        np.testing.assert_array_equal(theta, update.tensors[k])

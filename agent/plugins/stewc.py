@@ -2,9 +2,9 @@
 
 The global model's ``PeriodTerms`` carry ``lambda1`` and the coordinator's sums ``P = sum_t F^t``
 and ``Q = sum_t F^t * theta*_t``. The device trains with ``lambda1 (P theta - Q)`` added to the
-gradient: the gradient of ``(lambda1/2) sum P (theta - Q/P)^2``, which is what this module adds to
-the loss (the paper's penalty less a constant, so logged losses stay readable). FedCurv's plug-in
-adds the spatial term beside it; the two are independent penalties.
+gradient: the gradient of ``(lambda1/2) sum P (theta - Q/P)^2`` (the paper's penalty less a
+constant), handed to the trainer as a ``QuadraticPull`` (``agent/quadratic.py``). FedCurv's plug-in
+adds the spatial term beside it; the trainer fuses the two into one gradient per parameter.
 
 Guard (the paper's lr and lambda1 are tuned together; ours come from different places): with SGD
 a quadratic pull whose curvature c has ``lr * c > 2`` overshoots and diverges, so each element of
@@ -26,6 +26,7 @@ from torch import nn
 
 from streamfl.agent.drift import InputDrift
 from streamfl.agent.plugins.base import AgentPlugin, Penalty, ReportContext, RoundContext, Statistic, Tensors
+from streamfl.agent.quadratic import QuadraticPull
 from streamfl.models.fisher import fisher_diagonal
 from streamfl.models.serialize import arrays_to_model
 from streamfl.protocol.extras import Extra
@@ -70,11 +71,18 @@ class StEwcAgentPlugin(AgentPlugin):
         #: ``(period, theta*_t)`` while this device owes that period's T-FDM.
         self._anchor: Optional[Tuple[int, Tensors]] = None
         self._answered: Set[int] = set()
-        self._cached: Optional[Tuple[int, Optional[float], list]] = None
+        self._cached: Optional[Tuple[int, Optional[float], Optional[QuadraticPull]]] = None
+        self._period: Optional[int] = None
+        #: The period whose temporal term was last logged (once a period, with its pull).
+        self._logged: Optional[int] = None
 
     def on_global_model(self, gm: GlobalModel) -> None:
         terms = gm.extras.get(PeriodTerms.KIND)
         self.terms = terms if isinstance(terms, PeriodTerms) else None
+        if self.terms is not None and self.terms.period != self._period:
+            if self._period is not None:
+                log.info("period %d begins (global model v%d)", self.terms.period, gm.version)
+            self._period = self.terms.period
         t = None if self.terms is None else self.terms.consolidating
         if t is not None and t not in self._answered and (self._anchor is None or self._anchor[0] != t):
             self._anchor = (t, gm.tensors)
@@ -88,14 +96,14 @@ class StEwcAgentPlugin(AgentPlugin):
         self._lr = float(lr) if lr is not None and lr > 0 else None
         return hparams
 
-    def _terms(self, model: nn.Module) -> list:
-        """``[(name, capped curvature, target)]`` for this global model's P and Q (cached)."""
+    def _pull(self, model: nn.Module) -> Optional[QuadraticPull]:
+        """This global model's P and Q as a ``QuadraticPull`` (cached while they and lr hold)."""
         key = (id(self.terms), self._lr)
         if self._cached is not None and self._cached[:2] == key:
             return self._cached[2]
         lam = float(self.terms.lambda1)
         cap = self.config.stability / (self._lr * lam) if self._lr else np.inf
-        out = []
+        coefficients = {}
         for name, p in model.named_parameters():
             if not p.requires_grad or name not in self.terms.P:
                 continue
@@ -103,26 +111,28 @@ class StEwcAgentPlugin(AgentPlugin):
             mask = P > MIN_CURVATURE
             if not mask.any():
                 continue
-            target = np.where(mask, np.asarray(self.terms.Q[name], dtype=np.float64) / np.where(mask, P, 1.0), 0.0)
             a = np.where(mask, np.minimum(P, cap), 0.0)
-            out.append((name, torch.as_tensor(a, dtype=p.dtype), torch.as_tensor(target, dtype=p.dtype)))
-        self._cached = (key[0], key[1], out)
-        return out
+            # Gradient lambda1 a (theta - Q/P): lambda1 (P theta - Q) wherever P is under the cap.
+            target = np.where(mask, np.asarray(self.terms.Q[name], dtype=np.float64) / np.where(mask, P, 1.0), 0.0)
+            coefficients[name] = (torch.as_tensor(lam * a, dtype=p.dtype),
+                                  torch.as_tensor(lam * a * target, dtype=p.dtype))
+        pull = QuadraticPull(coefficients) if coefficients else None
+        self._cached = (key[0], key[1], pull)
+        return pull
 
     def penalty(self, model: nn.Module) -> Optional[Penalty]:
-        """``(lambda1/2) sum P (theta - Q/P)^2``, or None before any period was consolidated."""
+        """The temporal ``QuadraticPull``, or None before any period was consolidated."""
         if self.terms is None or self.terms.P is None or not self.terms.lambda1 > 0:
             return None
-        terms = self._terms(model)
-        if not terms:
-            return None
-        lam = float(self.terms.lambda1)
-
-        def temporal_penalty(m: nn.Module) -> torch.Tensor:
-            params = dict(m.named_parameters())
-            return 0.5 * lam * sum((a * (params[name] - target).pow(2)).sum() for name, a, target in terms)
-
-        return temporal_penalty
+        pull = self._pull(model)
+        if pull is not None and self._logged != self.terms.period:
+            self._logged = self.terms.period
+            with torch.no_grad():
+                grads = [A * p - B for p, (A, B) in QuadraticPull.merge([pull], model).items()]
+            log.info("temporal EWC term in period %d: lambda1 %.3g, |lambda1 (P theta - Q)| = %.4g "
+                     "at the round's start", self.terms.period, float(self.terms.lambda1),
+                     float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads))))
+        return pull
 
     def statistics(self, ctx: RoundContext) -> List[Statistic]:
         """The drift count, and the T-FDM owed for a period being consolidated (once)."""
@@ -142,6 +152,7 @@ class StEwcAgentPlugin(AgentPlugin):
         diag = fisher_diagonal(at, X, y, generator=gen)
         self._anchor = None
         self._answered.add(period)
+        log.info("T-FDM of period %d from %d windows sent", period, n)
         if not all(np.isfinite(a).all() for a in diag.values()):
             log.warning("T-FDM of period %d not finite; not sent", period)
             return out + [Statistic(None, per_window_windows=n)]

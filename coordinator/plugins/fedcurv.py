@@ -37,16 +37,24 @@ class FedCurvConfig:
       gradient at a fraction of the cross-entropy's for the HAR models here (a sweep lives in
       docs/results.md once written). Raise it to hold devices closer to what peers learned.
     fisher_samples: windows each device's Fisher diagonal is estimated on (one backward each).
+    fisher_every_rounds: a device estimates its diagonal every this many of its rounds (1, the
+      paper's eq. 11: every round). In between it sends none and the coordinator keeps its last
+      ``F_k`` with the device's newest model (``V``'s ``F_k * theta_k``): the peers pull towards
+      where the device is now, weighted by a curvature a few rounds old. Why: on small rounds the
+      one-backward-per-window diagonal costs most of a round (bench/bench_stewc.py: 20 windows
+      are 90% of a 5-step LSTM round), and a device's Fisher moves slowly within a period.
     """
 
     lambda2: float = 1.0
     fisher_samples: int = 20
+    fisher_every_rounds: int = 1
 
     def __post_init__(self) -> None:
         if not self.lambda2 >= 0:
             raise ValueError("lambda2 must be >= 0, got %r" % (self.lambda2,))
-        if self.fisher_samples < 1:
-            raise ValueError("fisher_samples must be >= 1, got %r" % (self.fisher_samples,))
+        if self.fisher_samples < 1 or self.fisher_every_rounds < 1:
+            raise ValueError("fisher_samples and fisher_every_rounds must be >= 1, got %r and %r"
+                             % (self.fisher_samples, self.fisher_every_rounds))
 
 
 class CurvatureSums:
@@ -64,11 +72,16 @@ class CurvatureSums:
         return len(self._last)
 
     def on_update(self, update: Update) -> bool:
-        """Fold the update's Fisher diagonal in, replacing the device's previous one; False if none."""
+        """Fold the update's Fisher diagonal in, replacing the device's previous one; an update
+        without one moves the device's ``F_k * theta_k`` to its new model under its last ``F_k``
+        (devices estimate it every ``fisher_every_rounds``); False if the device has none."""
         diagonal = update.extras.get(CurvatureDiagonal.KIND)
-        if not isinstance(diagonal, CurvatureDiagonal) or set(diagonal.F) != set(update.tensors):
+        if isinstance(diagonal, CurvatureDiagonal) and set(diagonal.F) == set(update.tensors):
+            f = {k: np.asarray(a, dtype=np.float32) for k, a in diagonal.F.items()}
+        elif update.device_id in self._last and set(self._last[update.device_id][0]) == set(update.tensors):
+            f = self._last[update.device_id][0]
+        else:
             return False
-        f = {k: np.asarray(a, dtype=np.float32) for k, a in diagonal.F.items()}
         fw = {k: f[k] * np.asarray(update.tensors[k], dtype=np.float32) for k in f}
         old = self._last.pop(update.device_id, None)
         for name in f:
@@ -168,4 +181,5 @@ class FedCurvPlugin(CoordinatorPlugin):
     def extras(self) -> List[Extra]:
         u, v = self.sums.sums()
         return [CurvatureTerms(lambda2=float(self.config.lambda2),
-                               fisher_samples=int(self.config.fisher_samples), U=u, V=v)]
+                               fisher_samples=int(self.config.fisher_samples), U=u, V=v,
+                               fisher_every=int(self.config.fisher_every_rounds))]

@@ -19,15 +19,19 @@ ROOT = HERE.parent.parent
 #: (golden file stem, scenario file, virtual seconds, --set overrides). Short runs that still reach
 #: CLP segments, FedAvg deadline rounds and FedCurv's sums, on synthetic and on real (watch) data.
 RUNS: List[Tuple[str, str, float, Dict[str, Any]]] = [
-    ("smoke", "configs/scenarios/smoke.yaml", 60.0, {}),
+    ("smoke", "configs/scenarios/smoke.yaml", 60.0,
+     # ST-EWC's methods cross two scheduled period boundaries (the other methods ignore it).
+     {"plugins.stewc.boundary": "schedule", "plugins.stewc.period_s": 20.0}),
     ("adaclp-extreme", "configs/scenarios/adaclp-extreme.yaml", 90.0,
      {"plugins.clp.r_end": 200}),
 ]
 
 #: Methods recorded on the first scenario only: the scheduling baselines share one plug-in and one
-#: code path with ``fedteddi`` (which both scenarios keep), and the second scenario is the slow one.
+#: code path with ``fedteddi`` (which both scenarios keep), ST-EWC's variants with ``stewc``, and
+#: the second scenario is the slow one.
 FIRST_SCENARIO_ONLY = ("random", "best-channel", "best-norm", "power-of-choice", "pure-drift",
-                       "fedcbs", "fedcgd", "random+adaclp", "fedteddi-fill+adaclp")
+                       "fedcbs", "fedcgd", "random+adaclp", "fedteddi-fill+adaclp",
+                       "timeewc", "stewc-async", "stewc+adaclp")
 
 
 def methods_for(stem: str, registered: List[str]) -> List[str]:
