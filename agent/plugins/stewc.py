@@ -71,7 +71,7 @@ class StEwcAgentPlugin(AgentPlugin):
         #: ``(period, theta*_t)`` while this device owes that period's T-FDM.
         self._anchor: Optional[Tuple[int, Tensors]] = None
         self._answered: Set[int] = set()
-        self._cached: Optional[Tuple[int, Optional[float], Optional[QuadraticPull]]] = None
+        self._cached: Optional[Tuple[PeriodTerms, Optional[float], Optional[QuadraticPull]]] = None
         self._period: Optional[int] = None
         #: The period whose temporal term was last logged (once a period, with its pull).
         self._logged: Optional[int] = None
@@ -98,8 +98,7 @@ class StEwcAgentPlugin(AgentPlugin):
 
     def _pull(self, model: nn.Module) -> Optional[QuadraticPull]:
         """This global model's P and Q as a ``QuadraticPull`` (cached while they and lr hold)."""
-        key = (id(self.terms), self._lr)
-        if self._cached is not None and self._cached[:2] == key:
+        if self._cached is not None and self._cached[0] is self.terms and self._cached[1] == self._lr:
             return self._cached[2]
         lam = float(self.terms.lambda1)
         cap = self.config.stability / (self._lr * lam) if self._lr else np.inf
@@ -117,7 +116,7 @@ class StEwcAgentPlugin(AgentPlugin):
             coefficients[name] = (torch.as_tensor(lam * a, dtype=p.dtype),
                                   torch.as_tensor(lam * a * target, dtype=p.dtype))
         pull = QuadraticPull(coefficients) if coefficients else None
-        self._cached = (key[0], key[1], pull)
+        self._cached = (self.terms, self._lr, pull)  # the terms themselves: an id() can be reused
         return pull
 
     def penalty(self, model: nn.Module) -> Optional[Penalty]:
@@ -152,10 +151,10 @@ class StEwcAgentPlugin(AgentPlugin):
         diag = fisher_diagonal(at, X, y, generator=gen)
         self._anchor = None
         self._answered.add(period)
-        log.info("T-FDM of period %d from %d windows sent", period, n)
         if not all(np.isfinite(a).all() for a in diag.values()):
             log.warning("T-FDM of period %d not finite; not sent", period)
             return out + [Statistic(None, per_window_windows=n)]
+        log.info("T-FDM of period %d from %d windows sent", period, n)
         return out + [Statistic(PeriodFisher(period, int(ctx.buffer_len), diag), per_window_windows=n)]
 
     def report(self, ctx: ReportContext) -> List[Extra]:
