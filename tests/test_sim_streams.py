@@ -217,3 +217,22 @@ def test_bad_kind_or_parameter_is_a_config_error():
         streams("iid", missing="nowhere")
     with pytest.raises(ConfigError, match="windows_per_s"):
         streams("iid", rate=0)
+
+
+def test_domain_incremental_channel_permutations_and_sensor_rotations():
+    """"channels" permutes the last axis; "rotation" turns each x/y/z triple by one rotation (norms
+    kept, the same on every device, another per period); a bad domain is a ConfigError."""
+    probe = DS.X[:5]
+    chans = streams("domain_incremental", duration=100.0, domain="channels")
+    out = chans[0].transform(probe, 2)
+    assert sorted(map(tuple, out[0].T.tolist())) == sorted(map(tuple, probe[0].T.tolist()))
+    np.testing.assert_array_equal(chans[0].transform(probe, 0), probe)
+    rot = streams("domain_incremental", duration=100.0, domain="rotation")
+    turned = [rot[0].transform(probe, p) for p in (1, 2)]
+    np.testing.assert_allclose(np.linalg.norm(turned[0], axis=-1), np.linalg.norm(probe, axis=-1), rtol=1e-5)
+    assert not np.allclose(turned[0], probe) and not np.allclose(turned[0], turned[1])
+    np.testing.assert_array_equal(rot[4].transform(probe, 1), turned[0])
+    R = rot[0]._perms[1]
+    assert np.linalg.det(R) == pytest.approx(1.0, abs=1e-5)      # a rotation, not a reflection
+    with pytest.raises(ConfigError):
+        streams("domain_incremental", duration=100.0, domain="mirror")
