@@ -44,12 +44,12 @@ class StEwcAgentConfig:
     """The board's side of ST-EWC: its drift detector and the penalty's stability cap.
 
     drift_windows, drift_threshold: ``InputDrift``'s reference and comparison size, and the shift
-      that counts as a drift (3x its noise level at 32 windows; see ``agent/drift.py``).
+      that counts as a drift (2.4x its noise level at 32 windows; see ``agent/drift.py``).
     stability: cap on ``lr * lambda1 * P`` per element (see the module docstring).
     """
 
     drift_windows: int = 32
-    drift_threshold: float = 0.75
+    drift_threshold: float = 0.6
     stability: float = 1.0
 
     def __post_init__(self) -> None:
