@@ -2,7 +2,8 @@
 
 A round is tau SGD steps of batch B through ``LocalTrainer``. ST-EWC adds, every round, FedCurv's
 spatial penalty and the temporal penalty to each step's loss (both built by the real agent
-plug-ins from random U, V, P, Q of the model's shapes) and FedCurv's S-FDM after the round (the
+plug-ins from random U, V, P, Q of the model's shapes; also, for comparison, the same terms added
+to the loss instead of fused into the gradient) and FedCurv's S-FDM after the round (the
 Fisher diagonal on ``fisher_samples`` windows, one backward each); once a period, the T-FDM at
 theta*_t (the ``stewc`` plug-in's ``fisher_samples`` windows), amortized here over
 ``--rounds-per-period`` rounds. The S-FDM is reported per estimate and amortized over the
@@ -88,20 +89,29 @@ def main(argv=None) -> int:
         trainer.penalties = [curv.penalty(model), temporal.penalty(model)]
         trainer.run(batches(), lr=0.01)
 
+    def as_loss_terms():
+        # The same two terms added to the loss instead (their own autograd graph every step).
+        pulls = [curv.penalty(model), temporal.penalty(model)]
+        trainer.penalties = [lambda m, p=p: p(m) for p in pulls]
+        trainer.run(batches(), lr=0.01)
+
     def s_fdm():
         fisher_diagonal(model, X, y, num_samples=spatial_fisher, generator=gen)
 
     def t_fdm():
         fisher_diagonal(model, X, y, num_samples=temporal_fisher, generator=gen)
 
-    for fn in (plain, penalized, s_fdm, t_fdm):  # warm-up
+    runs = (("plain", plain), ("penalized", penalized), ("as_loss_terms", as_loss_terms),
+            ("s_fdm", s_fdm), ("t_fdm", t_fdm))
+    for _, fn in runs:  # warm-up
         fn()
-    t = {name: [] for name in ("plain", "penalized", "s_fdm", "t_fdm")}
+    t = {name: [] for name, _ in runs}
     for _ in range(args.repeats):
-        for name, fn in (("plain", plain), ("penalized", penalized), ("s_fdm", s_fdm), ("t_fdm", t_fdm)):
+        for name, fn in runs:
             t[name].append(timed(fn))
     base = statistics.median(t["plain"])
     penalties = statistics.median([p - q for p, q in zip(t["penalized"], t["plain"])]) / base
+    as_loss = statistics.median([p - q for p, q in zip(t["as_loss_terms"], t["plain"])]) / base
     s_share = statistics.median(t["s_fdm"]) / base
     t_share = statistics.median(t["t_fdm"]) / base / args.rounds_per_period
     by_cadence = {}
@@ -114,6 +124,7 @@ def main(argv=None) -> int:
         "repeats": args.repeats, "round_median_s": base,
         # The two terms in the gradient, every step of every round.
         "penalties_share": round(penalties, 4),
+        "penalties_share_as_loss_terms": round(as_loss, 4),
         "goal_share": GOAL_SHARE,
         "goal_met_penalties": penalties <= GOAL_SHARE,
         # The statistics that feed them: FedCurv's S-FDM (per estimate, then amortized over its
