@@ -6,11 +6,11 @@ plug-ins from random U, V, P, Q of the model's shapes; also, for comparison, the
 to the loss instead of fused into the gradient) and FedCurv's S-FDM after the round (the
 Fisher diagonal on ``fisher_samples`` windows, one backward each); once a period, the T-FDM at
 theta*_t (the ``stewc`` plug-in's ``fisher_samples`` windows), amortized here over
-``--rounds-per-period`` rounds. The S-FDM is reported per estimate and amortized over the
+``--rounds-per-period`` rounds, in a random order each repeat. The S-FDM is reported per estimate and amortized over the
 cadences of ``--fisher-every`` (fedcurv's ``fisher_every_rounds``). All timed in the same run, interleaved, median of the repeats;
 shares are of the plain round's time. Prints JSON.
 
-Usage: python bench/bench_stewc.py [--model lstm] [--tau 5] [--batch 32] [--repeats 9]
+Usage: python bench/bench_stewc.py [--model lstm] [--tau 5] [--batch 32] [--repeats 21]
 """
 import argparse
 import json
@@ -46,11 +46,11 @@ def main(argv=None) -> int:
     parser.add_argument("--tau", type=int, default=5, help="local SGD steps per round")
     parser.add_argument("--batch", type=int, default=32, help="SGD batch")
     parser.add_argument("--buffer", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=9, help="median of N rounds")
+    parser.add_argument("--repeats", type=int, default=21, help="median of N rounds")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds-per-period", type=int, default=100,
                         help="rounds the once-a-period T-FDM is spread over (the paper's R = 100)")
-    parser.add_argument("--fisher-every", type=int, nargs="*", default=[1, 10],
+    parser.add_argument("--fisher-every", type=int, nargs="*", default=[1, 10, 20],
                         help="S-FDM cadences to report (fedcurv's fisher_every_rounds; 1 = the paper)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -106,8 +106,10 @@ def main(argv=None) -> int:
     for _, fn in runs:  # warm-up
         fn()
     t = {name: [] for name, _ in runs}
+    order = np.random.default_rng(1)
     for _ in range(args.repeats):
-        for name, fn in runs:
+        for i in order.permutation(len(runs)):  # no variant always runs first (warm caches)
+            name, fn = runs[i]
             t[name].append(timed(fn))
     base = statistics.median(t["plain"])
     penalties = statistics.median([p - q for p, q in zip(t["penalized"], t["plain"])]) / base
