@@ -14,6 +14,9 @@ from typing import Dict, Iterable, Mapping, Tuple
 import torch
 from torch import nn
 
+#: Curvature below this counts as none: a pull's target ``B / A`` there would be noise.
+MIN_CURVATURE = 1e-12
+
 #: ``{parameter name: (A, B)}``: the gradient ``A * theta - B`` of a pull.
 Coefficients = Dict[str, Tuple[torch.Tensor, torch.Tensor]]
 

@@ -22,15 +22,12 @@ import torch
 from torch import nn
 
 from streamfl.agent.plugins.base import AgentPlugin, Penalty, RoundContext, Statistic, Tensors
-from streamfl.agent.quadratic import QuadraticPull
+from streamfl.agent.quadratic import MIN_CURVATURE, QuadraticPull
 from streamfl.models.fisher import fisher_diagonal
 from streamfl.protocol.messages import GlobalModel
 from streamfl.protocol.payloads import CurvatureDiagonal, CurvatureTerms
 
 log = logging.getLogger(__name__)
-
-#: Curvature below this counts as none (its target ``B / A`` would be noise).
-MIN_CURVATURE = 1e-12
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from torch import nn
 
 from streamfl.agent.drift import InputDrift
 from streamfl.agent.plugins.base import AgentPlugin, Penalty, ReportContext, RoundContext, Statistic, Tensors
-from streamfl.agent.quadratic import QuadraticPull
+from streamfl.agent.quadratic import MIN_CURVATURE, QuadraticPull
 from streamfl.models.fisher import fisher_diagonal
 from streamfl.models.serialize import arrays_to_model
 from streamfl.protocol.extras import Extra
@@ -34,9 +34,6 @@ from streamfl.protocol.messages import GlobalModel
 from streamfl.protocol.period_payloads import DriftSignal, PeriodFisher, PeriodTerms
 
 log = logging.getLogger(__name__)
-
-#: Curvature below this counts as none (its target ``Q / P`` would be noise).
-MIN_CURVATURE = 1e-12
 
 
 @dataclass(frozen=True)
