@@ -162,6 +162,9 @@ class AgentCore:
         for plugin in self.plugins:
             plugin.on_global_model(gm)
             hparams = plugin.refine_hparams(hparams)
+        if any([plugin.forgets_windows() for plugin in self.plugins]):
+            log.info("window buffer emptied (%d windows): they describe a world that is gone", len(self.buffer))
+            self.buffer.clear()
         before = dict(self.hparams)
         self.apply_hparams(hparams, "global model v%d" % gm.version)
         if self.hparams != before:
@@ -266,6 +269,8 @@ class AgentCore:
             if should_stop is not None and should_stop():
                 return
             with lock:
+                if len(self.buffer) == 0:  # emptied mid-round: the round is interrupted
+                    return
                 X, y = self.buffer.sample(plan.batch_size, self._rng)
             yield X, y
 
@@ -329,7 +334,7 @@ class AgentCore:
         ctx = RoundContext(model=self.model, tensors=tensors, round_index=plan.round_index,
                            seed=self.seed, sample=sample, buffer_len=len(self.buffer),
                            loss=loss, start_loss=start_loss, num_classes=self.spec.num_classes,
-                           buffer_counts=buffer_counts)
+                           buffer_counts=buffer_counts, base_version=plan.base_version)
         extras: Dict[str, Any] = {}
         for plugin in self.plugins:
             for stat in plugin.statistics(ctx):

@@ -260,7 +260,7 @@ class AgentDaemon:
                 energy_j=self.dvfs.joules(t0, self._clock())))
             frame = encode(update, float16=self.config.float16_updates)
         except RoundInterrupted as exc:
-            log.info("%s (stopping)", exc)
+            log.info("round interrupted: %s", exc)
             return
         except StreamflError as exc:
             self._counts["round_errors"] += 1

@@ -20,16 +20,19 @@ from streamfl.coordinator.persistence import PLUGIN_TENSORS
 from streamfl.coordinator.plugins import Addressed, Aggregation, CoordinatorPlugin, FleetView, make_plugins
 from streamfl.coordinator.registry import DeviceRegistry
 from streamfl.coordinator.strategies import AGGREGATED, STALE, Aggregator, make_strategy, staleness_of
-from streamfl.protocol.messages import GlobalModel, Hello, Message, Offline, Telemetry, Tensors, Update
+from streamfl.protocol.messages import Command, GlobalModel, Hello, Message, Offline, Telemetry, Tensors, Update
 
 log = logging.getLogger(__name__)
 
 COUNTER_NAMES = ("updates_received", "aggregated", "duplicates", "rejected", "stale_dropped",
-                 "future_base", "hellos", "offlines", "telemetry", "ignored")
+                 "future_base", "hellos", "offlines", "telemetry", "ignored", "withheld", "switches",
+                 "operator_commands")
 
 #: Outcomes of an update besides the strategy's (aggregated / buffered / stale).
 DUPLICATE = "duplicate"
 REJECTED = "rejected"
+#: A plug-in kept the update from the strategy (it runs its own round, or fences a session off).
+WITHHELD = "withheld"
 
 #: How many recent update ids go into state.json (the in-memory window may be larger).
 PERSISTED_IDS = 1024
@@ -50,7 +53,7 @@ class UpdateRecord:
     num_samples: int
     #: True if this update produced a new global version.
     aggregated: bool
-    #: aggregated | buffered | stale | duplicate | rejected
+    #: aggregated | buffered | stale | duplicate | rejected | withheld
     outcome: str
     #: What the round cost on the device and the clock level of each of its domains.
     energy_j: Optional[float] = None
@@ -113,7 +116,8 @@ class CoordinatorCore:
         self.registry = DeviceRegistry()
         self.strategy = strategy if strategy is not None else make_strategy(config, self.registry.online)
         self.plugins = make_plugins(config.plugins, FleetView(self.registry.online, self.strategy,
-                                                              self.num_classes, lambda: self._model))
+                                                              self.num_classes, lambda: self._model,
+                                                              self._last_seen_s))
         self.version = 0
         self._model: Tensors = tensors if tensors is not None else initial_model(config)
         self.history = ModelHistory(config.history_size)
@@ -148,7 +152,7 @@ class CoordinatorCore:
         else:
             self.counters["ignored"] += 1
             log.debug("ignoring %s message", type(msg).__name__)
-        return self._step(Step())
+        return self._step(Step(), now)
 
     def on_update(self, update: Update, now: float) -> Step:
         """Dedup, check, admit, show the plug-ins, hand to the strategy; a new version if it aggregated."""
@@ -163,21 +167,21 @@ class CoordinatorCore:
             self.counters["duplicates"] += 1
             log.debug("duplicate update %s from %s dropped", update.update_id, update.device_id)
             step.update = self._record(update, now, staleness, False, DUPLICATE)
-            return self._step(step)
+            return self._step(step, now)
         self._remember(update.update_id)
         if update.arch_id != self.arch_id or set(update.tensors) != set(self._model):
             self.counters["rejected"] += 1
             log.warning("rejected update %s from %s: model %s does not match the fleet's %s",
                         update.update_id, update.device_id, update.arch_id, self.arch_id)
             step.update = self._record(update, now, staleness, False, REJECTED, reason="wrong_arch")
-            return self._step(step)
+            return self._step(step, now)
         if any(not 0 <= c < self.num_classes for c in update.class_counts):
             # Plug-ins weigh updates by their classes: an id the model cannot output is a forgery.
             self.counters["rejected"] += 1
             log.warning("rejected update %s from %s: class counts name classes outside 0..%d",
                         update.update_id, update.device_id, self.num_classes - 1)
             step.update = self._record(update, now, staleness, False, REJECTED, reason="classes")
-            return self._step(step)
+            return self._step(step, now)
         base = self.history.get(update.base_version)
         verdict = self.admission.check(update, base.tensors if base is not None else self._model, greeted)
         if verdict.update is None:
@@ -193,6 +197,10 @@ class CoordinatorCore:
         info.updates += 1
         for plugin in self.plugins:
             plugin.on_update(update, now)
+        if any(plugin.withholds(update, now) for plugin in self.plugins):
+            self.counters["withheld"] += 1
+            step.update = self._record(update, now, staleness, False, WITHHELD)
+            return self._step(step, now)
         weight = 1.0
         for plugin in self.plugins:
             factor = plugin.weight(update, now)
@@ -209,13 +217,24 @@ class CoordinatorCore:
             outcome = AGGREGATED
         step.update = self._record(update, now, staleness, new is not None, outcome,
                                    clipped=verdict.clipped, delta_norm=verdict.delta_norm)
-        return self._step(step)
+        return self._step(step, now)
 
     def _reject(self, update: Update, now: float, staleness: int, verdict) -> Step:
         self.counters["rejected"] += 1
         step = Step(update=self._record(update, now, staleness, False, REJECTED, reason=verdict.reason,
                                         delta_norm=verdict.delta_norm))
-        return self._step(step)
+        return self._step(step, now)
+
+    def on_operator(self, command: Command, now: float) -> Step:
+        """An operator's command to the coordinator (its own command topic): the plug-ins act on
+        the kinds they know; another kind is logged and ignored."""
+        self.counters["operator_commands"] += 1
+        handled = [plugin.name for plugin in self.plugins if plugin.on_operator(command, now)]
+        if handled:
+            log.info("operator command %r handled by %s", command.kind, ", ".join(handled))
+        else:
+            log.warning("operator command %r ignored: no running plug-in handles it", command.kind)
+        return self._step(Step(), now)
 
     def tick(self, now: float) -> Step:
         """Drive time-based decisions (FedAvg's deadline, plug-ins' timers)."""
@@ -225,7 +244,7 @@ class CoordinatorCore:
             self._install(new, now, step)
         for plugin in self.plugins:
             plugin.on_tick(now)
-        return self._step(step)
+        return self._step(step, now)
 
     # ---- outputs ------------------------------------------------------------------------------
     def global_model(self) -> GlobalModel:
@@ -250,6 +269,10 @@ class CoordinatorCore:
 
     def devices(self):
         return self.registry.devices()
+
+    def _last_seen_s(self, device_id: str) -> Optional[float]:
+        info = self.registry.get(device_id)
+        return None if info is None else info.last_seen_s
 
     # ---- persistence --------------------------------------------------------------------------
     def state(self) -> Dict[str, Any]:
@@ -302,20 +325,31 @@ class CoordinatorCore:
             self.run_id = state["run_id"]
 
     # ---- internals ----------------------------------------------------------------------------
-    def _install(self, tensors: Tensors, now: float, step: Step) -> None:
+    def _install(self, tensors: Tensors, now: float, step: Step, merged: Optional[tuple] = None) -> None:
+        """Make ``tensors`` the next version: the strategy's aggregation (``merged`` None: what it
+        last merged) or a plug-in's switch (``merged`` empty)."""
         self.version += 1
         self._model = tensors
         self.history.add(self.version, tensors, now)
-        self.counters["aggregated"] += 1
-        aggregation = Aggregation(self.version, tuple(self.strategy.last_aggregated), now)
+        self.counters["aggregated" if merged is None else "switches"] += 1
+        if merged is None:
+            merged = tuple(self.strategy.last_aggregated)
+        aggregation = Aggregation(self.version, merged, now)
         for plugin in self.plugins:
             plugin.on_aggregation(aggregation)
         for plugin in self.plugins:
             step.events.extend(plugin.events(aggregation))
         step.aggregations.append(aggregation)
 
-    def _step(self, step: Step) -> Step:
-        """Collect the commands the plug-ins queued while handling this input."""
+    def _step(self, step: Step, now: float) -> Step:
+        """Put in place a model a plug-in switched to, and collect the commands the plug-ins
+        queued while handling this input."""
+        for plugin in self.plugins:
+            tensors = plugin.switch_model()
+            if tensors is not None:
+                if {n: a.shape for n, a in tensors.items()} != {n: a.shape for n, a in self._model.items()}:
+                    raise ValueError("plug-in %s switched to a model of other tensors" % plugin.name)
+                self._install(tensors, now, step, merged=())
         for plugin in self.plugins:
             step.commands.extend(plugin.take_commands())
         return step

@@ -7,7 +7,7 @@ transformed windows. The coordinator builds one from its ``eval_path``; the simu
 seed's held-out set. Nothing here may import the coordinator's code: this module sits beside the
 models, which agents import too.
 """
-from typing import Callable, Collection, Dict, Optional, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -47,6 +47,14 @@ class Evaluator:
 
         ``transform``, when given, maps the windows first (``transform(X, period)``).
         """
+        accuracy, loss, on_sets = self.evaluate_sets(tensors, [classes], transform, period)
+        return accuracy, loss, on_sets[0]
+
+    def evaluate_sets(self, tensors: Dict[str, np.ndarray], class_sets: Sequence[Collection[int]],
+                      transform: Optional[Transform] = None,
+                      period: int = 0) -> Tuple[float, float, List[Optional[float]]]:
+        """``(accuracy, loss, [accuracy on each class set])`` from one pass over the windows; an
+        entry is None when its set is empty or has no windows."""
         arrays_to_model(self.model, tensors)
         X = self.X if transform is None else np.ascontiguousarray(transform(self.X, period), dtype=np.float32)
         preds = np.empty(len(self.y), dtype=np.int64)
@@ -61,12 +69,15 @@ class Evaluator:
         self.evaluations += 1
         n = max(1, len(self.y))
         correct = preds == self.y
-        seen = None
-        if classes:
-            mask = np.isin(self.y, np.fromiter(classes, dtype=np.int64))
-            if mask.any():
-                seen = float(correct[mask].mean())
-        return float(correct.mean()), loss_sum / n, seen
+        on_sets: List[Optional[float]] = []
+        for classes in class_sets:
+            on = None
+            if classes:
+                mask = np.isin(self.y, np.fromiter(classes, dtype=np.int64))
+                if mask.any():
+                    on = float(correct[mask].mean())
+            on_sets.append(on)
+        return float(correct.mean()), loss_sum / n, on_sets
 
 
 __all__ = ["Evaluator", "Transform"]

@@ -194,3 +194,23 @@ register(Method("stewc+adaclp", "ST-EWC's two terms composed with AdaCLP (FedAsy
                                 "CLP hyper-parameters and clocks)",
                 coordinator=_FEDASYNC, plugins={"clp": {}, "fedcurv": {}, "stewc": {}},
                 dvfs_policy="clp-aware"))
+
+
+# Session initialization for dynamic devices (session-init-dynamic-devices.txt) and its baselines
+# (sec. VI): FedAvg rounds as in the paper, the ``sessions`` plug-in ending a session whenever the
+# online devices change, and each session starting from the model its ``init`` builds. A
+# scenario's ``plugins.sessions`` settings (the trigger, kappa) apply to each.
+register(Method("previous", "sessions that keep training the last session's model (the session "
+                            "paper's Previous baseline): FedAvg with sessions tracked",
+                coordinator=_FEDAVG, plugins={"sessions": {"init": "previous"}}))
+register(Method("average", "each session starts from the mean of the saved session models (the "
+                           "session paper's Average baseline)",
+                coordinator=_FEDAVG, plugins={"sessions": {"init": "average"}}))
+register(Method("session-init", "each session starts from the saved models weighted by how close "
+                                "their gradient from the pilot model is to the new session's, after "
+                                "one auxiliary round (the session paper's Algorithm 1)",
+                coordinator=_FEDAVG, plugins={"sessions": {"init": "session-init"}}))
+register(Method("session-init+adaclp", "session-init's starting models composed with AdaCLP "
+                                       "(FedAsync, CLP probe, CLP hyper-parameters and clocks)",
+                coordinator=_FEDASYNC, plugins={"clp": {}, "sessions": {"init": "session-init"}},
+                dvfs_policy="clp-aware"))

@@ -341,7 +341,12 @@ class SimRun:
             if d.model.presence.online_s(t) > 0:
                 seen |= set(d.stream.classes_seen(t))
         tensors = self.coordinator.model
-        accuracy, loss, accuracy_seen = self.evaluator.evaluate_classes(tensors, seen)
+        sets = [seen]
+        if self.scenario.stream.kind == "sessions":  # the session's own labels: what the paper scores
+            sets.append({int(c) for d in self.devices if d.model.presence.available(t)
+                         for c in np.flatnonzero(d.stream.class_distribution(t) > 0)})
+        accuracy, loss, on_sets = self.evaluator.evaluate_sets(tensors, sets)
+        accuracy_seen = on_sets[0]
         train_j, idle_j = self.energy_split_j(t)
         event = {"event": "eval", "method": self.method.name, "seed": self.seed,
                  "time_s": round(t, 6), "version": self.coordinator.version,
@@ -349,6 +354,8 @@ class SimRun:
                  "energy_j": round(train_j + idle_j, 3), "train_energy_j": round(train_j, 3),
                  "idle_energy_j": round(idle_j, 3), "period": self.data.period(t),
                  "final": final}
+        if len(on_sets) > 1:
+            event["accuracy_now"] = on_sets[1]
         if self.scenario.stream.kind == "domain_incremental":  # every period's, future ones too
             stream = self.devices[0].stream
             event["period_accuracy"] = [round(self.evaluator.evaluate_classes(tensors, (), stream.transform, p)[0], 6)

@@ -10,6 +10,7 @@ from streamfl.agent.plugins.base import AgentPlugin, Penalty, ReportContext, Rou
 from streamfl.agent.plugins.clp import ClpAgentPlugin
 from streamfl.agent.plugins.fedcurv import FedCurvAgentPlugin
 from streamfl.agent.plugins.schedule import ScheduleAgentPlugin
+from streamfl.agent.plugins.sessions import SessionsAgentPlugin
 from streamfl.agent.plugins.stewc import StEwcAgentPlugin
 from streamfl.plugins import build_settings, register_in
 
@@ -26,6 +27,7 @@ register(ClpAgentPlugin)
 register(FedCurvAgentPlugin)
 register(ScheduleAgentPlugin)
 register(StEwcAgentPlugin)
+register(SessionsAgentPlugin)
 
 
 def plugin_configs(settings: Mapping[str, Any]) -> Dict[str, Any]:

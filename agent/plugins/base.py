@@ -48,6 +48,8 @@ class RoundContext:
     num_classes: int = 0
     #: ``{class: windows}`` the buffer holds after the round (what the next round trains on).
     buffer_counts: Dict[int, int] = field(default_factory=dict)
+    #: The global version the round trained from (-1: none yet; None where a runtime does not say).
+    base_version: Optional[int] = None
 
 
 @dataclass
@@ -91,6 +93,11 @@ class AgentPlugin(abc.ABC):
 
     def on_window(self, x: np.ndarray) -> None:
         """A sensor window was offered to the buffer (called for every one: keep it cheap)."""
+
+    def forgets_windows(self) -> bool:
+        """True (once) to empty the window buffer after the model just accepted: the windows held
+        describe a world that is gone (e.g. a new session). A round in progress is interrupted."""
+        return False
 
     def on_command(self, command: Command) -> bool:
         """A command of a kind the core does not handle; True if this plug-in handled it."""

@@ -16,6 +16,7 @@ from streamfl.coordinator.plugins.criticalfl import CriticalFlPlugin
 from streamfl.coordinator.plugins.fedcurv import FedCurvPlugin
 from streamfl.coordinator.plugins.sampling import SamplingPlugin
 from streamfl.coordinator.plugins.schedule import SchedulePlugin
+from streamfl.coordinator.plugins.sessions import SessionsPlugin
 from streamfl.coordinator.plugins.stewc import StEwcPlugin
 from streamfl.plugins import build_settings, register_in
 
@@ -35,6 +36,7 @@ register(SamplingPlugin)
 register(BalancePlugin)
 register(SchedulePlugin)
 register(StEwcPlugin)
+register(SessionsPlugin)
 
 
 def plugin_configs(settings: Mapping[str, Any], strategy: str) -> Dict[str, Any]:

@@ -50,6 +50,8 @@ class FleetView:
     strategy: Any
     num_classes: int = 0
     model: Optional[Callable[[], Dict[str, np.ndarray]]] = None
+    #: When a device was last heard from (its Hello, update or telemetry), None if never.
+    last_seen_s: Optional[Callable[[str], Optional[float]]] = None
 
 
 class CoordinatorPlugin(abc.ABC):
@@ -85,6 +87,16 @@ class CoordinatorPlugin(abc.ABC):
     def on_tick(self, now: float) -> None:
         """Called at every tick of the runtime (about once a second)."""
 
+    def on_operator(self, command: Command, now: float) -> bool:
+        """An operator's command to the coordinator (e.g. ``new-session``); True if this plug-in
+        handled its kind (a kind nobody handles is logged and ignored)."""
+        return False
+
+    def withholds(self, update: Update, now: float) -> bool:
+        """True to keep ``update`` from the strategy (called after ``on_update``): a plug-in that
+        runs its own rounds (session-init's auxiliary round) or fences off another session's."""
+        return False
+
     def weight(self, update: Update, now: float) -> float:
         """A factor on ``update``'s share of the aggregation (called after ``on_update``; the core
         multiplies the plug-ins' factors; 1.0 leaves the strategy's weighting unchanged)."""
@@ -102,6 +114,11 @@ class CoordinatorPlugin(abc.ABC):
     def events(self, aggregation: Aggregation) -> List[Dict[str, Any]]:
         """Metrics events to log for an aggregation (each with an ``event`` key)."""
         return []
+
+    def switch_model(self) -> Optional[Dict[str, np.ndarray]]:
+        """A model to put in place of the current one now (a new session's starting model), or
+        None; the core makes it the next version, with nothing merged. Called after every input."""
+        return None
 
     def send(self, device_id: str, command: Command) -> None:
         """Queue a command for ``device_id``; the core hands it to the runtime with its next output."""

@@ -1,0 +1,292 @@
+"""Sessions of a dynamic device set on the coordinator (session-init-dynamic-devices.txt; DESIGN.md s8).
+
+A session runs while the set of online devices stays about the same (``coordinator/sessions/
+membership.py``); when it changes by more than ``change_fraction``, or an operator sends
+``new-session``, the session ends: its final model is saved (``SessionLibrary``; after the first
+``pilot_sessions`` their mean is the pilot model) and the next one starts from the model the
+``init`` construction builds (``coordinator/sessions/``):
+
+- ``previous``: nothing is built; the fleet keeps training the model it has;
+- ``average``: the mean of the saved session models;
+- ``session-init`` (Algorithm 1): the pilot becomes the global model for ``aux_rounds`` auxiliary
+  rounds (the strategy sees none of their updates: the plug-in merges each round itself), which
+  give the session's gradient ``g_s = w_aux - w_pilot``; the session then starts from the saved
+  models weighted by ``softmax(-kappa ||g_i - g_s||)`` (or, with none saved yet, from where it was).
+
+A switch is a new global version with nothing merged; updates trained from a model before it are
+withheld from the strategy (under FedAsync they would mix the old session back in; FedAvg drops
+them as stale anyway). Every global model carries the session (``SessionTerms``), every update
+record its ``session``, and each boundary and switch is a ``session`` metrics event.
+"""
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
+
+from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
+from streamfl.coordinator.sessions import INITS, make_init
+from streamfl.coordinator.sessions.aux import AuxRound
+from streamfl.coordinator.sessions.library import SessionLibrary, difference
+from streamfl.coordinator.sessions.membership import Membership
+from streamfl.coordinator.sessions.weighted import DISTANCES
+from streamfl.protocol.extras import Extra
+from streamfl.protocol.messages import Command, Tensors, Update
+from streamfl.protocol.session_payloads import MAX_AUX_ROUNDS, SessionTerms
+
+log = logging.getLogger(__name__)
+
+#: The operator command kind that starts a new session at once.
+NEW_SESSION = "new-session"
+
+
+@dataclass(frozen=True)
+class SessionsConfig:
+    """Session boundaries and the starting model of each session.
+
+    init: "previous", "average" or "session-init" (the paper's Algorithm 1).
+    pilot_sessions: P, sessions whose final models' mean is the pilot (the paper's experiments: 1).
+    aux_rounds: V, auxiliary rounds from the pilot per session (the paper: 1).
+    max_saved: H, session models kept (oldest dropped first); bounds the state folder's use.
+    kappa, distance: the similarity's sharpness and whether distances are relative to ||g_s||
+      (``coordinator/sessions/weighted.py`` says why relative is the default).
+    change_fraction: a session ends when the devices gone plus the devices new exceed this share
+      of the session's devices. The paper leaves the trigger open; 0.3 ignores one board in ten
+      coming and going, and catches a shift change.
+    min_session_s: no membership boundary before a session is this old (flapping guard; an
+      operator's ``new-session`` is obeyed at once).
+    settle_s: a change must last this long to count, and devices arriving this soon after a
+      session starts join it (boards of a shift leave and arrive over a few seconds).
+    silence_s: a device online but unheard for this long counts as gone (0: only Hello and last
+      will count). 60 s is twelve of the agent's 5 s telemetry intervals.
+    aux_quorum, aux_wait_s: an auxiliary round closes when this share of the devices online at
+      its start answered, or after this wait with at least one answer.
+    """
+
+    init: str = "session-init"
+    pilot_sessions: int = 1
+    aux_rounds: int = 1
+    max_saved: int = 8
+    kappa: float = 10.0
+    distance: str = "relative"
+    change_fraction: float = 0.3
+    min_session_s: float = 60.0
+    settle_s: float = 5.0
+    silence_s: float = 60.0
+    aux_quorum: float = 1.0
+    aux_wait_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.init not in INITS:
+            raise ValueError("init must be one of %s, got %r" % (", ".join(INITS), self.init))
+        if self.distance not in DISTANCES:
+            raise ValueError("distance must be one of %s, got %r" % (", ".join(DISTANCES), self.distance))
+        if self.pilot_sessions < 1 or self.max_saved < 1 or not 1 <= self.aux_rounds <= MAX_AUX_ROUNDS:
+            raise ValueError("pilot_sessions and max_saved must be >= 1, aux_rounds in 1..%d"
+                             % MAX_AUX_ROUNDS)
+        if not (self.kappa >= 0 and np.isfinite(self.kappa)):
+            raise ValueError("kappa must be finite and >= 0, got %r" % (self.kappa,))
+        if not 0 <= self.change_fraction < 2:
+            raise ValueError("change_fraction must be in [0, 2), got %r" % (self.change_fraction,))
+        if not (self.min_session_s >= 0 and self.settle_s >= 0 and self.silence_s >= 0):
+            raise ValueError("min_session_s, settle_s and silence_s must be >= 0")
+        if not (0 < self.aux_quorum <= 1 and self.aux_wait_s >= 0):
+            raise ValueError("aux_quorum must be in (0, 1] and aux_wait_s >= 0")
+
+
+class SessionsPlugin(CoordinatorPlugin):
+    """Ends sessions, runs the auxiliary rounds and switches the fleet to each session's model."""
+
+    name = "sessions"
+    Config = SessionsConfig
+
+    def __init__(self, config: SessionsConfig, fleet: FleetView, peers: Mapping[str, CoordinatorPlugin]):
+        super().__init__(config, fleet, peers)
+        self.init = make_init(config.init, config.kappa, config.distance)
+        self.library = SessionLibrary(config.pilot_sessions, config.max_saved)
+        self.membership = Membership(config.change_fraction, config.min_session_s, config.settle_s)
+        #: The running session (-1 until the first device is online).
+        self.session = -1
+        #: The auxiliary round in progress (1..V), 0 while the session trains its own model.
+        self.aux_round = 0
+        self.aux: Optional[AuxRound] = None
+        #: This session's gradient from the pilot, once its auxiliary rounds are done.
+        self.gradient: Optional[Tensors] = None
+        #: The model the last session ended with (the start when nothing better is built).
+        self._previous: Optional[Tensors] = None
+        #: Updates trained from versions before this one are withheld (0: none).
+        self.fence_version = 0
+        self._switch: Optional[Tensors] = None
+        self._switch_pending = False
+        self._events: List[Dict[str, Any]] = []
+        #: What ``load_state`` read, for ``load_state_tensors`` (which comes after it).
+        self._loaded: Dict[str, Any] = {}
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def on_tick(self, now: float) -> None:
+        present = self._present(now)
+        if self.session < 0:
+            if present:
+                self.session = 0
+                self.membership.start(now, present)
+                self._event(now, "start", devices=len(present))
+            return
+        if self.membership.started_s is None:  # restarted: the session's clock starts again
+            self.membership.started_s = now
+        if self.aux is not None and self.aux.done(now):
+            self._close_aux_round(now)
+        if self.membership.due(now, present):
+            self._boundary(now, present)
+
+    def on_operator(self, command: Command, now: float) -> bool:
+        if command.kind != NEW_SESSION:
+            return False
+        if self.session < 0:
+            log.warning("sessions: new-session ignored: no device is online yet")
+        else:
+            log.info("sessions: an operator asked for a new session")
+            self._boundary(now, self._present(now), reason="operator")
+        return True
+
+    def on_update(self, update: Update, now: float) -> None:
+        if self.aux is not None and not self._switch_pending and self.aux.offer(update) \
+                and self.aux.done(now):
+            self._close_aux_round(now)
+
+    def withholds(self, update: Update, now: float) -> bool:
+        return self.aux_round > 0 or update.base_version < self.fence_version
+
+    def on_aggregation(self, aggregation: Aggregation) -> None:
+        if self._switch_pending and not aggregation.merged:  # our switch became this version
+            self._switch_pending = False
+            self.fence_version = aggregation.version
+            if self.aux is not None:
+                self.aux.version = aggregation.version
+
+    # ---- outputs ------------------------------------------------------------------------------
+    def switch_model(self) -> Optional[Tensors]:
+        out, self._switch = self._switch, None
+        return out
+
+    def extras(self) -> List[Extra]:
+        return [SessionTerms(max(0, self.session), self.aux_round, self.config.aux_rounds)]
+
+    def record_fields(self, update: Update) -> Dict[str, Any]:
+        return {"session": self.session}
+
+    def events(self, aggregation: Aggregation) -> List[Dict[str, Any]]:
+        out, self._events = self._events, []
+        return out
+
+    # ---- the session's life -------------------------------------------------------------------
+    def _present(self, now: float) -> List[str]:
+        online = list(self.fleet.online())
+        seen = self.fleet.last_seen_s
+        if self.config.silence_s <= 0 or seen is None:
+            return online
+        return [d for d in online if now - (seen(d) if seen(d) is not None else now) <= self.config.silence_s]
+
+    def _boundary(self, now: float, present: List[str], reason: str = "membership") -> None:
+        change = self.membership.change(present)
+        if self.aux_round > 0:  # the session ended before it had a model of its own: keep none
+            log.info("sessions: session %d ended during its auxiliary round", self.session)
+        else:
+            final = self._current()
+            self.library.end_session(self.session, final, self.gradient)
+            self._previous = final
+        self.session += 1
+        self.membership.start(now, present)
+        self.gradient, self.aux, self.aux_round = None, None, 0
+        log.info("sessions: session %d begins (%s; %.0f%% of the devices changed, %d online)",
+                 self.session, reason, 100 * change, len(present))
+        self._event(now, "boundary", reason=reason, change=round(change, 4), devices=len(present))
+        if self.init.needs_gradient and self.library.pilot is not None:
+            self._start_aux_round(now, 1, self.library.pilot, present)
+        elif not self.init.needs_gradient:
+            self._switch_to(self.init.build(self.library.saved, None), now)
+
+    def _start_aux_round(self, now: float, number: int, model: Tensors, present: List[str]) -> None:
+        self.aux_round = number
+        self.aux = AuxRound(-1, now, present, self.config.aux_quorum, self.config.aux_wait_s)
+        self._switch, self._switch_pending = model, True
+        self._event(now, "aux", aux_round=number)
+
+    def _close_aux_round(self, now: float) -> None:
+        merged = self.aux.merged()
+        answers = len(self.aux.updates)
+        if self.aux_round < self.config.aux_rounds:
+            self._start_aux_round(now, self.aux_round + 1, merged, self._present(now))
+            return
+        self.gradient = difference(merged, self.library.pilot)
+        self.aux, self.aux_round = None, 0
+        built = self.init.build(self.library.saved, self.gradient)
+        weights = getattr(self.init, "last_weights", {})
+        log.info("sessions: session %d's gradient from %d device(s); starting from %s", self.session,
+                 answers, "saved sessions %s" % weights if built is not None else "the previous model")
+        self._switch_to(built if built is not None else self._previous, now, weights=weights,
+                        answers=answers)
+
+    def _switch_to(self, model: Optional[Tensors], now: float, **fields: Any) -> None:
+        if model is None:
+            return
+        self._switch, self._switch_pending = model, True
+        self._event(now, "init", **fields)
+
+    def _current(self) -> Tensors:
+        return self.fleet.model() if self.fleet.model is not None else {}
+
+    def _event(self, now: float, what: str, **fields: Any) -> None:
+        event = {"event": "session", "session": self.session, "what": what, "at_s": round(now, 6),
+                 "init": self.config.init}
+        event.update({k: {str(s): w for s, w in v.items()} if isinstance(v, dict) else v
+                      for k, v in fields.items()})
+        self._events.append(event)
+
+    # ---- persistence --------------------------------------------------------------------------
+    def state(self) -> Optional[Dict[str, Any]]:
+        return {"session": self.session, "aux_round": self.aux_round,
+                "aux_version": None if self.aux is None else self.aux.version,
+                "fence_version": self.fence_version, "membership": self.membership.state(),
+                "library": self.library.state(), "gradient": self.gradient is not None,
+                "previous": self._previous is not None}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        session, aux_round = state.get("session", -1), state.get("aux_round", 0)
+        if type(session) is not int or type(aux_round) is not int or not 0 <= aux_round <= self.config.aux_rounds:
+            raise ValueError("sessions: bad saved state")
+        self.membership.load_state(dict(state.get("membership") or {}))
+        self.session, self.aux_round = session, aux_round
+        self.fence_version = int(state.get("fence_version") or 0)
+        self._loaded = dict(state)
+        if aux_round:  # the round starts over from the restored (auxiliary) model
+            self.aux = AuxRound(int(state.get("aux_version") or 0), 0.0, self.fleet.online(),
+                                self.config.aux_quorum, self.config.aux_wait_s)
+
+    def state_tensors(self) -> Optional[Dict[str, np.ndarray]]:
+        out = self.library.arrays()
+        for key, tensors in (("gradient", self.gradient), ("previous", self._previous)):
+            if tensors is not None:
+                out.update({"%s/%s" % (key, n): a for n, a in tensors.items()})
+        return out or None
+
+    def load_state_tensors(self, tensors: Mapping[str, np.ndarray]) -> None:
+        saved = self._loaded
+        spec = {n: a.shape for n, a in self._current().items()}
+        self.library.load(dict(saved.get("library") or {}), tensors, spec)
+        pick = _pick(tensors, spec)
+        self.gradient = pick("gradient") if saved.get("gradient") else None
+        self._previous = pick("previous") if saved.get("previous") else None
+        log.info("sessions: session %d restored with %d saved session model(s)%s", self.session,
+                 len(self.library.saved), "" if self.library.pilot is None else " and the pilot")
+
+
+def _pick(tensors: Mapping[str, np.ndarray], spec: Mapping[str, Any]):
+    def pick(prefix: str) -> Tensors:
+        out = {}
+        for name, shape in spec.items():
+            a = tensors.get("%s/%s" % (prefix, name))
+            if a is None or tuple(a.shape) != tuple(shape) or not np.isfinite(a).all():
+                raise ValueError("sessions: saved %s/%s is missing, misshapen or not finite" % (prefix, name))
+            out[name] = np.asarray(a, dtype=np.float32)
+        return out
+    return pick

@@ -1,0 +1,186 @@
+"""The session paper's figures from a churn run (``streamfl report DIR --sessions``): after each
+session boundary, the rounds, virtual seconds and joules each method needs to recover a target
+accuracy, and its accumulated accuracy gain over ``previous``.
+
+Definitions (session paper sec. VI, eqs. 31-32), as measured here:
+- a session is the data's (the scenario's ``session_s``), and its accuracy is the model's on the
+  labels the online devices stream now (``accuracy_now`` of the eval events, every evaluation);
+- target: ``q`` times the peak accuracy the reference method (``session-init``) reached in that
+  session on that seed (the paper's "95% / 97% of the proposed scheme's peak"); without the
+  reference in the run, the best peak of the methods;
+- rounds: the global rounds from the session's first evaluation to the first at or above the
+  target, counting FedAvg rounds (aggregations that merged updates) and auxiliary rounds (each
+  closed one); a switch of model is not a round. Seconds and joules likewise (the fleet's);
+  not reached within the session: counted as the session's rounds plus one, and shown as a share;
+- accumulated gain: the sum over the session's evaluations of (accuracy - ``previous``'s at the
+  same time), times the evaluation interval, in accuracy-seconds (eq. 32 sums per round; rounds
+  differ in length across methods, time does not).
+Session 0 has no boundary before it and is left out.
+"""
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from streamfl.coordinator.metrics import read_metrics
+from streamfl.errors import StreamflError
+from streamfl.sim.tables import markdown_rows
+
+#: Default targets: the paper's 95% and 97% of the reference's peak.
+TARGETS = (0.95, 0.97)
+
+Key = Tuple[str, int]
+
+
+def _rounds_events(rows: Sequence[Dict[str, Any]]) -> Dict[Key, List[float]]:
+    """Per (method, seed): the times of every global round (merging aggregation or aux round)."""
+    out: Dict[Key, List[float]] = {}
+    for r in rows:
+        key = (r.get("method"), int(r.get("seed", 0)))
+        if r.get("event") == "aggregate" and int(r.get("n", 0)) > 0:
+            out.setdefault(key, []).append(float(r["time_s"]))
+        elif r.get("event") == "session" and ("answers" in r or int(r.get("aux_round", 0)) >= 2):
+            out.setdefault(key, []).append(float(r["time_s"]))
+    for times in out.values():
+        times.sort()
+    return out
+
+
+def session_curves(rows: Sequence[Dict[str, Any]]) -> Dict[Key, Dict[int, List[Dict[str, Any]]]]:
+    """Per (method, seed) and session: its evaluations (with ``accuracy_now``), in time order."""
+    out: Dict[Key, Dict[int, List[Dict[str, Any]]]] = {}
+    for r in rows:
+        if r.get("event") == "eval" and r.get("accuracy_now") is not None and r.get("period") is not None:
+            key = (r["method"], int(r.get("seed", 0)))
+            out.setdefault(key, {}).setdefault(int(r["period"]), []).append(r)
+    return out
+
+
+def session_figures(rows: Sequence[Dict[str, Any]], targets: Sequence[float] = TARGETS,
+                    reference: str = "session-init", baseline: str = "previous") -> Dict[str, Any]:
+    """``{method: {"transitions": [...per (seed, session)...]}}`` with rounds, seconds and joules
+    to each target, whether reached, the session's mean accuracy and the gain over ``baseline``."""
+    curves = session_curves(rows)
+    if not curves:
+        raise StreamflError("no evaluation of this run has accuracy_now (a sessions-stream run?)")
+    rounds = _rounds_events(rows)
+    methods = sorted({m for m, _ in curves})
+    seeds = sorted({s for _, s in curves})
+    out: Dict[str, Any] = {m: {"transitions": []} for m in methods}
+    for seed in seeds:
+        sessions = sorted(set().union(*[set(curves.get((m, seed), {})) for m in methods]) - {0})
+        for s in sessions:
+            per = {m: curves.get((m, seed), {}).get(s, []) for m in methods}
+            ref = reference if per.get(reference) else None
+            peaks = [max(e["accuracy_now"] for e in per[m]) for m in ([ref] if ref else methods) if per[m]]
+            if not peaks:
+                continue
+            peak = max(peaks)
+            base = {round(e["time_s"], 3): e["accuracy_now"] for e in per.get(baseline, [])}
+            for m in methods:
+                es = per[m]
+                if not es:
+                    continue
+                out[m]["transitions"].append(_transition(es, rounds.get((m, seed), []), peak, targets,
+                                                         base, seed, s))
+    return out
+
+
+def _transition(es: List[Dict[str, Any]], round_times: List[float], peak: float,
+                targets: Sequence[float], base: Dict[float, float], seed: int, session: int) -> Dict[str, Any]:
+    t0, e0 = float(es[0]["time_s"]), float(es[0].get("energy_j") or 0.0)
+    times = np.asarray(round_times)
+    lo = int(np.searchsorted(times, t0, side="right"))
+    n_session = int(np.searchsorted(times, float(es[-1]["time_s"]), side="right")) - lo
+    interval = (float(es[1]["time_s"]) - t0) if len(es) > 1 else 1.0
+    fig: Dict[str, Any] = {"seed": seed, "session": session, "peak": round(peak, 4),
+                           "mean_accuracy": round(float(np.mean([e["accuracy_now"] for e in es])), 4),
+                           "first_accuracy": round(float(es[0]["accuracy_now"]), 4)}
+    gains = [e["accuracy_now"] - base[round(e["time_s"], 3)] for e in es if round(e["time_s"], 3) in base]
+    fig["gain_vs_baseline"] = round(float(np.sum(gains)) * interval, 3) if gains else None
+    for q in targets:
+        hit = next((e for e in es if e["accuracy_now"] >= q * peak), None)
+        key = "%g" % q
+        if hit is None:
+            fig[key] = {"reached": False, "rounds": n_session + 1, "seconds": None, "joules": None}
+            continue
+        t = float(hit["time_s"])
+        n = int(np.searchsorted(times, t, side="right")) - lo
+        fig[key] = {"reached": True, "rounds": n, "seconds": round(t - t0, 3),
+                    "joules": round(float(hit.get("energy_j") or 0.0) - e0, 1)}
+    return fig
+
+
+def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
+    got = [float(v) for v in values if v is not None]
+    return float(np.mean(got)) if got else None
+
+
+def summarize(figures: Dict[str, Any], targets: Sequence[float] = TARGETS) -> Dict[str, Dict[str, Any]]:
+    """Per method: mean rounds / seconds / joules to each target over every transition and seed
+    (seconds and joules over the reached ones), the share reached, the median rounds, and the
+    mean accumulated gain and session accuracy."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for m, entry in figures.items():
+        ts = entry["transitions"]
+        row: Dict[str, Any] = {"transitions": len(ts),
+                               "mean_accuracy": _mean([t["mean_accuracy"] for t in ts]),
+                               "gain_vs_baseline": _mean([t["gain_vs_baseline"] for t in ts])}
+        for q in targets:
+            key = "%g" % q
+            got = [t[key] for t in ts]
+            row[key] = {"rounds": _mean([g["rounds"] for g in got]),
+                        "median_rounds": float(np.median([g["rounds"] for g in got])) if got else None,
+                        "within_2": float(np.mean([g["reached"] and g["rounds"] <= 2 for g in got])) if got else None,
+                        "reached": float(np.mean([g["reached"] for g in got])) if got else None,
+                        "seconds": _mean([g["seconds"] for g in got]),
+                        "joules": _mean([g["joules"] for g in got])}
+        out[m] = row
+    return out
+
+
+def _f(value: Optional[float], fmt: str) -> str:
+    return "–" if value is None else fmt % value
+
+
+def sessions_table(summary: Dict[str, Dict[str, Any]], targets: Sequence[float] = TARGETS,
+                   label: str = "") -> List[List[str]]:
+    """Markdown rows: per method, each target's rounds (mean, median), share within 2 rounds,
+    share reached, seconds and joules; then accumulated gain over ``previous`` and accuracy."""
+    rows = []
+    for m, row in summary.items():
+        cells = ([label] if label else []) + ["`%s`" % m]
+        for q in targets:
+            g = row["%g" % q]
+            cells += ["%s (%s)" % (_f(g["rounds"], "%.1f"), _f(g["median_rounds"], "%.0f")),
+                      _f(None if g["within_2"] is None else 100 * g["within_2"], "%.0f%%"),
+                      _f(None if g["reached"] is None else 100 * g["reached"], "%.0f%%"),
+                      _f(g["seconds"], "%.1f"), _f(g["joules"], "%.0f")]
+        cells += [_f(row["gain_vs_baseline"], "%+.1f"), _f(row["mean_accuracy"], "%.3f")]
+        rows.append(cells)
+    return rows
+
+
+def header(targets: Sequence[float] = TARGETS, label: str = "") -> List[str]:
+    cells = ([label] if label else []) + ["method"]
+    for q in targets:
+        p = "%g%%" % (100 * q)
+        cells += ["rounds to %s (median)" % p, "within 2 rounds", "reached", "s to %s" % p, "J to %s" % p]
+    return cells + ["gain over `previous` (acc x s)", "session accuracy"]
+
+
+def sessions_for_runs(run_dirs: Sequence[Path], targets: Sequence[float] = TARGETS,
+                      reference: str = "session-init", baseline: str = "previous",
+                      methods: Optional[Sequence[str]] = None) -> str:
+    """One Markdown table over one or several run folders (a column names the folder then)."""
+    label = "run" if len(run_dirs) > 1 else ""
+    rows: List[List[str]] = []
+    for run_dir in run_dirs:
+        path = Path(run_dir) / "metrics.jsonl"
+        if not path.exists():
+            raise StreamflError("%s has no metrics.jsonl" % run_dir)
+        summary = summarize(session_figures(read_metrics(path), targets, reference, baseline), targets)
+        if methods:
+            summary = {m: summary[m] for m in methods if m in summary}
+        rows += sessions_table(summary, targets, Path(run_dir).name if label else "")
+    return markdown_rows(header(targets, label), rows)
