@@ -1,7 +1,8 @@
 """The coordinator daemon runtime: MQTT in, one worker feeding the core, durable coalesced publishing.
 
 Threads: the transport's network thread only decodes and validates frames (a bad frame is counted
-and logged and never reaches the core) and queues them; ONE worker thread feeds ``CoordinatorCore``
+and logged and never reaches the core) and queues them, devices' messages and an operator's
+``Command`` on the coordinator's own command topic (for the plug-ins' ``on_operator``) alike; ONE worker thread feeds ``CoordinatorCore``
 and does evaluation and metrics; the publisher thread (``publisher.py``) saves the newest version
 durably, signs it and publishes it retained. When aggregations outpace save + send, intermediate
 versions are skipped (coalesced): devices always fetch the newest model anyway.
@@ -117,6 +118,7 @@ class CoordinatorServer:
                                 qos=1, retain=True)
         for kind in ("status", "update", "telemetry"):
             self.transport.subscribe(self.topics.all_devices(kind), qos=1)
+        self.transport.subscribe(self.topics.coordinator_command, qos=1)
         self._offer_snapshot()
         self._worker.start()
         self.publisher.start()
@@ -194,6 +196,9 @@ class CoordinatorServer:
         if not self._accepting:
             return
         self._count("frames")
+        if topic == self.topics.coordinator_command:
+            self._on_operator_frame(topic, payload)
+            return
         parsed = self.topics.parse_device_topic(topic)
         if parsed is None or parsed[1] not in KIND_TYPES:
             self._count("bad_topic")
@@ -211,6 +216,19 @@ class CoordinatorServer:
             self._count("topic_mismatch")
             log.warning("message from %r on the topic of device %r dropped", msg.device_id, device_id)
             return
+        self._queue.put(msg)
+
+    def _on_operator_frame(self, topic: str, payload: bytes) -> None:
+        """An operator's command to the coordinator: queued for ``CoordinatorCore.on_operator``
+        (the broker's ACL decides who may write the topic)."""
+        msg = self.decoder.try_decode(payload, source=topic)
+        if msg is None:
+            return
+        if not isinstance(msg, Command):
+            self._count("wrong_kind")
+            log.warning("%s message on the operator command topic %s dropped", type(msg).__name__, topic)
+            return
+        log.info("operator command %r received", msg.kind)
         self._queue.put(msg)
 
     def _status(self, online: bool) -> bytes:
@@ -255,7 +273,10 @@ class CoordinatorServer:
                 log.exception("coordinator worker failed on %s", type(item).__name__)
 
     def _handle(self, msg, now: float) -> None:
-        self._apply(self.core.on_message(msg, now), now)
+        if isinstance(msg, Command):  # only the operator's topic queues one
+            self._apply(self.core.on_operator(msg, now), now)
+        else:
+            self._apply(self.core.on_message(msg, now), now)
 
     def _tick(self, now: float) -> None:
         self._apply(self.core.tick(now), now)

@@ -43,6 +43,11 @@ class Topics:
     def coordinator_status(self) -> str:
         return self.prefix + "/coordinator/status"
 
+    @property
+    def coordinator_command(self) -> str:
+        """An operator's commands to the coordinator (e.g. ``new-session``)."""
+        return self.prefix + "/coordinator/command"
+
     def device(self, device_id: str, kind: str) -> str:
         """``streamfl/v1/{fleet}/device/{device}/{kind}``."""
         if kind not in DEVICE_KINDS:

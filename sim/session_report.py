@@ -15,7 +15,8 @@ Definitions (session paper sec. VI, eqs. 31-32), as measured here:
 - accumulated gain: the sum over the session's evaluations of (accuracy - ``previous``'s at the
   same time), times the evaluation interval, in accuracy-seconds (eq. 32 sums per round; rounds
   differ in length across methods, time does not).
-Session 0 has no boundary before it and is left out.
+Session 0 has no boundary before it and is left out, and so is a session with fewer than
+``MIN_EVALS`` evaluations (the run's end can open one just before it stops).
 """
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -28,6 +29,9 @@ from streamfl.sim.tables import markdown_rows
 
 #: Default targets: the paper's 95% and 97% of the reference's peak.
 TARGETS = (0.95, 0.97)
+
+#: Evaluations a session needs to count (one at the run's very end does not make a session).
+MIN_EVALS = 3
 
 Key = Tuple[str, int]
 
@@ -71,17 +75,17 @@ def session_figures(rows: Sequence[Dict[str, Any]], targets: Sequence[float] = T
         sessions = sorted(set().union(*[set(curves.get((m, seed), {})) for m in methods]) - {0})
         for s in sessions:
             per = {m: curves.get((m, seed), {}).get(s, []) for m in methods}
-            ref = reference if per.get(reference) else None
-            peaks = [max(e["accuracy_now"] for e in per[m]) for m in ([ref] if ref else methods) if per[m]]
+            per = {m: es for m, es in per.items() if len(es) >= MIN_EVALS}
+            ref = reference if reference in per else None
+            peaks = [max(e["accuracy_now"] for e in per[m]) for m in ([ref] if ref else per)]
             if not peaks:
                 continue
             peak = max(peaks)
             base = {round(e["time_s"], 3): e["accuracy_now"] for e in per.get(baseline, [])}
             for m in methods:
-                es = per[m]
-                if not es:
+                if m not in per:
                     continue
-                out[m]["transitions"].append(_transition(es, rounds.get((m, seed), []), peak, targets,
+                out[m]["transitions"].append(_transition(per[m], rounds.get((m, seed), []), peak, targets,
                                                          base, seed, s))
     return out
 

@@ -1,4 +1,5 @@
-"""The ``streamfl`` command: tools around the fleet: ``demo``, ``sim``, ``tune`` and ``report``."""
+"""The ``streamfl`` command: tools around the fleet: ``demo``, ``sim``, ``tune``, ``report`` and
+``operator``."""
 import argparse
 import sys
 from typing import List, Optional
@@ -17,6 +18,7 @@ DEMO_HELP = "run a broker, a coordinator and N agents on this machine"
 SIM_HELP = "run a scenario's methods on a simulated fleet in virtual time"
 REPORT_HELP = "PNG plots and an HTML page from a sim run folder"
 TUNE_HELP = "find each method's best learning rate on a scenario with a small sweep"
+OPERATOR_HELP = "send the running coordinator an operator's command, e.g. new-session"
 
 
 def _sub(sub, name: str, help_text: str, details: str) -> argparse.ArgumentParser:
@@ -119,6 +121,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --frames, --periods or --markdown: only these comma-separated methods' "
                              "rows, in this order")
     report.add_argument("--log-level", default="WARNING")
+    operator = _sub(sub, "operator", OPERATOR_HELP,
+                    "Publishes the command on the fleet's coordinator command topic (QoS 1) and "
+                    "returns once the broker acknowledged it; the coordinator's plug-ins act on the "
+                    "kinds they know (sessions: new-session) and log and ignore the others. The "
+                    "shipped broker ACL lets the 'operator' account write that topic.")
+    operator.add_argument("kind", metavar="KIND", help="command kind, e.g. new-session")
+    operator.add_argument("--param", action="append", default=[], dest="params", metavar="KEY=VALUE",
+                          help="one parameter of the command (the value is YAML); repeat for more")
+    operator.add_argument("--broker", default="localhost", help="MQTT broker host (default localhost)")
+    operator.add_argument("--port", type=int, default=1883, help="MQTT broker port (default 1883)")
+    operator.add_argument("--fleet", default="default",
+                          help="fleet name, as the coordinator's (default: default)")
+    operator.add_argument("--username", help="MQTT user name (the shipped ACL's: operator)")
+    operator.add_argument("--password-file", help="file whose first line is the MQTT password "
+                                                  "(else $STREAMFL_MQTT_PASSWORD)")
+    operator.add_argument("--tls-ca", help="CA certificate file (enables TLS)")
+    operator.add_argument("--timeout", type=float, default=10.0,
+                          help="seconds to wait for the broker's acknowledgement (default 10)")
+    operator.add_argument("--log-level", default="ERROR",
+                          help="default ERROR: a failure is the one line saying why")
     return parser
 
 
@@ -175,6 +197,41 @@ def _tune(args) -> int:
     return 0
 
 
+def _operator(args) -> int:
+    """``streamfl operator KIND``: the command, the broker's settings from the flags, the send."""
+    import os
+    import re
+    from dataclasses import replace
+    from pathlib import Path
+
+    from streamfl.config import parse_value
+    from streamfl.operator import send_operator_command
+    from streamfl.protocol.messages import COMMAND_KIND_RE
+    from streamfl.protocol.transport.config import MqttConfig
+    if not re.match(COMMAND_KIND_RE, args.kind):
+        raise ConfigError("invalid command kind %r: a lower-case letter, then up to 63 of a-z 0-9 "
+                          "_ . -" % args.kind)
+    params = {}
+    for item in args.params:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError("--param %r: expected KEY=VALUE" % item)
+        params[key] = parse_value(text, "--param " + key)
+    if not args.timeout > 0:
+        raise ConfigError("--timeout must be > 0, got %r" % args.timeout)
+    try:
+        mqtt = MqttConfig(host=args.broker, port=args.port, username=args.username,
+                          password_file=Path(args.password_file) if args.password_file else None,
+                          tls_ca=Path(args.tls_ca) if args.tls_ca else None)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    settings = replace(mqtt.settings("streamfl-operator-%d" % os.getpid(), os.environ),
+                       persistent_session=False)
+    send_operator_command(settings, args.fleet, args.kind, params, args.timeout)
+    print("sent %s to the coordinator of fleet %s" % (args.kind, args.fleet))
+    return 0
+
+
 def _fmt(value, pattern: str = "%.3f") -> str:
     return "-" if value is None else pattern % value
 
@@ -195,6 +252,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             return _sim(args)
         if args.command == "tune":
             return _tune(args)
+        if args.command == "operator":
+            return _operator(args)
         if args.command == "report":
             from pathlib import Path
 

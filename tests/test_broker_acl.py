@@ -7,8 +7,8 @@ certificates, password file, ACL, persistence folder and log file; the certifica
 gets the README's two listener lines. When the tests run as root, ``user root`` is appended (else
 mosquitto drops to a user that cannot read the test's files), and the one warning that causes is
 the only one tolerated. Certificates come from ``openssl``, the password file from
-``mosquitto_passwd -b`` for ``coordinator`` and the ACL's two example devices, ``pi-01`` (device A)
-and ``pi-02`` (device B).
+``mosquitto_passwd -b`` for ``coordinator``, ``operator`` and the ACL's two example devices,
+``pi-01`` (device A) and ``pi-02`` (device B).
 
 A negative (a message that must not arrive) is checked only after a positive control, sent later
 on the same connection, has arrived (mosquitto keeps one client's messages in order), and after a
@@ -44,6 +44,7 @@ pytestmark = [
 SHIPPED = Path(__file__).resolve().parents[1] / "configs" / "mosquitto"
 PASSWORD = "s3cret"
 A, B = "pi-01", "pi-02"
+OPERATOR = "operator"
 #: Long enough for a message the broker let through to arrive after the control that followed it.
 QUIET_S = 0.5
 ROOT_WARNING = "Mosquitto should not be run as root/administrator."
@@ -106,7 +107,7 @@ class _Broker:
 def _running_broker(d: Path, certificates: bool) -> Iterator[_Broker]:
     """mosquitto with the shipped files; ``certificates``: the README's certificate variant
     (``require_certificate true`` and ``use_identity_as_username true`` added to the listener)."""
-    users = ("coordinator", A, B)
+    users = ("coordinator", OPERATOR, A, B)
     _make_certificates(d, users if certificates else ())
     passwd = d / "passwd"
     for user in users:
@@ -289,6 +290,34 @@ def test_a_device_reads_the_model_and_its_own_commands_but_not_another_devices(b
     time.sleep(QUIET_S)
     seen = {t for t in a.topics() if t.startswith(topics.prefix + "/")}  # "#" sees other tests' models
     assert seen == {topics.model, topics.device(A, "command"), topics.coordinator_status}, seen
+
+
+def test_only_the_operator_writes_the_coordinators_command_topic(broker, clients):
+    """The operator account sends the coordinator commands (new-session) and does nothing else; a
+    device cannot send one."""
+    topics = Topics("operator")
+    coordinator, model = _coordinator(broker, clients, topics)
+    a = clients(broker, A)
+    forged = encode(Command("new-session", {"by": A}))
+    a.publish(topics.coordinator_command, forged)
+    control = encode(make_hello(A))
+    a.publish(topics.device(A, "status"), control)                  # A's positive control, last
+    operator = clients(broker, OPERATOR, ["streamfl/v1/#"])
+    beyond = {topics.device(A, "command"): encode(Command("skip", {"rounds": 9})),
+              topics.model: encode(make_global_model(version=99))}
+    for topic, frame in beyond.items():
+        operator.publish(topic, frame, retain=topic == topics.model)
+    sent = encode(Command("new-session"))
+    operator.publish(topics.coordinator_command, sent)               # the operator's, last
+    wait_until(lambda: control in coordinator.on(topics.device(A, "status")), 10,
+               "device A's own status at the coordinator")
+    wait_until(lambda: sent in coordinator.on(topics.coordinator_command), 10,
+               "the operator's command at the coordinator")
+    time.sleep(QUIET_S)
+    assert coordinator.on(topics.coordinator_command) == [sent]
+    assert coordinator.on(topics.model) == [model] and coordinator.on(topics.device(A, "command")) == []
+    # Nor does the operator read anything, not even the retained model.
+    assert operator.topics() == set(), operator.topics()
 
 
 def _posing_as_b_changes_nothing(broker: _Broker, clients, topics: Topics,

@@ -154,7 +154,8 @@ class SessionsPlugin(CoordinatorPlugin):
             self._close_aux_round(now)
 
     def withholds(self, update: Update, now: float) -> bool:
-        return self.aux_round > 0 or update.base_version < self.fence_version
+        # A switch pending (this very update closed the aux round) replaces the model it trained from.
+        return self.aux_round > 0 or self._switch_pending or update.base_version < self.fence_version
 
     def on_aggregation(self, aggregation: Aggregation) -> None:
         if self._switch_pending and not aggregation.merged:  # our switch became this version

@@ -1,0 +1,328 @@
+"""Sessions of a dynamic device set: boundaries, the saved models and pilot, the three starting
+models, the auxiliary round through the real coordinator core (FedAvg and FedAsync), the operator's
+new-session, persistence, the payload at the codec, and the agent side."""
+import math
+
+import numpy as np
+import pytest
+
+from factories import UNBOUNDED_ADMISSION, greet, make_global_model, make_update
+from streamfl.agent.plugins.base import RoundContext
+from streamfl.agent.plugins.sessions import SessionsAgentConfig, SessionsAgentPlugin
+from streamfl.config import build
+from streamfl.coordinator.config import CoordinatorConfig
+from streamfl.coordinator.core import WITHHELD, CoordinatorCore
+from streamfl.coordinator.persistence import Persister, StateStore
+from streamfl.coordinator.plugins.sessions import SessionsConfig
+from streamfl.coordinator.sessions import AverageInit, GradientWeightedInit, PreviousInit, make_init
+from streamfl.coordinator.sessions.aux import AuxRound
+from streamfl.coordinator.sessions.library import SavedSession, SessionLibrary, mean_model
+from streamfl.coordinator.sessions.membership import Membership
+from streamfl.coordinator.sessions.weighted import similarity_weights
+from streamfl.errors import ProtocolError
+from streamfl.models import ModelSpec, tensor_spec
+from streamfl.protocol.codec import Decoder, encode
+from streamfl.protocol.messages import Command, Offline
+from streamfl.protocol.session_payloads import SessionTerms
+
+SPEC = {"name": "mlp", "in_channels": 3, "window_len": 8, "num_classes": 3, "hidden": 8}
+MSPEC = ModelSpec(**SPEC)
+
+
+def _model(value):
+    return {k: np.full(s, value, dtype=np.float32) for k, (s, _) in tensor_spec(MSPEC).items()}
+
+
+def _equal(a, b):
+    return all(np.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+# ---- membership ----------------------------------------------------------------------------------
+def test_membership_counts_gone_plus_new_over_the_session_and_waits_for_settle_and_min_age():
+    m = Membership(change_fraction=0.3, min_session_s=10.0, settle_s=2.0)
+    m.start(0.0, ["a", "b", "c", "d"])
+    m.due(1.0, ["a", "b", "c", "d", "e"])            # arrives within settle_s: joins the session
+    assert m.reference == {"a", "b", "c", "d", "e"}
+    assert m.change(["a", "b", "c", "d"]) == pytest.approx(0.2)
+    assert not m.due(5.0, ["a", "b", "c", "d"])       # one board of five gone: under 0.3
+    assert not m.due(5.0, ["a", "b", "x", "y"])       # all 5 changed, but younger than min_session_s
+    assert m.due(10.0, ["a", "b", "x", "y"])          # old enough, and the change lasted 5 s >= settle_s
+    m2 = Membership(change_fraction=0.3, min_session_s=10.0, settle_s=2.0)
+    m2.start(0.0, ["a", "b", "c"])
+    assert not m2.due(11.0, ["a", "x", "y"])          # first seen changed now
+    assert not m2.due(12.0, ["a", "b", "c"])          # it flapped back: forgotten
+    assert not m2.due(13.0, ["a", "x", "y"])
+    assert m2.due(15.0, ["a", "x", "y"])              # lasted settle_s
+
+
+def test_membership_state_round_trip_restarts_the_clock():
+    m = Membership(0.3, 10.0, 2.0)
+    m.start(0.0, ["a", "b"])
+    again = Membership(0.3, 10.0, 2.0)
+    again.load_state(m.state())
+    assert again.reference == {"a", "b"} and again.started_s is None
+    with pytest.raises(ValueError):
+        again.load_state({"reference": [1, 2]})
+
+
+# ---- library and the three constructions ------------------------------------------------------
+def test_library_builds_the_pilot_from_the_first_P_and_keeps_at_most_H():
+    lib = SessionLibrary(pilot_sessions=2, max_saved=3)
+    lib.end_session(0, _model(1.0), None)
+    assert lib.pilot is None
+    lib.end_session(1, _model(3.0), None)
+    assert _equal(lib.pilot, _model(2.0))
+    for s in range(2, 6):
+        lib.end_session(s, _model(float(s)), _model(0.1 * s))
+    assert [s.session for s in lib.saved] == [3, 4, 5]
+    assert _equal(lib.pilot, _model(2.0))            # later sessions never move the pilot
+
+
+def test_library_arrays_round_trip_and_refuse_bad_arrays():
+    lib = SessionLibrary(1, 4)
+    lib.end_session(0, _model(1.0), None)
+    lib.end_session(1, _model(2.0), _model(0.5))
+    spec = {k: s for k, (s, _) in tensor_spec(MSPEC).items()}
+    again = SessionLibrary(1, 4)
+    again.load(lib.state(), lib.arrays(), spec)
+    assert [(s.session, s.gradient is not None) for s in again.saved] == [(0, False), (1, True)]
+    assert _equal(again.pilot, lib.pilot) and _equal(again.saved[1].gradient, _model(0.5))
+    bad = dict(lib.arrays())
+    key = next(k for k in bad if k.startswith("saved/1/model/"))
+    bad[key] = np.full(bad[key].shape, np.nan, dtype=np.float32)
+    with pytest.raises(ValueError, match="non-finite"):
+        SessionLibrary(1, 4).load(lib.state(), bad, spec)
+    del bad[key]
+    with pytest.raises(ValueError, match="missing"):
+        SessionLibrary(1, 4).load(lib.state(), bad, spec)
+
+
+def test_previous_builds_nothing_and_average_is_the_mean():
+    saved = [SavedSession(0, _model(1.0)), SavedSession(1, _model(3.0), _model(0.0))]
+    assert PreviousInit().build(saved, _model(1.0)) is None
+    assert AverageInit().build([], None) is None
+    assert _equal(AverageInit().build(saved, None), _model(2.0))
+
+
+def test_session_init_weights_by_softmax_of_the_gradient_distance():
+    g1, g2 = _model(1.0), _model(-1.0)
+    saved = [SavedSession(0, _model(5.0)),                    # pilot session: no gradient, no say
+             SavedSession(1, _model(10.0), g1), SavedSession(2, _model(20.0), g2)]
+    init = GradientWeightedInit(kappa=10.0)
+    built = init.build(saved, _model(0.9))                    # close to g1
+    assert set(init.last_weights) == {1, 2} and init.last_weights[1] > 0.999
+    assert np.allclose(next(iter(built.values())), 10.0, atol=0.02)
+    # kappa = 0: the plain mean of the candidates (the paper's limit)
+    assert _equal(GradientWeightedInit(kappa=0.0).build(saved, _model(0.9)), _model(15.0))
+    # eqs. 18-19 by hand, absolute distances
+    n = sum(int(np.prod(s)) for s, _ in tensor_spec(MSPEC).values())
+    d1, d2 = math.sqrt(n) * 0.1, math.sqrt(n) * 1.9
+    c1 = math.exp(-0.05 * d1) / (math.exp(-0.05 * d1) + math.exp(-0.05 * d2))
+    built = GradientWeightedInit(kappa=0.05, distance="absolute").build(saved, _model(0.9))
+    assert np.allclose(next(iter(built.values())), 10.0 * c1 + 20.0 * (1 - c1), rtol=1e-4)
+    assert GradientWeightedInit().build(saved[:1], _model(0.9)) is None   # no gradient saved yet
+
+
+def test_similarity_weights_are_stable_and_make_init_checks_names():
+    w = similarity_weights([1e6, 1e6 + 1.0], kappa=1e3)
+    assert np.isfinite(w).all() and w.sum() == pytest.approx(1.0) and w[0] > w[1]
+    assert make_init("average").name == "average"
+    with pytest.raises(ValueError, match="unknown session init"):
+        make_init("bogus")
+    with pytest.raises(ValueError):
+        GradientWeightedInit(kappa=float("nan"))
+
+
+def test_aux_round_takes_each_devices_first_update_from_its_model():
+    r = AuxRound(version=5, started_s=0.0, expected=["a", "b"], quorum=1.0, wait_s=10.0)
+    assert not r.offer(make_update(MSPEC, device_id="a", base_version=4))    # an older model's
+    assert r.offer(make_update(MSPEC, 1.0, device_id="a", base_version=5, num_samples=10))
+    assert not r.offer(make_update(MSPEC, 9.0, device_id="a", base_version=5))  # a second round
+    assert not r.done(1.0) and r.done(10.0)                                  # waited long enough
+    assert r.offer(make_update(MSPEC, 4.0, device_id="b", base_version=5, num_samples=30))
+    assert r.done(1.0)
+    assert _equal(r.merged(), _model(3.25))                                  # sample-weighted
+
+
+def test_config_refuses_bad_values():
+    for bad in ({"init": "nope"}, {"kappa": float("nan")}, {"aux_rounds": 0}, {"aux_quorum": 0.0},
+                {"change_fraction": float("nan")}, {"distance": "cosine"}, {"settle_s": -1.0}):
+        with pytest.raises(ValueError):
+            SessionsConfig(**bad)
+
+
+# ---- through the coordinator core --------------------------------------------------------------
+def _core(strategy="fedavg", **settings):
+    plugin = {"init": "session-init", "change_fraction": 0.3, "settle_s": 1.0, "min_session_s": 5.0,
+              "aux_wait_s": 30.0}
+    plugin.update(settings)
+    return CoordinatorCore(build(CoordinatorConfig, {
+        "model": SPEC, "admission": UNBOUNDED_ADMISSION, "strategy": strategy,
+        "fedavg": {"deadline_s": 100.0}, "plugins": {"sessions": plugin}}, "test"), tensors=_model(0.1))
+
+
+def _session(core):
+    return core.global_model().extras["session"]
+
+
+def _train(core, devices, value, now):
+    """Every device sends one update trained from the current version; the steps."""
+    return [core.on_update(make_update(MSPEC, value, device_id=d, base_version=core.version), now)
+            for d in devices]
+
+
+def _change(core, gone, new, now):
+    for d in gone:
+        core.on_message(Offline(device_id=d), now)
+    greet(core, *new, now=now)
+
+
+@pytest.mark.parametrize("strategy", ["fedavg", "fedasync"])
+def test_a_session_runs_its_aux_round_from_the_pilot_then_starts_from_the_nearest_saved_model(strategy):
+    core = greet(_core(strategy), "a", "b", "c")
+    core.tick(0.0)
+    assert _session(core) == SessionTerms(0, 0, 1)
+    _train(core, "abc", 1.0, 1.0)                       # session 0 ends at 1.0 (FedAsync: nearly)
+    session0 = {k: v.copy() for k, v in core.model.items()}
+    _change(core, ["c"], ["d", "e"], 6.0)               # 3 of 3 changed
+    assert not core.tick(6.0).aggregations              # the change must last settle_s
+    step = core.tick(7.5)
+    plugin = core.plugin("sessions")
+    assert plugin.session == 1 and plugin.library.pilot is not None
+    assert len(step.aggregations) == 1 and step.aggregations[0].merged == ()   # a switch, no round
+    assert _equal(core.model, session0) and _session(core) == SessionTerms(1, 1, 1)  # the pilot
+    pilot_version = core.version
+    events = [e for e in step.events if e["event"] == "session"]
+    assert [e["what"] for e in events] == ["boundary", "aux"] and events[0]["change"] == pytest.approx(1.0)
+    # an update trained before the switch is not part of the aux round, nor aggregated
+    late = core.on_update(make_update(MSPEC, 7.0, device_id="a", base_version=pilot_version - 1), 8.0)
+    assert late.update.outcome == WITHHELD and core.version == pilot_version
+    steps = _train(core, ["a", "b", "d"], 3.0, 9.0)     # a quorum of a, b, d, e: wait for e
+    assert all(s.update.outcome == WITHHELD for s in steps) and core.version == pilot_version
+    assert steps[0].update.fields["session"] == 1
+    step = core.on_update(make_update(MSPEC, 3.0, device_id="e", base_version=pilot_version), 9.5)
+    # no saved session has a gradient yet (the first after the pilot): back to session 0's model
+    assert core.version == pilot_version + 1 and _equal(core.model, session0)
+    assert _session(core) == SessionTerms(1, 0, 1)
+    init = [e for e in step.events if e.get("what") == "init"]
+    assert init and init[0]["answers"] == 4 and init[0]["weights"] == {}
+    assert _equal(plugin.gradient, {k: np.full_like(v, 3.0) - session0[k] for k, v in session0.items()})
+    # old-session updates are fenced off from the new session's model, under either strategy
+    fenced = core.on_update(make_update(MSPEC, 9.0, device_id="a", base_version=pilot_version - 1), 10.0)
+    assert fenced.update.outcome == WITHHELD
+    # session 1 trains to 5.0, then the fleet changes again; its gradient is the one saved
+    for t in (11.0, 12.0, 13.0):
+        _train(core, "abde", 5.0, t)
+    _change(core, ["d", "e"], ["f"], 20.0)
+    core.tick(20.0)
+    core.tick(21.5)
+    assert plugin.session == 2 and [s.session for s in plugin.library.saved] == [0, 1]
+    _train(core, "abf", 3.1, 22.0)                      # a gradient close to session 1's
+    assert plugin.aux is None and plugin.init.last_weights[1] == pytest.approx(1.0)
+    assert np.allclose(next(iter(core.model.values())), next(iter(plugin.library.saved[1].model.values())))
+
+
+def test_previous_switches_nothing_and_average_switches_to_the_mean():
+    for init, switches in (("previous", 0), ("average", 1)):
+        core = greet(_core(init=init), "a", "b")
+        core.tick(0.0)
+        _train(core, "ab", 2.0, 1.0)
+        version = core.version
+        _change(core, ["b"], ["c"], 6.0)
+        core.tick(6.0)
+        step = core.tick(7.5)
+        assert core.plugin("sessions").session == 1 and core.version == version + switches
+        assert core.counters["switches"] == switches
+        if switches:
+            assert step.aggregations[0].merged == () and _equal(core.model, _model(2.0))
+
+
+def test_flapping_devices_and_young_sessions_do_not_end_a_session():
+    core = greet(_core(min_session_s=30.0), "a", "b", "c")
+    core.tick(0.0)
+    for t in range(1, 29):
+        if t % 2:
+            _change(core, ["c"], ["x"], float(t))     # one board in three flaps: 2/3 changed
+        else:
+            _change(core, ["x"], ["c"], float(t))
+        core.tick(float(t))
+    assert core.plugin("sessions").session == 0
+
+
+def test_a_silent_device_counts_as_gone():
+    core = greet(_core(init="previous", silence_s=10.0, min_session_s=0.0), "a", "b")
+    core.tick(0.0)
+    for t in (5.0, 9.0, 13.0, 17.0):
+        core.on_update(make_update(MSPEC, device_id="a", base_version=core.version), t)
+        core.tick(t)
+    assert core.plugin("sessions").session == 1     # b went silent at 10 s: half the fleet changed
+
+
+def test_an_operator_command_starts_a_session_at_once():
+    core = greet(_core(init="previous", min_session_s=1e9), "a", "b")
+    core.tick(0.0)
+    assert core.on_operator(Command(kind="new-session"), 1.0).commands == []
+    assert core.plugin("sessions").session == 1
+    assert core.counters["operator_commands"] == 1
+    core.on_operator(Command(kind="unknown-thing"), 2.0)     # logged and ignored
+    assert core.plugin("sessions").session == 1
+
+
+def test_sessions_survive_a_restart_mid_aux_round(tmp_path):
+    core = greet(_core(), "a", "b")
+    core.tick(0.0)
+    _train(core, "ab", 1.0, 1.0)
+    _change(core, ["b"], ["c"], 6.0)
+    core.tick(6.0)
+    core.tick(7.5)
+    assert core.plugin("sessions").aux_round == 1
+    Persister(StateStore(tmp_path)).flush(core)
+    tensors, state = StateStore(tmp_path).load(MSPEC)
+    again = greet(_core(), "a", "c")
+    again.restore(tensors, state, now=0.0)
+    plugin = again.plugin("sessions")
+    assert plugin.session == 1 and plugin.aux_round == 1 and plugin.library.pilot is not None
+    assert _session(again) == SessionTerms(1, 1, 1)
+    again.tick(0.5)
+    _train(again, "ac", 2.0, 1.0)
+    assert plugin.aux_round == 0 and plugin.gradient is not None and _session(again).aux_round == 0
+
+
+# ---- the payload --------------------------------------------------------------------------------
+def test_session_terms_round_trip_and_refuse_forgeries():
+    dec = Decoder({MSPEC.arch_id: tensor_spec(MSPEC)})
+    gm = make_global_model(MSPEC, extras={"session": SessionTerms(3, 1, 2)})
+    assert dec.decode(encode(gm)).extras["session"] == SessionTerms(3, 1, 2)
+    for fields in ({"session": -1}, {"session": 1, "aux_round": 3, "aux_rounds": 2},
+                   {"session": 1, "aux_rounds": 10 ** 9}, {"session": 1, "extra": 1}, {"session": "1"}):
+        with pytest.raises(ProtocolError):
+            SessionTerms.parse(fields, {})
+
+
+# ---- the agent side ----------------------------------------------------------------------------
+def _ctx(base_version):
+    return RoundContext(model=None, tensors={}, round_index=0, seed=0, sample=None, buffer_len=8,
+                        base_version=base_version)
+
+
+def test_agent_trains_an_aux_model_once_and_forgets_windows_on_a_new_session_when_asked():
+    plugin = SessionsAgentPlugin(SessionsAgentConfig(forget_on_new_session=True))
+    plugin.on_global_model(make_global_model(MSPEC, version=3, extras={"session": SessionTerms(0)}))
+    assert plugin.session == 0 and not plugin.forgets_windows() and plugin.should_train(0.0)
+    plugin.on_global_model(make_global_model(MSPEC, version=4, extras={"session": SessionTerms(1, 1)}))
+    assert plugin.forgets_windows() and not plugin.forgets_windows()      # once
+    plugin.statistics(_ctx(3))                          # a round from the old model: not the aux one
+    assert plugin.should_train(0.0)
+    plugin.statistics(_ctx(4))
+    assert not plugin.should_train(0.0)                 # rests until the next model
+    plugin.on_global_model(make_global_model(MSPEC, version=5, extras={"session": SessionTerms(1)}))
+    assert plugin.should_train(0.0) and not plugin.forgets_windows()
+    plugin.on_global_model(make_global_model(MSPEC, version=6))
+    assert plugin.session is None and plugin.should_train(0.0)
+
+
+def test_agent_keeps_its_windows_by_default():
+    plugin = SessionsAgentPlugin(SessionsAgentConfig())
+    plugin.on_global_model(make_global_model(MSPEC, version=1, extras={"session": SessionTerms(0)}))
+    plugin.on_global_model(make_global_model(MSPEC, version=2, extras={"session": SessionTerms(1)}))
+    assert not plugin.forgets_windows()
