@@ -342,8 +342,8 @@ class CoordinatorCore:
         step.aggregations.append(aggregation)
 
     def _step(self, step: Step, now: float) -> Step:
-        """Put in place a model a plug-in switched to, and collect the commands the plug-ins
-        queued while handling this input."""
+        """Put in place a model a plug-in switched to, and collect the commands and events the
+        plug-ins queued while handling this input."""
         for plugin in self.plugins:
             tensors = plugin.switch_model()
             if tensors is not None:
@@ -352,6 +352,7 @@ class CoordinatorCore:
                 self._install(tensors, now, step, merged=())
         for plugin in self.plugins:
             step.commands.extend(plugin.take_commands())
+            step.events.extend(plugin.take_events())
         return step
 
     def _remember(self, update_id: str) -> None:

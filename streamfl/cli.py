@@ -114,11 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print ST-EWC's metrics of a domain-incremental run instead (accuracy "
                              "on period 1, average and overall accuracy, compared with --reference) "
                              "and write periods.png beside it")
+    report.add_argument("--sessions", metavar="TARGETS", nargs="?", const="0.95,0.97", default=None,
+                        help="print the session paper's figures of churn runs instead: rounds, "
+                             "seconds and joules after each session boundary to these shares of "
+                             "session-init's peak (default 0.95,0.97), and the accumulated gain "
+                             "over previous; several folders make one table")
     report.add_argument("--labels", default=None,
                         help="with several folders: their column labels, comma-separated, in order "
                              "(default: the folder names)")
     report.add_argument("--methods", default=None,
-                        help="with --frames, --periods or --markdown: only these comma-separated methods' "
+                        help="with --frames, --periods, --sessions or --markdown: only these comma-separated methods' "
                              "rows, in this order")
     report.add_argument("--log-level", default="WARNING")
     operator = _sub(sub, "operator", OPERATOR_HELP,
@@ -272,8 +277,18 @@ def main(argv: Optional[List[str]] = None) -> int:
                     print(frames_for_run(dirs[0], lists[0], args.reference, rows) if len(dirs) == 1
                           else grid_for_runs(dirs, lists[0], args.reference, rows, labels))
                 return 0
+            if args.sessions:
+                from streamfl.sim.session_report import sessions_for_runs
+                try:
+                    targets = [float(t) for t in args.sessions.split(",") if t.strip()]
+                except ValueError:
+                    raise ConfigError("--sessions: comma-separated shares, e.g. 0.95,0.97") from None
+                if not targets or not all(0 < t <= 1 for t in targets):
+                    raise ConfigError("--sessions: shares must be in (0, 1]")
+                print(sessions_for_runs(dirs, targets, methods=rows))
+                return 0
             if len(dirs) > 1:
-                raise ConfigError("several run folders go with --frames only")
+                raise ConfigError("several run folders go with --frames or --sessions only")
             if args.periods:
                 from streamfl.sim.period_report import periods_for_run
                 print(periods_for_run(dirs[0], args.reference, rows))

@@ -1,7 +1,7 @@
 """The refactor guard: every registered method gives the figures recorded before the refactor.
 
-``tests/golden/*.json`` hold ``summary.json`` of ``streamfl sim`` (seed 0, two short scenarios)
-recorded by ``tests/golden/record.py --write``; a change that moves any figure fails here. After a
+``tests/golden/*.json`` hold ``summary.json`` of ``streamfl sim`` (seed 0, short scenarios)
+recorded by ``tests/golden/record.py --write`` (the sessions methods on a churn run of their own); a change that moves any figure fails here. After a
 deliberate behaviour change, ``make golden`` rewrites them (say why in the commit).
 """
 import json

@@ -23,7 +23,6 @@ from streamfl.coordinator.server import CoordinatorServer
 from streamfl.errors import TransportError
 from streamfl.operator import send_operator_command
 from streamfl.protocol.codec import encode
-from streamfl.protocol.messages import Command
 from streamfl.protocol.topics import Topics
 from streamfl.protocol.transport.base import MqttSettings
 from streamfl.protocol.transport.paho import PahoTransport
@@ -94,23 +93,12 @@ def _session_events(tmp_path):
     return [m for m in read_metrics(tmp_path / "run" / "metrics.jsonl") if m.get("event") == "session"]
 
 
-def _flush_events_with_an_update(server, devices) -> None:
-    """An update that aggregates (FedAsync): the plug-in's events are written with an aggregation."""
-    version = server.core.version
-    devices.publish(TOPICS.device(DEVICES[0], "update"),
-                    encode(make_update(device_id=DEVICES[0], base_version=version)))
-    wait_until(lambda: server.core.version > version, 20, "the update to aggregate")
-
-
 def test_new_session_from_the_operator_ends_the_session(coordinator, mqtt_broker, tmp_path):
     server, devices = coordinator
     send_operator_command(_settings(mqtt_broker, "operator"), FLEET, "new-session", {}, timeout_s=10)
     sessions = _sessions(server)
     wait_until(lambda: sessions.session == 1, 20, "the operator's new session")
     assert server.core.counters["operator_commands"] == 1
-    # With init: previous nothing is switched, so no version carries the boundary's event yet:
-    # an aggregation does (see test_the_boundary_event_is_written_without_an_aggregation).
-    _flush_events_with_an_update(server, devices)
     wait_until(lambda: any(e["what"] == "boundary" for e in _session_events(tmp_path)), 10,
                "the boundary event in metrics.jsonl")
     boundary = [e for e in _session_events(tmp_path) if e["what"] == "boundary"]
@@ -120,8 +108,6 @@ def test_new_session_from_the_operator_ends_the_session(coordinator, mqtt_broker
     assert server.healthy() and server.counters()["worker_errors"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="sessions: an event is only written with the next "
-                                       "aggregation (CoordinatorCore._install calls events())")
 def test_the_boundary_event_is_written_without_an_aggregation(coordinator, mqtt_broker, tmp_path):
     server, _ = coordinator
     send_operator_command(_settings(mqtt_broker, "operator"), FLEET, "new-session", {}, timeout_s=10)

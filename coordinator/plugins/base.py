@@ -115,6 +115,12 @@ class CoordinatorPlugin(abc.ABC):
         """Metrics events to log for an aggregation (each with an ``event`` key)."""
         return []
 
+    def take_events(self) -> List[Dict[str, Any]]:
+        """Metrics events of this plug-in's own decisions since the last call (e.g. a session
+        boundary), each with an ``event`` key; the core drains them after every input, aggregation
+        or not."""
+        return []
+
     def switch_model(self) -> Optional[Dict[str, np.ndarray]]:
         """A model to put in place of the current one now (a new session's starting model), or
         None; the core makes it the next version, with nothing merged. Called after every input."""

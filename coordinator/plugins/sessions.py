@@ -129,7 +129,7 @@ class SessionsPlugin(CoordinatorPlugin):
             if present:
                 self.session = 0
                 self.membership.start(now, present)
-                self._event(now, "start", devices=len(present))
+                self._event("start", devices=len(present))
             return
         if self.membership.started_s is None:  # restarted: the session's clock starts again
             self.membership.started_s = now
@@ -175,7 +175,7 @@ class SessionsPlugin(CoordinatorPlugin):
     def record_fields(self, update: Update) -> Dict[str, Any]:
         return {"session": self.session}
 
-    def events(self, aggregation: Aggregation) -> List[Dict[str, Any]]:
+    def take_events(self) -> List[Dict[str, Any]]:
         out, self._events = self._events, []
         return out
 
@@ -200,7 +200,7 @@ class SessionsPlugin(CoordinatorPlugin):
         self.gradient, self.aux, self.aux_round = None, None, 0
         log.info("sessions: session %d begins (%s; %.0f%% of the devices changed, %d online)",
                  self.session, reason, 100 * change, len(present))
-        self._event(now, "boundary", reason=reason, change=round(change, 4), devices=len(present))
+        self._event("boundary", reason=reason, change=round(change, 4), devices=len(present))
         if self.init.needs_gradient and self.library.pilot is not None:
             self._start_aux_round(now, 1, self.library.pilot, present)
         elif not self.init.needs_gradient:
@@ -210,7 +210,7 @@ class SessionsPlugin(CoordinatorPlugin):
         self.aux_round = number
         self.aux = AuxRound(-1, now, present, self.config.aux_quorum, self.config.aux_wait_s)
         self._switch, self._switch_pending = model, True
-        self._event(now, "aux", aux_round=number)
+        self._event("aux", aux_round=number)
 
     def _close_aux_round(self, now: float) -> None:
         merged = self.aux.merged()
@@ -231,14 +231,13 @@ class SessionsPlugin(CoordinatorPlugin):
         if model is None:
             return
         self._switch, self._switch_pending = model, True
-        self._event(now, "init", **fields)
+        self._event("init", **fields)
 
     def _current(self) -> Tensors:
         return self.fleet.model() if self.fleet.model is not None else {}
 
-    def _event(self, now: float, what: str, **fields: Any) -> None:
-        event = {"event": "session", "session": self.session, "what": what, "at_s": round(now, 6),
-                 "init": self.config.init}
+    def _event(self, what: str, **fields: Any) -> None:
+        event = {"event": "session", "session": self.session, "what": what, "init": self.config.init}
         event.update({k: {str(s): w for s, w in v.items()} if isinstance(v, dict) else v
                       for k, v in fields.items()})
         self._events.append(event)

@@ -1,7 +1,7 @@
 """Record or check the simulator's figures for every registered method: the refactor guard.
 
 ``python tests/golden/record.py --write`` runs ``streamfl sim`` (through ``run_sim``, as the CLI does)
-for every method in ``streamfl.sim.methods.METHODS`` on two short scenarios with seed 0 and stores
+for every method in ``streamfl.sim.methods.METHODS`` on short scenarios with seed 0 and stores
 each ``summary.json`` here, less the wall-clock fields. Without ``--write`` it runs the same and
 prints the first difference; ``tests/test_golden_sim.py`` does that in the suite and ``make golden``
 rewrites the files after a deliberate behaviour change.
@@ -24,7 +24,14 @@ RUNS: List[Tuple[str, str, float, Dict[str, Any]]] = [
      {"plugins.stewc.boundary": "schedule", "plugins.stewc.period_s": 20.0}),
     ("adaclp-extreme", "configs/scenarios/adaclp-extreme.yaml", 90.0,
      {"plugins.clp.r_end": 200}),
+    # Two session boundaries (100 s, 200 s) with the population changing: the pilot, an auxiliary
+    # round, and at 200 s a start weighted over a saved session's gradient.
+    ("session-churn", "configs/scenarios/session-churn.yaml", 250.0, {}),
 ]
+
+#: Methods recorded on the session-churn run only (elsewhere no device comes or goes: they would
+#: be FedAvg's figures again); the other methods are not recorded there.
+SESSION_METHODS = ("previous", "average", "session-init", "session-init+adaclp")
 
 #: Methods recorded on the first scenario only: the scheduling baselines share one plug-in and one
 #: code path with ``fedteddi`` (which both scenarios keep), ST-EWC's variants with ``stewc``, and
@@ -36,7 +43,9 @@ FIRST_SCENARIO_ONLY = ("random", "best-channel", "best-norm", "power-of-choice",
 
 def methods_for(stem: str, registered: List[str]) -> List[str]:
     """The registered methods recorded for the run ``stem``, sorted."""
-    skip = () if stem == RUNS[0][0] else FIRST_SCENARIO_ONLY
+    if stem == "session-churn":
+        return sorted(m for m in registered if m in SESSION_METHODS)
+    skip = (() if stem == RUNS[0][0] else FIRST_SCENARIO_ONLY) + SESSION_METHODS
     return sorted(m for m in registered if m not in skip)
 
 
