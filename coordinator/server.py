@@ -2,8 +2,8 @@
 
 Threads: the transport's network thread only decodes and validates frames (a bad frame is counted
 and logged and never reaches the core) and queues them, devices' messages and an operator's
-``Command`` on the coordinator's own command topic (for the plug-ins' ``on_operator``) alike; ONE worker thread feeds ``CoordinatorCore``
-and does evaluation and metrics; the publisher thread (``publisher.py``) saves the newest version
+``Command`` on the coordinator's own command topic (for the plug-ins' ``on_operator``) alike; ONE
+worker thread feeds ``CoordinatorCore`` and does evaluation and metrics; the publisher thread (``publisher.py``) saves the newest version
 durably, signs it and publishes it retained. When aggregations outpace save + send, intermediate
 versions are skipped (coalesced): devices always fetch the newest model anyway.
 

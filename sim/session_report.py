@@ -30,6 +30,8 @@ from streamfl.sim.tables import markdown_rows
 #: Default targets: the paper's 95% and 97% of the reference's peak.
 TARGETS = (0.95, 0.97)
 
+#: The first session with a saved session (and its gradient) to start from, with one pilot session.
+LATER = 2
 #: Evaluations a session needs to count (one at the run's very end does not make a session).
 MIN_EVALS = 3
 
@@ -120,13 +122,14 @@ def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
     return float(np.mean(got)) if got else None
 
 
-def summarize(figures: Dict[str, Any], targets: Sequence[float] = TARGETS) -> Dict[str, Dict[str, Any]]:
-    """Per method: mean rounds / seconds / joules to each target over every transition and seed
-    (seconds and joules over the reached ones), the share reached, the median rounds, and the
-    mean accumulated gain and session accuracy."""
+def summarize(figures: Dict[str, Any], targets: Sequence[float] = TARGETS,
+              first_session: int = 1) -> Dict[str, Dict[str, Any]]:
+    """Per method: mean rounds / seconds / joules to each target over every transition from
+    ``first_session`` on and every seed (seconds and joules over the reached ones), the share
+    reached, the median rounds, and the mean accumulated gain and session accuracy."""
     out: Dict[str, Dict[str, Any]] = {}
     for m, entry in figures.items():
-        ts = entry["transitions"]
+        ts = [t for t in entry["transitions"] if t["session"] >= first_session]
         row: Dict[str, Any] = {"transitions": len(ts),
                                "mean_accuracy": _mean([t["mean_accuracy"] for t in ts]),
                                "gain_vs_baseline": _mean([t["gain_vs_baseline"] for t in ts])}
@@ -148,12 +151,12 @@ def _f(value: Optional[float], fmt: str) -> str:
 
 
 def sessions_table(summary: Dict[str, Dict[str, Any]], targets: Sequence[float] = TARGETS,
-                   label: str = "") -> List[List[str]]:
+                   label: str = "", group: str = "") -> List[List[str]]:
     """Markdown rows: per method, each target's rounds (mean, median), share within 2 rounds,
     share reached, seconds and joules; then accumulated gain over ``previous`` and accuracy."""
     rows = []
     for m, row in summary.items():
-        cells = ([label] if label else []) + ["`%s`" % m]
+        cells = ([label] if label else []) + ([group] if group else []) + ["`%s`" % m]
         for q in targets:
             g = row["%g" % q]
             cells += ["%s (%s)" % (_f(g["rounds"], "%.1f"), _f(g["median_rounds"], "%.0f")),
@@ -166,7 +169,7 @@ def sessions_table(summary: Dict[str, Dict[str, Any]], targets: Sequence[float] 
 
 
 def header(targets: Sequence[float] = TARGETS, label: str = "") -> List[str]:
-    cells = ([label] if label else []) + ["method"]
+    cells = ([label] if label else []) + ["boundaries", "method"]
     for q in targets:
         p = "%g%%" % (100 * q)
         cells += ["rounds to %s (median)" % p, "within 2 rounds", "reached", "s to %s" % p, "J to %s" % p]
@@ -176,15 +179,20 @@ def header(targets: Sequence[float] = TARGETS, label: str = "") -> List[str]:
 def sessions_for_runs(run_dirs: Sequence[Path], targets: Sequence[float] = TARGETS,
                       reference: str = "session-init", baseline: str = "previous",
                       methods: Optional[Sequence[str]] = None) -> str:
-    """One Markdown table over one or several run folders (a column names the folder then)."""
+    """One Markdown table over one or several run folders (a column names the folder then): per
+    method, every boundary, then only those from ``LATER`` on (the sessions with a saved session
+    to start from: the first after the pilot has none, so session-init goes back to the last
+    model there after its auxiliary round)."""
     label = "run" if len(run_dirs) > 1 else ""
     rows: List[List[str]] = []
     for run_dir in run_dirs:
         path = Path(run_dir) / "metrics.jsonl"
         if not path.exists():
             raise StreamflError("%s has no metrics.jsonl" % run_dir)
-        summary = summarize(session_figures(read_metrics(path), targets, reference, baseline), targets)
-        if methods:
-            summary = {m: summary[m] for m in methods if m in summary}
-        rows += sessions_table(summary, targets, Path(run_dir).name if label else "")
+        figures = session_figures(read_metrics(path), targets, reference, baseline)
+        for first, group in ((1, "all"), (LATER, "%d+" % LATER)):
+            summary = summarize(figures, targets, first)
+            if methods:
+                summary = {m: summary[m] for m in methods if m in summary}
+            rows += sessions_table(summary, targets, Path(run_dir).name if label else "", group)
     return markdown_rows(header(targets, label), rows)

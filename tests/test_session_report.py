@@ -60,7 +60,8 @@ def test_table_over_folders_and_a_run_without_sessions(tmp_path):
         with open(tmp_path / name / "metrics.jsonl", "w") as f:
             f.write("\n".join(json.dumps(r) for r in _rows()) + "\n")
     text = sessions_for_runs([tmp_path / "a", tmp_path / "b"])
-    assert text.count("`session-init`") == 2 and "| a |" in text and "rounds to 95%" in text
+    assert text.count("| `session-init` |") == 4 and "| a | all |" in text and "| b | 2+ |" in text
+    assert "rounds to 95%" in text
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "metrics.jsonl").write_text(json.dumps({"event": "eval", "time_s": 1.0}) + "\n")
     with pytest.raises(StreamflError, match="accuracy_now"):

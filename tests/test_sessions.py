@@ -326,3 +326,37 @@ def test_agent_keeps_its_windows_by_default():
     plugin.on_global_model(make_global_model(MSPEC, version=1, extras={"session": SessionTerms(0)}))
     plugin.on_global_model(make_global_model(MSPEC, version=2, extras={"session": SessionTerms(1)}))
     assert not plugin.forgets_windows()
+
+
+def test_an_agent_core_empties_its_buffer_when_a_new_session_is_announced():
+    from streamfl.agent.config import AgentConfig
+    from streamfl.agent.core import AgentCore, NotReadyError
+    from streamfl.protocol.messages import GlobalModel
+    from streamfl.sensors.window import Window
+    cfg = build(AgentConfig, {"device_id": "d1", "model": SPEC, "min_buffer": 4, "local_steps": 2,
+                              "batch_size": 4, "plugins": {"sessions": {"forget_on_new_session": True}},
+                              "sensor": {"channels": 3, "window_len": 8, "num_classes": 3}}, "test")
+    agent = AgentCore(cfg, clock=lambda: 0.0, seed=3)
+    rng = np.random.default_rng(0)
+
+    def feed(n):
+        for i in range(n):
+            agent.add_window(Window(rng.standard_normal((8, 3)).astype(np.float32), i % 3))
+
+    def model(version, session, aux_round=0):
+        return GlobalModel(version=version, arch_id=MSPEC.arch_id, tensors=_model(0.1),
+                           hparams={"lr": 0.05}, extras={"session": SessionTerms(session, aux_round)})
+
+    feed(10)
+    agent.on_global_model(model(1, 0))
+    assert len(agent.buffer) == 10
+    agent.on_global_model(model(2, 1, aux_round=1))       # a new session: the old world's windows go
+    assert len(agent.buffer) == 0
+    with pytest.raises(NotReadyError):
+        agent.begin_round()
+    feed(6)
+    plan = agent.begin_round()
+    agent.finish_round(plan)                              # one round from the auxiliary model...
+    assert not agent.ready(0.0)                           # ... then it waits for the next model
+    agent.on_global_model(model(3, 1))
+    assert len(agent.buffer) == 6 and agent.ready(0.0)    # same session: the windows stay

@@ -27,7 +27,7 @@ import numpy as np
 from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
 from streamfl.coordinator.sessions import INITS, make_init
 from streamfl.coordinator.sessions.aux import AuxRound
-from streamfl.coordinator.sessions.library import SessionLibrary, difference
+from streamfl.coordinator.sessions.library import SessionLibrary, difference, prefixed, unprefixed
 from streamfl.coordinator.sessions.membership import Membership
 from streamfl.coordinator.sessions.weighted import DISTANCES
 from streamfl.protocol.extras import Extra
@@ -266,27 +266,15 @@ class SessionsPlugin(CoordinatorPlugin):
         out = self.library.arrays()
         for key, tensors in (("gradient", self.gradient), ("previous", self._previous)):
             if tensors is not None:
-                out.update({"%s/%s" % (key, n): a for n, a in tensors.items()})
+                out.update(prefixed(key, tensors))
         return out or None
 
     def load_state_tensors(self, tensors: Mapping[str, np.ndarray]) -> None:
         saved = self._loaded
         spec = {n: a.shape for n, a in self._current().items()}
         self.library.load(dict(saved.get("library") or {}), tensors, spec)
-        pick = _pick(tensors, spec)
-        self.gradient = pick("gradient") if saved.get("gradient") else None
-        self._previous = pick("previous") if saved.get("previous") else None
+        self.gradient = unprefixed(tensors, "gradient", spec) if saved.get("gradient") else None
+        self._previous = unprefixed(tensors, "previous", spec) if saved.get("previous") else None
         log.info("sessions: session %d restored with %d saved session model(s)%s", self.session,
                  len(self.library.saved), "" if self.library.pilot is None else " and the pilot")
 
-
-def _pick(tensors: Mapping[str, np.ndarray], spec: Mapping[str, Any]):
-    def pick(prefix: str) -> Tensors:
-        out = {}
-        for name, shape in spec.items():
-            a = tensors.get("%s/%s" % (prefix, name))
-            if a is None or tuple(a.shape) != tuple(shape) or not np.isfinite(a).all():
-                raise ValueError("sessions: saved %s/%s is missing, misshapen or not finite" % (prefix, name))
-            out[name] = np.asarray(a, dtype=np.float32)
-        return out
-    return pick

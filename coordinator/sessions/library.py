@@ -94,13 +94,13 @@ class SessionLibrary:
         """Every kept array, keyed ``<what>/<index>/<tensor>`` (by reference: never changed)."""
         out: Dict[str, np.ndarray] = {}
         for i, s in enumerate(self.saved):
-            out.update(_prefixed("saved/%d/model" % i, s.model))
+            out.update(prefixed("saved/%d/model" % i, s.model))
             if s.gradient is not None:
-                out.update(_prefixed("saved/%d/gradient" % i, s.gradient))
+                out.update(prefixed("saved/%d/gradient" % i, s.gradient))
         if self.pilot is not None:
-            out.update(_prefixed("pilot", self.pilot))
+            out.update(prefixed("pilot", self.pilot))
         for i, part in enumerate(self._pilot_parts):
-            out.update(_prefixed("pilot_part/%d" % i, part))
+            out.update(prefixed("pilot_part/%d" % i, part))
         return out
 
     def load(self, index: Mapping[str, object], arrays: Mapping[str, np.ndarray],
@@ -110,21 +110,24 @@ class SessionLibrary:
         saved = []
         for i, entry in enumerate(index.get("saved") or []):
             session, has_gradient = int(entry[0]), bool(entry[1])
-            model = _unprefixed(arrays, "saved/%d/model" % i, spec)
-            gradient = _unprefixed(arrays, "saved/%d/gradient" % i, spec) if has_gradient else None
+            model = unprefixed(arrays, "saved/%d/model" % i, spec)
+            gradient = unprefixed(arrays, "saved/%d/gradient" % i, spec) if has_gradient else None
             saved.append(SavedSession(session, model, gradient))
-        pilot = _unprefixed(arrays, "pilot", spec) if index.get("pilot") else None
-        parts = [_unprefixed(arrays, "pilot_part/%d" % i, spec)
+        pilot = unprefixed(arrays, "pilot", spec) if index.get("pilot") else None
+        parts = [unprefixed(arrays, "pilot_part/%d" % i, spec)
                  for i in range(int(index.get("pilot_parts") or 0))]
         self.saved, self.pilot, self._pilot_parts = saved[-self.max_saved:], pilot, parts
 
 
-def _prefixed(prefix: str, tensors: Tensors) -> Dict[str, np.ndarray]:
+def prefixed(prefix: str, tensors: Tensors) -> Dict[str, np.ndarray]:
+    """``tensors`` keyed ``<prefix>/<name>`` (by reference), for one flat file of arrays."""
     return {"%s/%s" % (prefix, name): a for name, a in tensors.items()}
 
 
-def _unprefixed(arrays: Mapping[str, np.ndarray], prefix: str,
-                spec: Mapping[str, Tuple[int, ...]]) -> Tensors:
+def unprefixed(arrays: Mapping[str, np.ndarray], prefix: str,
+               spec: Mapping[str, Tuple[int, ...]]) -> Tensors:
+    """What ``prefixed`` stored, as float32 of ``spec``'s names and shapes; ``ValueError`` if a
+    tensor is missing, misshapen or not finite."""
     out: Tensors = {}
     for name, shape in spec.items():
         a = arrays.get("%s/%s" % (prefix, name))
