@@ -25,6 +25,7 @@ import numpy as np
 
 from streamfl.coordinator.metrics import read_metrics
 from streamfl.errors import StreamflError
+from streamfl.sim.plots import TAB10, band_over_seeds, draw_band, have_matplotlib, new_figure, save_figure
 from streamfl.sim.tables import markdown_rows
 
 #: Default targets: the paper's 95% and 97% of the reference's peak.
@@ -179,7 +180,8 @@ def header(targets: Sequence[float] = TARGETS, label: str = "") -> List[str]:
 def sessions_for_runs(run_dirs: Sequence[Path], targets: Sequence[float] = TARGETS,
                       reference: str = "session-init", baseline: str = "previous",
                       methods: Optional[Sequence[str]] = None) -> str:
-    """One Markdown table over one or several run folders (a column names the folder then): per
+    """One Markdown table over one or several run folders (a column names the folder then; each
+    folder also gets ``sessions.png``, ``plot_sessions``): per
     method, every boundary, then only those from ``LATER`` on (the sessions with a saved session
     to start from: the first after the pilot has none, so session-init goes back to the last
     model there after its auxiliary round)."""
@@ -189,10 +191,52 @@ def sessions_for_runs(run_dirs: Sequence[Path], targets: Sequence[float] = TARGE
         path = Path(run_dir) / "metrics.jsonl"
         if not path.exists():
             raise StreamflError("%s has no metrics.jsonl" % run_dir)
-        figures = session_figures(read_metrics(path), targets, reference, baseline)
+        records = read_metrics(path)
+        plot_sessions(records, Path(run_dir) / "sessions.png", methods)
+        figures = session_figures(records, targets, reference, baseline)
         for first, group in ((1, "all"), (LATER, "%d+" % LATER)):
             summary = summarize(figures, targets, first)
             if methods:
                 summary = {m: summary[m] for m in methods if m in summary}
             rows += sessions_table(summary, targets, Path(run_dir).name if label else "", group)
     return markdown_rows(header(targets, label), rows)
+
+
+def plot_sessions(records: Sequence[Dict[str, Any]], out_path: Path,
+                  methods: Optional[Sequence[str]] = None) -> Optional[Path]:
+    """Accuracy on the current session's labels against virtual time, mean over seeds and min..max,
+    with the sessions' starts marked; None without matplotlib or such evaluations."""
+    curves: Dict[str, Dict[int, List[Tuple[float, float]]]] = {}
+    starts: Dict[int, float] = {}
+    for r in records:
+        if r.get("event") != "eval" or r.get("accuracy_now") is None:
+            continue
+        if methods and r.get("method") not in methods:
+            continue
+        curves.setdefault(r["method"], {}).setdefault(int(r.get("seed", 0)), []).append(
+            (float(r["time_s"]), float(r["accuracy_now"])))
+        if r.get("period") is not None:
+            p = int(r["period"])
+            starts[p] = min(starts.get(p, float("inf")), float(r["time_s"]))
+    if not curves or not have_matplotlib("the sessions plot"):
+        return None
+    fig = new_figure(13, 4.2)
+    ax = fig.add_subplot(1, 1, 1)
+    for p, t in sorted(starts.items()):
+        if p > 0:
+            ax.axvline(t, color="#999999", linewidth=0.8, linestyle=":")
+    for i, method in enumerate(methods or sorted(curves)):
+        seeds = curves.get(method, {})
+        band = band_over_seeds([([t for t, _ in sorted(pts)], [v for _, v in sorted(pts)])
+                                for pts in seeds.values()], points=max(200, max(len(v) for v in seeds.values()))) \
+            if seeds else None
+        if band is not None:
+            draw_band(ax, band, TAB10[i % 10], method)
+    ax.set_xlabel("virtual time (s); dotted: a session's first evaluation")
+    ax.set_ylabel("accuracy on the session's labels")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right", fontsize=8)
+    fig.suptitle("Recovery after each session boundary: mean over seeds, band = min..max", fontsize=10)
+    return save_figure(fig, out_path)

@@ -78,5 +78,7 @@ def test_streamfl_report_sessions(tmp_path, capsys):
     assert main(["report", str(tmp_path / "a"), "--sessions", "0.9", "--methods", "session-init"]) == 0
     out = capsys.readouterr().out
     assert "rounds to 90%" in out and "| `session-init` |" in out and "| `previous` |" not in out
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "a" / "sessions.png").stat().st_size > 1000
     assert main(["report", str(tmp_path / "a"), "--sessions", "1.5"]) == 2
     assert "shares must be in (0, 1]" in capsys.readouterr().err
