@@ -213,8 +213,14 @@ SESS_SET_watch := --set data.dataset=watch --set stream.params.labels_per_sessio
 SESS_DATA := digits mnist watch
 SESS_OUT := $(foreach d,$(SESS_DATA),$(foreach o,0 0.2 0.8,$(foreach a,0.3 0.7,runs/eval/sessions-$(d)-o$(o)-a$(a))))
 sess_word = $(patsubst $(3)%,%,$(word $(2),$(subst -, ,$(1))))
-eval-sessions: $(addsuffix /sessions.md,$(SESS_OUT))
+eval-sessions: $(addsuffix /sessions.md,$(SESS_OUT)) $(foreach k,1 3,runs/eval/sessions-kappa$(k)/sessions.md)
 	$(BIN)/streamfl report $(SESS_OUT) --sessions > runs/eval/sessions.md
+# kappa's sensitivity (the paper's Table VI): session-init at kappa 1 and 3 beside the default 10, on
+# digits at the shipped overlap 0.2 and Dirichlet 0.3.
+runs/eval/sessions-kappa%/sessions.md: $(STAMP)
+	$(SIM) $(SESS) --seeds 3 --methods previous,session-init $(SESS_SET_digits) \
+	  --set plugins.sessions.kappa=$* --out $(@D)
+	$(BIN)/streamfl report $(@D) --sessions > $@
 runs/eval/sessions-%/sessions.md: $(STAMP)
 	$(SIM) $(SESS) --seeds 3 --methods $(call sess_methods,$*) $(SESS_SET_$(call sess_word,$*,1,)) \
 	  --set stream.params.label_overlap=$(call sess_word,$*,2,o) \
