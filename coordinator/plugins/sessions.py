@@ -221,7 +221,7 @@ class SessionsPlugin(CoordinatorPlugin):
         self.gradient = difference(merged, self.library.pilot)
         self.aux, self.aux_round = None, 0
         built = self.init.build(self.library.saved, self.gradient)
-        weights = getattr(self.init, "last_weights", {})
+        weights = self.init.last_weights
         log.info("sessions: session %d's gradient from %d device(s); starting from %s", self.session,
                  answers, "saved sessions %s" % weights if built is not None else "the previous model")
         self._switch_to(built if built is not None else self._previous, now, weights=weights,

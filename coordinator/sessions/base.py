@@ -8,7 +8,7 @@ the pilot model is to the new session's). The ``sessions`` coordinator plug-in r
 rounds a construction asks for and puts its model in place.
 """
 import abc
-from typing import ClassVar, Optional, Sequence
+from typing import ClassVar, Dict, Optional, Sequence
 
 from streamfl.coordinator.sessions.library import SavedSession
 from streamfl.protocol.messages import Tensors
@@ -22,6 +22,9 @@ class SessionInit(abc.ABC):
     #: True if the construction needs the new session's gradient from the pilot model (``g_s``):
     #: the plug-in then runs the auxiliary rounds first.
     needs_gradient: ClassVar[bool] = False
+    #: The weight of each saved session (by number) in the last model built; empty where the
+    #: construction weighs none (the metrics' ``weights``).
+    last_weights: Dict[int, float] = {}
 
     @abc.abstractmethod
     def build(self, saved: Sequence[SavedSession], gradient: Optional[Tensors]) -> Optional[Tensors]:

@@ -11,7 +11,7 @@ every model and rate. ``distance: absolute`` is the paper's form. With no saved 
 first session after the pilot) it builds nothing and the fleet goes on from its model, as the
 paper's Algorithm 1 does.
 """
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
@@ -44,8 +44,7 @@ class GradientWeightedInit(SessionInit):
             raise ValueError("distance must be one of %s, got %r" % (", ".join(DISTANCES), distance))
         self.kappa = float(kappa)
         self.distance = distance
-        #: The weights ``c`` of the last construction, by session number (for the metrics).
-        self.last_weights: dict = {}
+        self.last_weights: Dict[int, float] = {}
 
     def build(self, saved: Sequence[SavedSession], gradient: Optional[Tensors]) -> Optional[Tensors]:
         candidates = [s for s in saved if s.gradient is not None]
