@@ -162,7 +162,7 @@ class AgentCore:
         for plugin in self.plugins:
             plugin.on_global_model(gm)
             hparams = plugin.refine_hparams(hparams)
-        if any([plugin.forgets_windows() for plugin in self.plugins]):
+        if any([plugin.forgets_windows() for plugin in self.plugins]):  # a list: each clears its flag
             log.info("window buffer emptied (%d windows): they describe a world that is gone", len(self.buffer))
             self.buffer.clear()
         before = dict(self.hparams)

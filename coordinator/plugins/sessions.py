@@ -185,7 +185,8 @@ class SessionsPlugin(CoordinatorPlugin):
         seen = self.fleet.last_seen_s
         if self.config.silence_s <= 0 or seen is None:
             return online
-        return [d for d in online if now - (seen(d) if seen(d) is not None else now) <= self.config.silence_s]
+        last = {d: seen(d) for d in online}  # an online device is in the registry: never None
+        return [d for d in online if last[d] is None or now - last[d] <= self.config.silence_s]
 
     def _boundary(self, now: float, present: List[str], reason: str = "membership") -> None:
         change = self.membership.change(present)
