@@ -34,8 +34,7 @@ class Buffer:
         self.y = np.zeros(self.capacity, dtype=np.int64)
         #: Windows per class currently held (a plain list: cheapest to update per insert).
         self.counts = [0] * self.num_classes
-        self.policy = policy if policy is not None else FifoPolicy()
-        self._fifo = type(self.policy) is FifoPolicy   # the common case, without two calls per window
+        self.use(policy if policy is not None else FifoPolicy())
         self.size = 0
         #: Next slot in ring order, i.e. the oldest window once the buffer is full.
         self.oldest_slot = 0
@@ -46,6 +45,11 @@ class Buffer:
         self.refused = 0
         self.invalid = 0
 
+    def use(self, policy: ReplacementPolicy) -> None:
+        """Decide admissions and victims by ``policy`` from now on (the windows held stay)."""
+        self.policy = policy
+        self._fifo = type(policy) is FifoPolicy   # the common case, without two calls per window
+
     @property
     def nbytes(self) -> int:
         """Memory held by the window and label arrays."""
@@ -54,8 +58,9 @@ class Buffer:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, x: np.ndarray, label: int) -> bool:
-        """Store one window ``x`` [T, C] with ``label``; False if unlabelled, refused or malformed."""
+    def add(self, x: np.ndarray, label: int, state: int = -1) -> bool:
+        """Store one window ``x`` [T, C] with ``label`` (of latent ``state``, -1 if unknown); False
+        if unlabelled, refused or malformed."""
         self.offered += 1
         if label < 0 or label >= self.num_classes:
             if label == UNLABELLED:
@@ -75,7 +80,7 @@ class Buffer:
                 self.counts[self.y[slot]] -= 1
             self.oldest_slot = slot + 1 if slot + 1 < self.capacity else 0
         else:
-            if not self.policy.admit(label, self):
+            if not self.policy.admit(label, self, state):
                 self.refused += 1
                 return False
             if self.size < self.capacity:

@@ -93,10 +93,10 @@ class AgentCore:
         if config.torch_threads > 0:
             torch.set_num_threads(config.torch_threads)
         self.model = build_model(self.spec, dropout=config.dropout, seed=self.seed)
-        if policy is None:
-            policy = make_buffer_policy(config.buffer_policy, self.seed)
+        #: The configured replacement policy (a method's plug-in may lend the buffer another).
+        self.policy = policy if policy is not None else make_buffer_policy(config.buffer_policy, self.seed)
         self.buffer = Buffer(config.buffer_capacity, self.spec.window_len, self.spec.in_channels,
-                             self.spec.num_classes, policy)
+                             self.spec.num_classes, self.policy)
         self.trainer = LocalTrainer(self.model, self.spec.num_classes, momentum=config.momentum)
         #: The methods' device sides, each dormant until a global model asks for it.
         self.plugins = make_plugins(config.plugins)
@@ -138,8 +138,8 @@ class AgentCore:
     def add_window(self, window: Window) -> bool:
         """Offer one sensor window to the buffer; False if it was not stored (see buffer counters)."""
         for plugin in self.plugins:
-            plugin.on_window(window.x)
-        return self.buffer.add(window.x, window.label)
+            plugin.on_window(window)
+        return self.buffer.add(window.x, window.label, window.state)
 
     def on_global_model(self, gm: GlobalModel) -> bool:
         """Accept a newer global model of our architecture and apply its hyper-parameters."""
@@ -165,6 +165,8 @@ class AgentCore:
         if any([plugin.forgets_windows() for plugin in self.plugins]):  # a list: each clears its flag
             log.info("window buffer emptied (%d windows): they describe a world that is gone", len(self.buffer))
             self.buffer.clear()
+        lent = [p for p in (plugin.buffer_policy() for plugin in self.plugins) if p is not None]
+        self.buffer.use(lent[0] if lent else self.policy)
         before = dict(self.hparams)
         self.apply_hparams(hparams, "global model v%d" % gm.version)
         if self.hparams != before:
@@ -334,16 +336,14 @@ class AgentCore:
         ctx = RoundContext(model=self.model, tensors=tensors, round_index=plan.round_index,
                            seed=self.seed, sample=sample, buffer_len=len(self.buffer),
                            loss=loss, start_loss=start_loss, num_classes=self.spec.num_classes,
-                           buffer_counts=buffer_counts, base_version=plan.base_version)
+                           buffer_counts=buffer_counts, base_version=plan.base_version,
+                           round_interval_s=float(self.config.round_interval_s))
         extras: Dict[str, Any] = {}
         for plugin in self.plugins:
             for stat in plugin.statistics(ctx):
-                if stat.batched_windows:
-                    self.statistics_windows["batched"] = (self.statistics_windows.get("batched", 0)
-                                                          + stat.batched_windows)
-                if stat.per_window_windows:
-                    self.statistics_windows["per_window"] = (
-                        self.statistics_windows.get("per_window", 0) + stat.per_window_windows)
+                for key, n in (("batched", stat.batched_windows), ("per_window", stat.per_window_windows)):
+                    if n:
+                        self.statistics_windows[key] = self.statistics_windows.get(key, 0) + n
                 if stat.extra is not None:
                     extras[stat.extra.KIND] = stat.extra
         return extras

@@ -5,18 +5,25 @@ import numpy as np
 
 #: Label of a window whose class is not known (e.g. a live IIO stream with no label source).
 UNLABELLED = -1
+#: State of a window whose latent state (SFedPO: at work, at home, driving) the source does not say.
+UNKNOWN_STATE = -1
 
 
 @dataclass
 class Window:
-    """``x`` is float32 [T, C] (time, channels); ``label`` the majority class or ``UNLABELLED``."""
+    """``x`` is float32 [T, C] (time, channels); ``label`` the majority class or ``UNLABELLED``;
+    ``state`` the source's latent-state id (>= 0) or ``UNKNOWN_STATE``."""
 
     x: np.ndarray
     label: int
     t_s: float = 0.0
+    state: int = UNKNOWN_STATE
 
     def __post_init__(self) -> None:
         self.x = np.asarray(self.x, dtype=np.float32)
         if self.x.ndim != 2:
             raise ValueError("a window must be [T, C], got shape %s" % (self.x.shape,))
         self.label = int(self.label)
+        self.state = int(self.state)
+        if self.state < UNKNOWN_STATE:
+            raise ValueError("a window's state must be >= 0 or UNKNOWN_STATE, got %d" % self.state)

@@ -168,10 +168,10 @@ class SimRun:
         if not d.online:
             d.online = True
             self._message(d.agent.hello(), t)
-        X, y = d.stream.windows(d.fed_until_s, t)
+        X, y, states = d.stream.windows_with_states(d.fed_until_s, t)
         d.fed_until_s = t
-        for x, label in zip(X, y):
-            d.agent.add_window(Window(x, int(label), t))
+        for x, label, state in zip(X, y, states.tolist()):
+            d.agent.add_window(Window(x, int(label), t, state))
         gm = self._newest_for(d, t)
         if gm is not None and (d.agent.global_model is None or gm.version > d.agent.global_model.version):
             d.agent.on_global_model(gm)

@@ -88,13 +88,22 @@ class DeviceStream:
 
     def windows(self, t0_s: float, t1_s: float) -> Tuple[np.ndarray, np.ndarray]:
         """(X float32 [n, T, C], y int64 [n]) of the windows arriving in [t0_s, t1_s)."""
+        X, y, _ = self.windows_with_states(t0_s, t1_s)
+        return X, y
+
+    def windows_with_states(self, t0_s: float, t1_s: float) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``windows`` with each window's latent state (int64 [n]; -1 but for "latent_states")."""
         rows, y, period = self.draw(t0_s, t1_s)
+        if self._states is None:
+            states = np.full(len(rows), -1, dtype=np.int64)
+        else:
+            states = np.asarray([self._states[p] for p in period.tolist()], dtype=np.int64)
         X = self.ds.X[rows]
         if self._domain is not None and len(rows):
             for p in np.unique(period):
                 at = np.flatnonzero(period == p)
                 X[at] = self.transform(X[at], int(p))
-        return X, y
+        return X, y, states
 
     # -- the schedule
     def class_distribution(self, t_s: float) -> np.ndarray:

@@ -48,9 +48,9 @@ class Watching(ReplacementPolicy):
         assert np.array_equal(before[0], after[0]) and np.array_equal(before[1], after[1])
         assert before[2:] == after[2:]
 
-    def admit(self, label, buffer):
+    def admit(self, label, buffer, state=-1):
         before = self._snapshot(buffer)
-        out = self.inner.admit(label, buffer)
+        out = self.inner.admit(label, buffer, state)
         self._same(before, buffer)
         return out
 

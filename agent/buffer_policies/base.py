@@ -2,6 +2,7 @@
 
 The buffer calls ``admit`` for every labelled, well-formed window and, only when it is full,
 ``victim`` for the slot the admitted window overwrites (until then windows fill slots in order).
+``admit`` also gets the window's latent state where its source says one (``Window.state``).
 A policy reads the buffer through ``BufferView`` and must not change it. SFedPO's
 distribution-guided sampling (sfedpo.txt eq. 10) is an admission rule of this kind.
 """
@@ -30,8 +31,9 @@ class ReplacementPolicy(abc.ABC):
     #: The registry name (``buffer_policy`` in the agent YAML).
     name: ClassVar[str] = ""
 
-    def admit(self, label: int, buffer: BufferView) -> bool:
-        """True to store the window; the default admits every labelled window."""
+    def admit(self, label: int, buffer: BufferView, state: int = -1) -> bool:
+        """True to store the window (of latent ``state``, -1 if unknown); the default admits every
+        labelled window."""
         return True
 
     @abc.abstractmethod

@@ -23,7 +23,7 @@ class ReservoirPolicy(ReplacementPolicy):
         #: Labelled windows offered to this policy so far.
         self.seen = 0
 
-    def admit(self, label: int, buffer: BufferView) -> bool:
+    def admit(self, label: int, buffer: BufferView, state: int = -1) -> bool:
         self.seen += 1
         if buffer.size < buffer.capacity:
             return True

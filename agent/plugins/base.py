@@ -16,8 +16,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from streamfl.agent.buffer_policies.base import ReplacementPolicy
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Command, GlobalModel
+from streamfl.sensors.window import Window
 
 Tensors = Dict[str, np.ndarray]
 #: A loss term: ``penalty(model) -> scalar tensor``, added to the round's loss at every step.
@@ -50,6 +52,8 @@ class RoundContext:
     buffer_counts: Dict[int, int] = field(default_factory=dict)
     #: The global version the round trained from (-1: none yet; None where a runtime does not say).
     base_version: Optional[int] = None
+    #: The agent's pacing between rounds (``round_interval_s``; 0 where a runtime does not say).
+    round_interval_s: float = 0.0
 
 
 @dataclass
@@ -91,8 +95,14 @@ class AgentPlugin(abc.ABC):
     def on_global_model(self, gm: GlobalModel) -> None:
         """A newer global model of this device's architecture was accepted."""
 
-    def on_window(self, x: np.ndarray) -> None:
-        """A sensor window was offered to the buffer (called for every one: keep it cheap)."""
+    def on_window(self, window: Window) -> None:
+        """A sensor window is about to be offered to the buffer (called for every one: keep it
+        cheap)."""
+
+    def buffer_policy(self) -> Optional[ReplacementPolicy]:
+        """The buffer's replacement policy while this method runs (asked after every accepted
+        global model; the first plug-in to name one wins), or None to leave the configured one."""
+        return None
 
     def forgets_windows(self) -> bool:
         """True (once) to empty the window buffer after the model just accepted: the windows held

@@ -27,6 +27,7 @@ from torch import nn
 from streamfl.agent.drift import InputDrift
 from streamfl.agent.plugins.base import AgentPlugin, Penalty, ReportContext, RoundContext, Statistic, Tensors
 from streamfl.agent.quadratic import MIN_CURVATURE, QuadraticPull
+from streamfl.sensors.window import Window
 from streamfl.models.fisher import fisher_diagonal
 from streamfl.models.serialize import arrays_to_model
 from streamfl.protocol.extras import Extra
@@ -84,8 +85,8 @@ class StEwcAgentPlugin(AgentPlugin):
         if t is not None and t not in self._answered and (self._anchor is None or self._anchor[0] != t):
             self._anchor = (t, gm.tensors)
 
-    def on_window(self, x: np.ndarray) -> None:
-        if self.terms is not None and self.drift.add(x):
+    def on_window(self, window: Window) -> None:
+        if self.terms is not None and self.drift.add(window.x):
             log.info("input drift %d (shift %.2f)", self.drift.drifts, self.drift.shift)
 
     def refine_hparams(self, hparams):
