@@ -99,7 +99,7 @@ class AgentCore:
                              self.spec.num_classes, self.policy)
         self.trainer = LocalTrainer(self.model, self.spec.num_classes, momentum=config.momentum)
         #: The methods' device sides, each dormant until a global model asks for it.
-        self.plugins = make_plugins(config.plugins)
+        self.plugins = make_plugins(config.plugins, self.seed, self.spec.num_classes)
         self._rng = np.random.default_rng(self.seed)
         #: What this board accepts from the coordinator (``hparam_limits`` in its YAML).
         self.hparam_limits = hparam_limits(config.hparam_limits)

@@ -28,6 +28,8 @@ from streamfl.errors import ProtocolError
 from streamfl.protocol import payloads  # noqa: F401  (registers the plug-ins' extras)
 from streamfl.protocol import period_payloads  # noqa: F401  (ST-EWC's periods, T-FDMs, drift)
 from streamfl.protocol import session_payloads  # noqa: F401  (sessions of a dynamic device set)
+from streamfl.protocol import selection_payloads  # noqa: F401  (SFedPO, importance sampling)
+from streamfl.protocol import adaptive_payloads  # noqa: F401  (Adaptive-FedAvg's learning rate)
 from streamfl.protocol.extras import EXTRA_PREFIX, Extra, parse_extras
 from streamfl.protocol.messages import (
     MESSAGE_TYPES, PROTOCOL_VERSION, TYPE_NAMES, GlobalModel, Message, Update,

@@ -214,3 +214,36 @@ register(Method("session-init+adaclp", "session-init's starting models composed 
                                        "(FedAsync, CLP probe, CLP hyper-parameters and clocks)",
                 coordinator=_FEDASYNC, plugins={"clp": {}, "sessions": {"init": "session-init"}},
                 dvfs_policy="clp-aware"))
+
+
+# SFedPO (sfedpo.txt) and its baselines (sec. 6): FedAvg rounds as in the paper. ``sfedpo`` is DDS
+# admission on the devices' buffers and SAW weights on the coordinator; ``dds-only`` and
+# ``saw-only`` are the paper's ablations (SAW off: uniform aggregation; DDS off: every state
+# admitted at the budget alpha_n). FedAvg and FedCurv (registered above) keep FIFO buffers.
+# ``fedogd``: online FL (Kwon et al. 2023): each round's steps on the newest windows only, here a
+# 32-window FIFO buffer (the paper's baselines replace their data with the current state's).
+# ``is``: importance sampling (Li et al. 2021) at the same budget. ``adapfedavg`` (Canonaco et al.
+# 2021) is the drift baseline. A scenario's ``plugins.sfedpo`` settings apply to each SFedPO method.
+register(Method("sfedpo", "SFedPO: distribution-guided admission of each latent state's windows "
+                          "(DDS, eq. 10-11, Algorithm 2) and shift-aware aggregation weights (SAW, "
+                          "eq. 14) under FedAvg",
+                coordinator=_FEDAVG, plugins={"sfedpo": {}}))
+register(Method("dds-only", "SFedPO's DDS admission with uniform FedAvg aggregation (SAW off)",
+                coordinator=_FEDAVG, plugins={"sfedpo": {"saw": False}}))
+register(Method("saw-only", "SFedPO's SAW weights with every state admitted at the budget (DDS off)",
+                coordinator=_FEDAVG, plugins={"sfedpo": {"dds": False}}))
+register(Method("fedogd", "FedOGD: online FL, FedAvg rounds on the newest windows only (a "
+                          "32-window buffer; Kwon et al. 2023)",
+                coordinator=_FEDAVG, agent={"buffer_capacity": 32, "min_buffer": 16}))
+register(Method("is", "importance sampling: windows of the classes with the largest logit-gradient "
+                      "norm admitted more and evicted last, at SFedPO's budget (Li et al. 2021)",
+                coordinator=_FEDAVG, plugins={"importance": {}}))
+register(Method("sfedpo+adaclp", "SFedPO's DDS and SAW composed with AdaCLP (FedAsync with SAW "
+                                 "scaling the mixing weight, CLP probe, CLP hyper-parameters and clocks)",
+                coordinator=_FEDASYNC, plugins={"clp": {}, "sfedpo": {}}, dvfs_policy="clp-aware"))
+# Adaptive-FedAvg (Canonaco et al., IJCNN 2021), SFedPO's concept-drift baseline (sfedpo.txt sec. 6:
+# "adjusts local learning rates to improve model plasticity under concept drift"): FedAvg rounds,
+# the coordinator's ``adaptive_lr`` plug-in setting each round's lr from the global model's drift.
+register(Method("adapfedavg", "Adaptive-FedAvg: FedAvg whose devices' lr follows the global model's "
+                              "running variance ratio with a 1/t decay (Canonaco et al. 2021)",
+                coordinator=_FEDAVG, plugins={"adaptive_lr": {}}))

@@ -16,6 +16,7 @@ from streamfl.config import build
 from streamfl.coordinator import plugins as coordinator_plugins
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
+from streamfl.coordinator.persistence import PLUGIN_TENSORS
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import GlobalModel
@@ -131,7 +132,9 @@ class TestCoordinatorPluginContract:
         assert fresh.state() == saved
         # A coordinator restored from the whole state continues where the first one was.
         again = make_core(name)
-        again.restore(core.model, json.loads(json.dumps(core.state())), 100.0)
+        state = core.state()
+        arrays = state.pop(PLUGIN_TENSORS)  # they go to plugins.safetensors, not through JSON
+        again.restore(core.model, dict(json.loads(json.dumps(state)), **{PLUGIN_TENSORS: arrays}), 100.0)
         assert again.version == core.version
         assert [p.state() for p in again.plugins] == [p.state() for p in core.plugins]
 

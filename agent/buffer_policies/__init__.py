@@ -6,10 +6,13 @@ in ``POLICIES``; ``tests/test_buffer_policy_contract.py`` runs the contract over
 from typing import Dict, Type
 
 from streamfl.agent.buffer_policies.base import ReplacementPolicy
+from streamfl.agent.buffer_policies.dds import DdsPolicy
 from streamfl.agent.buffer_policies.fifo import FifoPolicy
+from streamfl.agent.buffer_policies.importance import ImportancePolicy
 from streamfl.agent.buffer_policies.reservoir import ReservoirPolicy
 
-POLICIES: Dict[str, Type[ReplacementPolicy]] = {cls.name: cls for cls in (FifoPolicy, ReservoirPolicy)}
+POLICIES: Dict[str, Type[ReplacementPolicy]] = {cls.name: cls for cls in (FifoPolicy, ReservoirPolicy, DdsPolicy,
+                                                                           ImportancePolicy)}
 
 
 def make_buffer_policy(name: str, seed: int = 0) -> ReplacementPolicy:
@@ -20,4 +23,5 @@ def make_buffer_policy(name: str, seed: int = 0) -> ReplacementPolicy:
         raise ValueError("unknown buffer policy %r (known: %s)" % (name, ", ".join(POLICIES))) from None
 
 
-__all__ = ["POLICIES", "ReplacementPolicy", "FifoPolicy", "ReservoirPolicy", "make_buffer_policy"]
+__all__ = ["POLICIES", "ReplacementPolicy", "FifoPolicy", "ReservoirPolicy", "DdsPolicy", "ImportancePolicy",
+           "make_buffer_policy"]

@@ -7,10 +7,13 @@ Adding a method's device side: one file here with its plug-in class and settings
 from typing import Any, Dict, List, Mapping, Type
 
 from streamfl.agent.plugins.base import AgentPlugin, Penalty, ReportContext, RoundContext, Statistic
+from streamfl.agent.plugins.adaptive_lr import AdaptiveLrAgentPlugin
 from streamfl.agent.plugins.clp import ClpAgentPlugin
 from streamfl.agent.plugins.fedcurv import FedCurvAgentPlugin
+from streamfl.agent.plugins.importance import ImportanceAgentPlugin
 from streamfl.agent.plugins.schedule import ScheduleAgentPlugin
 from streamfl.agent.plugins.sessions import SessionsAgentPlugin
+from streamfl.agent.plugins.sfedpo import SfedpoAgentPlugin
 from streamfl.agent.plugins.stewc import StEwcAgentPlugin
 from streamfl.plugins import build_settings, register_in
 
@@ -28,6 +31,9 @@ register(FedCurvAgentPlugin)
 register(ScheduleAgentPlugin)
 register(StEwcAgentPlugin)
 register(SessionsAgentPlugin)
+register(SfedpoAgentPlugin)
+register(ImportanceAgentPlugin)
+register(AdaptiveLrAgentPlugin)
 
 
 def plugin_configs(settings: Mapping[str, Any]) -> Dict[str, Any]:
@@ -42,9 +48,13 @@ def plugin_configs(settings: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def make_plugins(configs: Mapping[str, Any]) -> List[AgentPlugin]:
-    """One instance per registered plug-in, in calling order."""
-    return [cls(configs[name]) for name, cls in PLUGINS.items()]
+def make_plugins(configs: Mapping[str, Any], seed: int = 0, num_classes: int = 0) -> List[AgentPlugin]:
+    """One instance per registered plug-in, in calling order, each told the device's ``seed`` and
+    the model's ``num_classes``."""
+    plugins = [cls(configs[name]) for name, cls in PLUGINS.items()]
+    for plugin in plugins:
+        plugin.bind(seed, num_classes)
+    return plugins
 
 
 __all__ = ["PLUGINS", "register", "plugin_configs", "make_plugins", "AgentPlugin", "Penalty",

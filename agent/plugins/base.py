@@ -92,6 +92,9 @@ class AgentPlugin(abc.ABC):
     def __init__(self, config: Any):
         self.config = config
 
+    def bind(self, seed: int, num_classes: int) -> None:
+        """Told once, before any window, the device's seed and the model's class count."""
+
     def on_global_model(self, gm: GlobalModel) -> None:
         """A newer global model of this device's architecture was accepted."""
 

@@ -10,13 +10,16 @@ from typing import Any, Dict, List, Mapping, Type
 from streamfl.coordinator.plugins.base import (
     Addressed, Aggregation, CoordinatorPlugin, FleetView,
 )
+from streamfl.coordinator.plugins.adaptive_lr import AdaptiveLrPlugin
 from streamfl.coordinator.plugins.balance import BalancePlugin
 from streamfl.coordinator.plugins.clp import ClpProbePlugin
 from streamfl.coordinator.plugins.criticalfl import CriticalFlPlugin
 from streamfl.coordinator.plugins.fedcurv import FedCurvPlugin
+from streamfl.coordinator.plugins.importance import ImportancePlugin
 from streamfl.coordinator.plugins.sampling import SamplingPlugin
 from streamfl.coordinator.plugins.schedule import SchedulePlugin
 from streamfl.coordinator.plugins.sessions import SessionsPlugin
+from streamfl.coordinator.plugins.sfedpo import SfedpoPlugin
 from streamfl.coordinator.plugins.stewc import StEwcPlugin
 from streamfl.plugins import build_settings, register_in
 
@@ -37,6 +40,9 @@ register(BalancePlugin)
 register(SchedulePlugin)
 register(StEwcPlugin)
 register(SessionsPlugin)
+register(SfedpoPlugin)
+register(ImportancePlugin)
+register(AdaptiveLrPlugin)
 
 
 def plugin_configs(settings: Mapping[str, Any], strategy: str) -> Dict[str, Any]:

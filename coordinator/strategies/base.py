@@ -21,6 +21,9 @@ class Aggregator(abc.ABC):
 
     #: Config name of the strategy.
     name = "base"
+    #: True when the updates merged together (a round) share out their weight factors among
+    #: themselves, so only the factors' ratios matter (FedAvg), not their scale (FedAsync).
+    normalizes_weights = False
 
     def __init__(self) -> None:
         #: What the last ``on_update`` did with its update: AGGREGATED, BUFFERED or STALE.

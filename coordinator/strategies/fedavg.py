@@ -62,6 +62,7 @@ class FedAvgAggregator(Aggregator):
     """Deadline-bounded synchronous rounds; ``online_devices`` is the registry's view at round start."""
 
     name = "fedavg"
+    normalizes_weights = True
 
     def __init__(self, deadline_s: float = 30.0, min_updates: int = 1,
                  online_devices: Callable[[], Collection[str]] = lambda: (),

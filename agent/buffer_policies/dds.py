@@ -1,0 +1,63 @@
+"""SFedPO's distribution-guided sampling (DDS, sfedpo.txt eq. 10-11, Algorithm 2) as buffer admission.
+
+A window of latent state m is admitted with probability ``rates[m]`` (alpha_n,m; ``default_rate``
+for a state without a rate, or when the state is unknown), and once the buffer is full it replaces
+a uniformly chosen slot: the buffer then follows eq. 1, D_t = (1 - alpha) D_{t-1} + alpha D_m, a
+convex mix of what it held and the current state, rather than FIFO's newest-only window. While the
+buffer is filling every window is admitted (the paper's clients start with a full buffer).
+``victim: oldest`` keeps FIFO's eviction instead. The ``sfedpo`` agent plug-in keeps the rates
+current; on its own (``buffer_policy: dds``) every state is admitted at the budget, the paper's
+"uniform sampling" ablation. Seeded.
+"""
+from typing import Dict, Optional
+
+import numpy as np
+
+from streamfl.agent.buffer_policies.base import BufferView, ReplacementPolicy
+
+#: alpha_n, the paper's sampling budget (App. H.1).
+DEFAULT_BUDGET = 0.5
+
+
+class DdsPolicy(ReplacementPolicy):
+    """Admit a window of state m with probability ``rates[m]``; evict a uniform slot (or the oldest)."""
+
+    name = "dds"
+
+    def __init__(self, seed: int = 0, default_rate: float = DEFAULT_BUDGET, victim: str = "random"):
+        if not 0.0 <= default_rate <= 1.0:
+            raise ValueError("default_rate must be in [0, 1], got %r" % (default_rate,))
+        if victim not in ("random", "oldest"):
+            raise ValueError("victim must be 'random' or 'oldest', got %r" % (victim,))
+        self._rng = np.random.default_rng([seed, 0xDD5])
+        self.default_rate = float(default_rate)
+        self.oldest = victim == "oldest"
+        #: alpha_n,m per state id.
+        self.rates: Dict[int, float] = {}
+        #: The next window's state as its owner resolved it (e.g. inferred), used once in place
+        #: of the state the buffer passes.
+        self.pending_state: Optional[int] = None
+        #: Windows offered while the buffer was full, and admitted of them (the admission rate).
+        self.offered_full = 0
+        self.admitted_full = 0
+
+    def admit(self, label: int, buffer: BufferView, state: int = -1) -> bool:
+        if self.pending_state is not None:
+            state, self.pending_state = self.pending_state, None
+        if buffer.size < buffer.capacity:
+            return True
+        self.offered_full += 1
+        if self._rng.random() < self.rates.get(state, self.default_rate):
+            self.admitted_full += 1
+            return True
+        return False
+
+    def victim(self, label: int, buffer: BufferView) -> int:
+        if self.oldest:
+            return buffer.oldest_slot
+        return int(self._rng.integers(buffer.capacity))
+
+    @property
+    def admission_rate(self) -> float:
+        """Share of the windows offered to a full buffer that were admitted (NaN before any)."""
+        return self.admitted_full / self.offered_full if self.offered_full else float("nan")

@@ -1,0 +1,151 @@
+"""SFedPO on the coordinator (sfedpo.txt sec. 5): the fleet's state weights w_m, and SAW.
+
+Every global model carries ``SfedpoTerms`` (DDS on or off, the budget alpha_n, eq. 10's a1 and b1,
+eq. 12's constants, and w_m), which wakes the devices' ``sfedpo`` plug-ins. Devices send s_n and
+q_n with each update (``SfedpoReport``); with ``saw`` on, update n counts by eq. 14:
+
+    p_n  proportional to  ReLU(1/q_n - a2 s_n + b2)
+
+The core multiplies the strategy's weight by the plug-in's factor. FedAvg normalizes the round's
+factors itself, so there the factor is eq. 14's numerator as it is (with equal sample counts,
+eq. 14 over the round's devices: Algorithm 1 line 14). FedAsync multiplies its mixing weight by it
+(capped at 1), so there the factor is the numerator over its mean across the devices' latest
+reports: about 1 on average, and FedAsync's alpha keeps its meaning.
+
+w_m, the population frequency of state m (eq. 3), is the mean over devices of each device's share
+of windows in state m: one device, one vote, so a device that claims a billion windows cannot
+move w more than an honest one. Only devices whose state ids are shared (given by their sources)
+count.
+
+Guards (a report is a claim): q_n is clamped to [``min_availability``, 1] (0.01, the paper's
+clip), s_n to [0, ``max_score``], and the factor to ``max_factor`` (4) times the fleet's mean, so
+a device cannot buy the aggregation by reporting q_n -> 0. A device without a report keeps
+factor 1. Defaults a2 = 1, b2 = 0.5 (the middle of the paper's ranges a2 in [0.5, 2], b2 in
+[0, 1]); a1 = 0.15, b1 = 0.25 likewise for eq. 10.
+"""
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from streamfl.coordinator.plugins.base import CoordinatorPlugin, FleetView
+from streamfl.protocol.extras import Extra
+from streamfl.protocol.messages import Update
+from streamfl.protocol.selection_payloads import MAX_STATES, SfedpoReport, SfedpoTerms
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SfedpoConfig:
+    """SFedPO's fleet settings (module docstring)."""
+
+    dds: bool = True
+    saw: bool = True
+    budget: float = 0.5
+    a1: float = 0.15
+    b1: float = 0.25
+    a2: float = 1.0
+    b2: float = 0.5
+    g: float = 1.0
+    l_eta_sigma2: float = 0.0
+    min_availability: float = 0.01
+    max_score: float = 100.0
+    max_factor: float = 4.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.budget < 1.0:
+            raise ValueError("budget (alpha_n) must be in (0, 1), got %r" % (self.budget,))
+        for key in ("a1", "a2", "b2", "g", "l_eta_sigma2"):
+            if not 0.0 <= getattr(self, key) <= 100.0:
+                raise ValueError("%s must be in [0, 100], got %r" % (key, getattr(self, key)))
+        if not -100.0 <= self.b1 <= 100.0:
+            raise ValueError("b1 must be in [-100, 100], got %r" % (self.b1,))
+        if not 0.0 < self.min_availability <= 1.0:
+            raise ValueError("min_availability must be in (0, 1], got %r" % (self.min_availability,))
+        if not 0.0 < self.max_score <= 1e6 or not self.max_factor >= 1.0:
+            raise ValueError("max_score must be in (0, 1e6] and max_factor >= 1")
+
+
+class SfedpoPlugin(CoordinatorPlugin):
+    """Broadcasts SFedPO's terms, keeps the devices' reports, weighs updates by SAW (eq. 14)."""
+
+    name = "sfedpo"
+    Config = SfedpoConfig
+
+    def __init__(self, config: SfedpoConfig, fleet: FleetView, peers: Mapping[str, CoordinatorPlugin]):
+        super().__init__(config, fleet, peers)
+        #: Each device's latest (s_n, q_n), clamped.
+        self.reports: Dict[str, Tuple[float, float]] = {}
+        #: Each device's latest state shares (devices with shared state ids only).
+        self.shares: Dict[str, Dict[int, float]] = {}
+        self._last: Optional[Tuple[str, float, float, float, Optional[float]]] = None
+
+    def on_update(self, update: Update, now: float) -> None:
+        report = update.extras.get(SfedpoReport.KIND)
+        if not isinstance(report, SfedpoReport):
+            return
+        c = self.config
+        q = min(1.0, max(c.min_availability, report.availability))
+        s = min(c.max_score, max(0.0, report.score))
+        self.reports[update.device_id] = (s, q)
+        total = float(sum(report.counts))
+        if report.shared_ids and total > 0:
+            self.shares[update.device_id] = {st: n / total for st, n in zip(report.states, report.counts) if n}
+        self._last = (update.update_id, s, q, self.raw(s, q), report.admission_rate)
+
+    def raw(self, score: float, availability: float) -> float:
+        """Eq. 14's numerator, ReLU(1/q - a2 s + b2)."""
+        return max(0.0, 1.0 / availability - self.config.a2 * score + self.config.b2)
+
+    def weight(self, update: Update, now: float) -> float:
+        if not self.config.saw or update.device_id not in self.reports:
+            return 1.0
+        values = [self.raw(s, q) for s, q in self.reports.values()]
+        mean = sum(values) / len(values)
+        if mean <= 0:
+            return 1.0
+        raw = min(self.raw(*self.reports[update.device_id]), self.config.max_factor * mean)
+        return raw if getattr(self.fleet.strategy, "normalizes_weights", False) else raw / mean
+
+    def state_weights(self) -> List[Tuple[int, float]]:
+        """w_m: the mean over reporting devices of their state shares, the most frequent first."""
+        if not self.shares:
+            return []
+        w: Dict[int, float] = {}
+        for shares in self.shares.values():
+            for st, p in shares.items():
+                w[st] = w.get(st, 0.0) + p / len(self.shares)
+        return sorted(w.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_STATES]
+
+    def extras(self) -> List[Extra]:
+        c = self.config
+        w = sorted(self.state_weights())
+        return [SfedpoTerms(dds=c.dds, saw=c.saw, budget=c.budget, a1=c.a1, b1=c.b1, g=c.g,
+                            l_eta_sigma2=c.l_eta_sigma2, states=tuple(s for s, _ in w),
+                            weights=tuple(round(p, 6) for _, p in w))]
+
+    def record_fields(self, update: Update) -> Dict[str, Any]:
+        if self._last is None or self._last[0] != update.update_id:
+            return {}
+        _, s, q, raw, rate = self._last
+        out = {"sfedpo_score": round(s, 4), "availability": round(q, 4)}
+        if self.config.saw:
+            out["saw_factor"] = round(self.weight(update, 0.0), 4)
+        if rate is not None:
+            out["admission_rate"] = round(rate, 4)
+        return out
+
+    def state(self) -> Dict[str, Any]:
+        return {"reports": {d: [s, q] for d, (s, q) in self.reports.items()},
+                "shares": {d: {str(st): p for st, p in sh.items()} for d, sh in self.shares.items()}}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        c = self.config
+        reports, shares = {}, {}
+        for device, pair in dict(state.get("reports") or {}).items():
+            s, q = float(pair[0]), float(pair[1])
+            reports[str(device)] = (min(c.max_score, max(0.0, s)), min(1.0, max(c.min_availability, q)))
+        for device, sh in dict(state.get("shares") or {}).items():
+            shares[str(device)] = {int(st): float(p) for st, p in dict(sh).items()
+                                   if int(st) >= 0 and 0.0 <= float(p) <= 1.0}
+        self.reports, self.shares = reports, shares

@@ -1,0 +1,69 @@
+"""The typed extra of Adaptive-FedAvg (Canonaco et al., IJCNN 2021): the devices' learning rate.
+
+``AdaptiveLr`` rides in every global model of a fleet running the ``adaptive_lr`` plug-in once the
+coordinator aggregated at least once. It carries the factor of the rule
+``lr_t = lr0 * min(1, r^_t / t)`` (``scale``, in (0, 1]) and, where the coordinator's settings name
+one, ``lr0``; without it ``lr0`` is the global model's own ``hparams.lr`` (the coordinator's
+broadcast rate), which the device already has: ``lr_for(base_lr)`` is the rate to train with.
+
+Why a factor and not the rate itself: a coordinator plug-in does not see the broadcast ``hparams``
+(``FleetView`` has no such field), while the device reads them from the same global model, so the
+rate is exact without the plug-in guessing ``lr0``. Both numbers are bounded here: finite, the
+factor in (0, 1], ``lr0`` in (0, ``MAX_LR``]; the device still clamps the rate to its own
+``hparam_limits``.
+"""
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional
+
+from streamfl.errors import ProtocolError
+from streamfl.protocol.extras import Extra, Tensors, check_keys, get_float, register_extra
+
+#: The largest ``lr0`` a model may announce (the coordinator's settings are bounded alike).
+MAX_LR = 10.0
+#: The smallest factor the coordinator sends: the wire refuses 0 (a rate of 0 trains nothing).
+MIN_SCALE = 1e-12
+
+
+def _number(kind: str, fields: Mapping[str, Any], key: str, high: float) -> float:
+    """A finite number in (0, high] (bools and strings refused by ``get_float``)."""
+    value = get_float(kind, fields, key)
+    if not 0 < value <= high:
+        raise ProtocolError("schema", "extras.%s.%s: expected a number in (0, %g], got %r"
+                            % (kind, key, high, value))
+    return value
+
+
+@register_extra
+@dataclass(frozen=True)
+class AdaptiveLr(Extra):
+    """Adaptive-FedAvg's learning rate in a global model: ``scale`` = min(1, r^_t / t) (or its
+    floor) and ``lr0`` (None: the model's ``hparams.lr``)."""
+
+    KIND = "adaptive_lr"
+
+    scale: float
+    lr0: Optional[float] = None
+
+    def lr_for(self, base_lr: float) -> float:
+        """The rate to train with: ``lr0`` (or ``base_lr``, the broadcast rate) times ``scale``."""
+        return (self.lr0 if self.lr0 is not None else float(base_lr)) * self.scale
+
+    def fields(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"scale": self.scale}
+        if self.lr0 is not None:
+            out["lr0"] = self.lr0
+        return out
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, Any], groups: Mapping[str, Tensors]) -> "AdaptiveLr":
+        k = cls.KIND
+        check_keys(k, fields, ("scale", "lr0"))
+        if groups:
+            raise ProtocolError("schema", "extras.%s: carries no tensors" % k)
+        if "scale" not in fields:
+            raise ProtocolError("schema", "extras.%s.scale: missing" % k)
+        lr0 = _number(k, fields, "lr0", MAX_LR) if "lr0" in fields else None
+        return cls(scale=_number(k, fields, "scale", 1.0), lr0=lr0)
+
+
+__all__ = ["AdaptiveLr", "MAX_LR", "MIN_SCALE"]
