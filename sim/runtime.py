@@ -356,6 +356,8 @@ class SimRun:
                  "final": final}
         if len(on_sets) > 1:
             event["accuracy_now"] = on_sets[1]
+        if self.scenario.stream.kind == "latent_states":  # one device's buffer class mix (SFedPO)
+            event["buffer_counts"] = list(self.devices[0].agent.buffer.counts)
         if self.scenario.stream.kind == "domain_incremental":  # every period's, future ones too
             stream = self.devices[0].stream
             event["period_accuracy"] = [round(self.evaluator.evaluate_classes(tensors, (), stream.transform, p)[0], 6)
