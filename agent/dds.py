@@ -52,8 +52,8 @@ class DirichletOracle:
         self.max_states = int(max_states)
         #: Windows seen per state.
         self.counts: Dict[int, int] = {}
-        #: Windows seen per state and class.
-        self.class_counts: Dict[int, np.ndarray] = {}
+        #: Windows seen per state and class (plain lists: the cheapest to count into per window).
+        self.class_counts: Dict[int, List[int]] = {}
         #: Windows of a state beyond ``max_states`` (not tracked; admitted at the budget).
         self.overflow = 0
 
@@ -66,7 +66,7 @@ class DirichletOracle:
                 self.overflow += 1
                 return False
             self.counts[state] = 0
-            self.class_counts[state] = np.zeros(self.num_classes, dtype=np.int64)
+            self.class_counts[state] = [0] * self.num_classes
         self.counts[state] += 1
         if 0 <= label < self.num_classes:
             self.class_counts[state][label] += 1
@@ -84,20 +84,20 @@ class DirichletOracle:
     def divergence(self, states: Sequence[int]) -> np.ndarray:
         """d_m: KL(state m's smoothed class mix || uniform) per state of ``states`` (0 if unseen)."""
         k = self.num_classes
-        out = np.zeros(len(states), dtype=np.float64)
-        for i, s in enumerate(states):
-            counts = self.class_counts.get(s)
-            if counts is None or not counts.sum():
-                continue
-            p = (counts + self.class_prior) / (counts.sum() + self.class_prior * k)
-            nz = p > 0
-            out[i] = float(np.sum(p[nz] * np.log(p[nz] * k)))
-        return out
+        zeros = [0] * k
+        counts = np.asarray([self.class_counts.get(s, zeros) for s in states], dtype=np.float64)
+        if not len(counts):
+            return np.zeros(0)
+        seen = counts.sum(axis=1, keepdims=True)
+        p = (counts + self.class_prior) / np.maximum(seen + self.class_prior * k, 1e-300)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(p > 0, p * np.log(p * k), 0.0)
+        return np.where(seen[:, 0] > 0, terms.sum(axis=1), 0.0)
 
     def state(self) -> Dict[str, object]:
         """JSON-able counts (a restart keeps what the device learned of its states)."""
         return {"counts": {str(s): n for s, n in self.counts.items()},
-                "class_counts": {str(s): c.tolist() for s, c in self.class_counts.items()}}
+                "class_counts": {str(s): list(c) for s, c in self.class_counts.items()}}
 
     def load_state(self, state: Mapping[str, object]) -> None:
         """Counts from ``state()``; entries of the wrong shape are dropped."""
@@ -106,7 +106,7 @@ class DirichletOracle:
             cc = np.asarray(dict(state.get("class_counts", {})).get(key, []), dtype=np.int64)
             if len(self.counts) < self.max_states and cc.shape == (self.num_classes,) and int(n) >= 0:
                 self.counts[int(key)] = int(n)
-                self.class_counts[int(key)] = cc
+                self.class_counts[int(key)] = [int(v) for v in cc]
 
 
 def dds_scores(pi_hat: np.ndarray, w: np.ndarray, d: np.ndarray, budget: float, a1: float,

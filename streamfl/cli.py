@@ -119,11 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
                              "seconds and joules after each session boundary to these shares of "
                              "session-init's peak (default 0.95,0.97), and the accumulated gain "
                              "over previous; several folders make one table")
+    report.add_argument("--sfedpo", action="store_true",
+                        help="print SFedPO's comparison of latent-state runs instead: accuracy at the "
+                             "end and over the run per method, the best baseline and sfedpo's margin "
+                             "over it; several folders make one table, and sfedpo.png and "
+                             "sfedpo-buffer.png go beside them")
     report.add_argument("--labels", default=None,
                         help="with several folders: their column labels, comma-separated, in order "
                              "(default: the folder names)")
     report.add_argument("--methods", default=None,
-                        help="with --frames, --periods, --sessions or --markdown: only these comma-separated methods' "
+                        help="with --frames, --periods, --sessions, --sfedpo or --markdown: only these comma-separated methods' "
                              "rows, in this order")
     report.add_argument("--log-level", default="WARNING")
     operator = _sub(sub, "operator", OPERATOR_HELP,
@@ -287,8 +292,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                     raise ConfigError("--sessions: shares must be in (0, 1]")
                 print(sessions_for_runs(dirs, targets, methods=rows))
                 return 0
+            if args.sfedpo:
+                from streamfl.sim.sfedpo_report import sfedpo_for_runs
+                print(sfedpo_for_runs(dirs, methods=rows))
+                return 0
             if len(dirs) > 1:
-                raise ConfigError("several run folders go with --frames or --sessions only")
+                raise ConfigError("several run folders go with --frames, --sessions or --sfedpo only")
             if args.periods:
                 from streamfl.sim.period_report import periods_for_run
                 print(periods_for_run(dirs[0], args.reference, rows))

@@ -17,6 +17,8 @@ from streamfl.agent.buffer_policies.base import BufferView, ReplacementPolicy
 
 #: alpha_n, the paper's sampling budget (App. H.1).
 DEFAULT_BUDGET = 0.5
+#: Uniform draws made at once.
+_BLOCK = 1024
 
 
 class DdsPolicy(ReplacementPolicy):
@@ -30,6 +32,8 @@ class DdsPolicy(ReplacementPolicy):
         if victim not in ("random", "oldest"):
             raise ValueError("victim must be 'random' or 'oldest', got %r" % (victim,))
         self._rng = np.random.default_rng([seed, 0xDD5])
+        self._uniforms = self._rng.random(_BLOCK)  # drawn in blocks: one call per window costs more
+        self._next = 0
         self.default_rate = float(default_rate)
         self.oldest = victim == "oldest"
         #: alpha_n,m per state id.
@@ -47,7 +51,7 @@ class DdsPolicy(ReplacementPolicy):
         if buffer.size < buffer.capacity:
             return True
         self.offered_full += 1
-        if self._rng.random() < self.rates.get(state, self.default_rate):
+        if self._uniform() < self.rates.get(state, self.default_rate):
             self.admitted_full += 1
             return True
         return False
@@ -55,7 +59,14 @@ class DdsPolicy(ReplacementPolicy):
     def victim(self, label: int, buffer: BufferView) -> int:
         if self.oldest:
             return buffer.oldest_slot
-        return int(self._rng.integers(buffer.capacity))
+        return min(int(self._uniform() * buffer.capacity), buffer.capacity - 1)
+
+    def _uniform(self) -> float:
+        """The next U[0, 1) draw of the current block."""
+        if self._next == _BLOCK:
+            self._uniforms, self._next = self._rng.random(_BLOCK), 0
+        self._next += 1
+        return float(self._uniforms[self._next - 1])
 
     @property
     def admission_rate(self) -> float:

@@ -45,8 +45,9 @@ class SfedpoAgentConfig:
     prior: float = 1.0
     #: Pseudo-windows per class when estimating a state's class mix for d_m.
     class_prior: float = 1.0
-    #: Windows between recomputations of the admission shares (cheap: O(M) each).
-    refresh_windows: int = 16
+    #: Windows between recomputations of the admission shares (O(M K) each, about 50 us; a new
+    #: state recomputes at once). pi_hat moves by at most refresh_windows / windows seen.
+    refresh_windows: int = 64
     #: "random" (eq. 1's convex mix) or "oldest" (FIFO eviction) for the slot a window replaces.
     victim: str = "random"
     min_availability: float = 0.01
