@@ -233,14 +233,28 @@ runs/eval/sessions-%/sessions.md: $(STAMP)
 # and partial access, on MNIST-5k and the smartwatch data, 3 seeds: the paper's baselines that fit
 # a streaming fleet (FedAvg, FedCurv, FedOGD, Adaptive-FedAvg, IS), SFedPO, its two ablations and
 # its composition with AdaCLP. One table over the four folders, accuracy over time and one
-# device's buffer class mix (runs/eval/sfedpo.md, sfedpo.png, sfedpo-buffer.png). About 70
-# minutes on 2 cores.
+# device's buffer class mix (runs/eval/sfedpo.md, sfedpo.png, sfedpo-buffer.png). Then what was
+# tried in partial access (runs/eval/sfedpo-tried/, one table): states inferred on the boards
+# instead of given, eq. 10's a1 and b1 at the ends of the paper's ranges (a1 0.25, b1 0.15: the
+# strongest pull away from skewed states), and the slow stream (2 windows a second: a FIFO buffer
+# then spans 25 state slots). About 85 minutes on 2 cores.
 SFEDPO := configs/scenarios/sfedpo-latent-states.yaml
 SFEDPO_SET_mnist :=
 SFEDPO_SET_watch := --set data.dataset=watch
 SFEDPO_OUT := $(foreach d,mnist watch,$(foreach a,full partial,runs/eval/sfedpo-$(d)-$(a)))
-eval-sfedpo: $(addsuffix /summary.json,$(SFEDPO_OUT))
+SFEDPO_TRIED := $(addprefix runs/eval/sfedpo-tried/,mnist-inferred mnist-contrast watch-contrast mnist-slow)
+eval-sfedpo: $(addsuffix /summary.json,$(SFEDPO_OUT) $(SFEDPO_TRIED))
 	$(BIN)/streamfl report $(SFEDPO_OUT) --sfedpo > runs/eval/sfedpo.md
+	$(BIN)/streamfl report $(SFEDPO_TRIED) --sfedpo > runs/eval/sfedpo-tried/sfedpo.md
+runs/eval/sfedpo-tried/%-inferred/summary.json: $(STAMP)
+	$(SIM) $(SFEDPO) --seeds 3 --methods sfedpo $(SFEDPO_SET_$*) --set stream.params.access=partial \
+	  --set agent.plugins.sfedpo.states=inferred --out $(@D)
+runs/eval/sfedpo-tried/%-contrast/summary.json: $(STAMP)
+	$(SIM) $(SFEDPO) --seeds 3 --methods sfedpo,dds-only $(SFEDPO_SET_$*) --set stream.params.access=partial \
+	  --set plugins.sfedpo.a1=0.25 --set plugins.sfedpo.b1=0.15 --out $(@D)
+runs/eval/sfedpo-tried/%-slow/summary.json: $(STAMP)
+	$(SIM) $(SFEDPO) --seeds 3 --methods fedavg,is,sfedpo $(SFEDPO_SET_$*) --set stream.params.access=partial \
+	  --set stream.windows_per_s=2 --out $(@D)
 runs/eval/sfedpo-%/summary.json: $(STAMP)
 	$(SIM) $(SFEDPO) --seeds 3 $(SFEDPO_SET_$(call sess_word,$*,1,)) \
 	  --set stream.params.access=$(call sess_word,$*,2,) --out $(@D)

@@ -27,6 +27,10 @@ RUNS: List[Tuple[str, str, float, Dict[str, Any]]] = [
     # Two session boundaries (100 s, 200 s) with the population changing: the pilot, an auxiliary
     # round, and at 200 s a start weighted over a saved session's gradient.
     ("session-churn", "configs/scenarios/session-churn.yaml", 250.0, {}),
+    # Latent states in partial access: DDS admitting by state, SAW weighing, IS and FedOGD's
+    # buffers, Adaptive-FedAvg's lr (about 12 FedAvg rounds).
+    ("sfedpo-latent", "configs/scenarios/sfedpo-latent-states.yaml", 60.0,
+     {"stream.params.access": "partial"}),
 ]
 
 #: Methods recorded on the session-churn run only (elsewhere no device comes or goes: they would
@@ -41,11 +45,18 @@ FIRST_SCENARIO_ONLY = ("random", "best-channel", "best-norm", "power-of-choice",
                        "timeewc", "stewc-async", "stewc+adaclp")
 
 
+#: Methods recorded on the sfedpo-latent run only: they choose windows by latent state or per
+#: round, which the other runs' streams (no states, slow turnover) do not exercise.
+SFEDPO_METHODS = ("sfedpo", "dds-only", "saw-only", "sfedpo+adaclp", "is", "fedogd", "adapfedavg")
+
+
 def methods_for(stem: str, registered: List[str]) -> List[str]:
     """The registered methods recorded for the run ``stem``, sorted."""
     if stem == "session-churn":
         return sorted(m for m in registered if m in SESSION_METHODS)
-    skip = (() if stem == RUNS[0][0] else FIRST_SCENARIO_ONLY) + SESSION_METHODS
+    if stem == "sfedpo-latent":
+        return sorted(m for m in registered if m in SFEDPO_METHODS)
+    skip = (() if stem == RUNS[0][0] else FIRST_SCENARIO_ONLY) + SESSION_METHODS + SFEDPO_METHODS
     return sorted(m for m in registered if m not in skip)
 
 
