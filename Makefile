@@ -236,13 +236,15 @@ runs/eval/sessions-%/sessions.md: $(STAMP)
 # device's buffer class mix (runs/eval/sfedpo.md, sfedpo.png, sfedpo-buffer.png). Then what was
 # tried in partial access (runs/eval/sfedpo-tried/, one table): states inferred on the boards
 # instead of given, eq. 10's a1 and b1 at the ends of the paper's ranges (a1 0.25, b1 0.15: the
-# strongest pull away from skewed states), and the slow stream (2 windows a second: a FIFO buffer
-# then spans 25 state slots). About 85 minutes on 2 cores.
+# strongest pull away from skewed states), the slow stream (2 windows a second: a FIFO buffer
+# then spans 25 state slots), and an admitted window replacing the most-held class's of 8 random
+# slots (victim: balanced, ours) instead of a random one. About 90 minutes on 2 cores.
 SFEDPO := configs/scenarios/sfedpo-latent-states.yaml
 SFEDPO_SET_mnist :=
 SFEDPO_SET_watch := --set data.dataset=watch
 SFEDPO_OUT := $(foreach d,mnist watch,$(foreach a,full partial,runs/eval/sfedpo-$(d)-$(a)))
-SFEDPO_TRIED := $(addprefix runs/eval/sfedpo-tried/,mnist-inferred mnist-contrast watch-contrast mnist-slow)
+SFEDPO_TRIED := $(addprefix runs/eval/sfedpo-tried/,mnist-inferred mnist-contrast watch-contrast mnist-slow \
+  mnist-balanced watch-balanced)
 eval-sfedpo: $(addsuffix /summary.json,$(SFEDPO_OUT) $(SFEDPO_TRIED))
 	$(BIN)/streamfl report $(SFEDPO_OUT) --sfedpo > runs/eval/sfedpo.md
 	$(BIN)/streamfl report $(SFEDPO_TRIED) --sfedpo > runs/eval/sfedpo-tried/sfedpo.md
@@ -252,6 +254,9 @@ runs/eval/sfedpo-tried/%-inferred/summary.json: $(STAMP)
 runs/eval/sfedpo-tried/%-contrast/summary.json: $(STAMP)
 	$(SIM) $(SFEDPO) --seeds 3 --methods sfedpo,dds-only $(SFEDPO_SET_$*) --set stream.params.access=partial \
 	  --set plugins.sfedpo.a1=0.25 --set plugins.sfedpo.b1=0.15 --out $(@D)
+runs/eval/sfedpo-tried/%-balanced/summary.json: $(STAMP)
+	$(SIM) $(SFEDPO) --seeds 3 --methods sfedpo $(SFEDPO_SET_$*) --set stream.params.access=partial \
+	  --set agent.plugins.sfedpo.victim=balanced --out $(@D)
 runs/eval/sfedpo-tried/%-slow/summary.json: $(STAMP)
 	$(SIM) $(SFEDPO) --seeds 3 --methods fedavg,is,sfedpo $(SFEDPO_SET_$*) --set stream.params.access=partial \
 	  --set stream.windows_per_s=2 --out $(@D)

@@ -367,3 +367,17 @@ def test_hostile_terms_are_refused(change):
 def test_tensors_are_refused():
     with pytest.raises(ProtocolError):
         SfedpoReport.parse(report(1.0, 0.2).fields(), {"g": {"w": np.zeros(1, np.float32)}})
+
+
+def test_a_balanced_eviction_makes_room_in_the_most_held_class():
+    policy = DdsPolicy(seed=4, victim="balanced")
+    buf = Buffer(40, 4, 2, 4, policy)
+    x = np.zeros((4, 2), np.float32)
+    for i in range(40):
+        buf.add(x, 0 if i < 30 else 1 + i % 3, 0)
+    policy.rates = {0: 1.0}
+    for _ in range(10):
+        assert buf.add(x, 3, 0)
+    assert buf.counts[0] == 20 and sum(buf.counts[1:]) == 20  # every eviction hit class 0
+    with pytest.raises(ValueError):
+        DdsPolicy(victim="newest")

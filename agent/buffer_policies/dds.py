@@ -5,7 +5,10 @@ for a state without a rate, or when the state is unknown), and once the buffer i
 a uniformly chosen slot: the buffer then follows eq. 1, D_t = (1 - alpha) D_{t-1} + alpha D_m, a
 convex mix of what it held and the current state, rather than FIFO's newest-only window. While the
 buffer is filling every window is admitted (the paper's clients start with a full buffer).
-``victim: oldest`` keeps FIFO's eviction instead. The ``sfedpo`` agent plug-in keeps the rates
+``victim: oldest`` keeps FIFO's eviction instead; ``victim: balanced`` (streamfl's, not the paper's)
+replaces the window of the most-held class among ``CANDIDATES`` random slots, so that a long stay
+in a state of one or two classes crowds out the other classes more slowly (the paper leaves
+which windows make room open). The ``sfedpo`` agent plug-in keeps the rates
 current; on its own (``buffer_policy: dds``) every state is admitted at the budget, the paper's
 "uniform sampling" ablation. Seeded.
 """
@@ -19,6 +22,9 @@ from streamfl.agent.buffer_policies.base import BufferView, ReplacementPolicy
 DEFAULT_BUDGET = 0.5
 #: Uniform draws made at once.
 _BLOCK = 1024
+#: Random slots a ``balanced`` eviction compares.
+CANDIDATES = 8
+VICTIMS = ("random", "oldest", "balanced")
 
 
 class DdsPolicy(ReplacementPolicy):
@@ -29,13 +35,13 @@ class DdsPolicy(ReplacementPolicy):
     def __init__(self, seed: int = 0, default_rate: float = DEFAULT_BUDGET, victim: str = "random"):
         if not 0.0 <= default_rate <= 1.0:
             raise ValueError("default_rate must be in [0, 1], got %r" % (default_rate,))
-        if victim not in ("random", "oldest"):
-            raise ValueError("victim must be 'random' or 'oldest', got %r" % (victim,))
+        if victim not in VICTIMS:
+            raise ValueError("victim must be one of %s, got %r" % (", ".join(VICTIMS), victim))
         self._rng = np.random.default_rng([seed, 0xDD5])
         self._uniforms = self._rng.random(_BLOCK)  # drawn in blocks: one call per window costs more
         self._next = 0
         self.default_rate = float(default_rate)
-        self.oldest = victim == "oldest"
+        self.victim_rule = victim
         #: alpha_n,m per state id.
         self.rates: Dict[int, float] = {}
         #: The next window's state as its owner resolved it (e.g. inferred), used once in place
@@ -57,9 +63,17 @@ class DdsPolicy(ReplacementPolicy):
         return False
 
     def victim(self, label: int, buffer: BufferView) -> int:
-        if self.oldest:
+        if self.victim_rule == "oldest":
             return buffer.oldest_slot
-        return min(int(self._uniform() * buffer.capacity), buffer.capacity - 1)
+        if self.victim_rule == "random":
+            return self._slot(buffer.capacity)
+        slots = [self._slot(buffer.capacity) for _ in range(CANDIDATES)]
+        counts, y = buffer.counts, buffer.y
+        return max(slots, key=lambda s: counts[y[s]])
+
+    def _slot(self, capacity: int) -> int:
+        """A uniform slot index in [0, capacity)."""
+        return min(int(self._uniform() * capacity), capacity - 1)
 
     def _uniform(self) -> float:
         """The next U[0, 1) draw of the current block."""

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from streamfl.agent.buffer_policies.base import ReplacementPolicy
-from streamfl.agent.buffer_policies.dds import DdsPolicy
+from streamfl.agent.buffer_policies.dds import VICTIMS, DdsPolicy
 from streamfl.agent.dds import DirichletOracle, dds_rates, dds_scores, heterogeneity_score, population_weights
 from streamfl.agent.latent import SOURCES, StateSource, make_state_source
 from streamfl.agent.plugins.base import AgentPlugin, RoundContext, Statistic
@@ -48,7 +48,8 @@ class SfedpoAgentConfig:
     #: Windows between recomputations of the admission shares (O(M K) each, about 50 us; a new
     #: state recomputes at once). pi_hat moves by at most refresh_windows / windows seen.
     refresh_windows: int = 64
-    #: "random" (eq. 1's convex mix) or "oldest" (FIFO eviction) for the slot a window replaces.
+    #: The slot an admitted window replaces: "random" (eq. 1's convex mix), "oldest" (FIFO) or
+    #: "balanced" (the most-held class among a few random slots; streamfl's).
     victim: str = "random"
     min_availability: float = 0.01
     history: int = 32
@@ -59,8 +60,8 @@ class SfedpoAgentConfig:
     def __post_init__(self) -> None:
         if self.states not in SOURCES:
             raise ValueError("states must be one of %s, got %r" % (", ".join(SOURCES), self.states))
-        if self.victim not in ("random", "oldest"):
-            raise ValueError("victim must be 'random' or 'oldest', got %r" % (self.victim,))
+        if self.victim not in VICTIMS:
+            raise ValueError("victim must be one of %s, got %r" % (", ".join(VICTIMS), self.victim))
         if not self.prior > 0 or not self.class_prior >= 0:
             raise ValueError("prior must be > 0 and class_prior >= 0")
         if not 0 < self.min_availability <= 1:

@@ -71,6 +71,16 @@ VOLATILE = ("wall_s",)
 WIRE_SIZED = ("round_latency_s",)
 WIRE_RTOL = 1e-3
 WIRE_ATOL_S = 1e-3
+#: Figures made from held-out predictions (any key naming ``accuracy``, within ``ACCURACY_ATOL``,
+#: and a period's accumulated gain, a sum of accuracies times the evaluation interval in
+#: accuracy-seconds, within ``GAIN_ATOL``): on another CPU torch's kernels round the weights' last
+#: bits differently, which now and then flips a few of the held-out predictions. At the same
+#: commit session-churn's four methods gave final accuracies 0.457 / 0.541 on the machine that
+#: recorded them and 0.456 / 0.542 on another, and accumulated gains up to 0.047 apart (0.618 /
+#: 0.571); the other runs matched exactly. Every other figure (energy, versions, rounds,
+#: staleness, latency) stays exact and catches a change of behaviour.
+ACCURACY_ATOL = 0.01
+GAIN_ATOL = 0.1
 
 
 def strip(value: Any) -> Any:
@@ -115,6 +125,10 @@ def first_difference(a: Any, b: Any, path: str = "") -> str:
     if path.rsplit("/", 1)[-1] in WIRE_SIZED and isinstance(a, float) and isinstance(b, float):
         close = abs(a - b) <= max(WIRE_ATOL_S, WIRE_RTOL * max(abs(a), abs(b)))
         return "" if close else "%s: golden %r, now %r" % (path, a, b)
+    key = path.rsplit("/", 1)[-1].split("[", 1)[0]
+    atol = GAIN_ATOL if key == "accumulated_gain" else ACCURACY_ATOL if "accuracy" in key else None
+    if atol is not None and isinstance(a, float) and isinstance(b, float):
+        return "" if abs(a - b) <= atol else "%s: golden %r, now %r" % (path, a, b)
     return "" if a == b else "%s: golden %r, now %r" % (path, a, b)
 
 
