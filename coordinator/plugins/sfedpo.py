@@ -78,7 +78,10 @@ class SfedpoPlugin(CoordinatorPlugin):
         self.reports: Dict[str, Tuple[float, float]] = {}
         #: Each device's latest state shares (devices with shared state ids only).
         self.shares: Dict[str, Dict[int, float]] = {}
-        self._last: Optional[Tuple[str, float, float, float, Optional[float]]] = None
+        #: (update id, s_n, q_n, admission rate) of the newest report, and (update id, factor) of
+        #: the newest weighed update, for their metrics record.
+        self._last: Optional[Tuple[str, float, float, Optional[float]]] = None
+        self._factor: Optional[Tuple[str, float]] = None
 
     def on_update(self, update: Update, now: float) -> None:
         report = update.extras.get(SfedpoReport.KIND)
@@ -91,7 +94,7 @@ class SfedpoPlugin(CoordinatorPlugin):
         total = float(sum(report.counts))
         if report.shared_ids and total > 0:
             self.shares[update.device_id] = {st: n / total for st, n in zip(report.states, report.counts) if n}
-        self._last = (update.update_id, s, q, self.raw(s, q), report.admission_rate)
+        self._last = (update.update_id, s, q, report.admission_rate)
 
     def raw(self, score: float, availability: float) -> float:
         """Eq. 14's numerator, ReLU(1/q - a2 s + b2)."""
@@ -105,7 +108,9 @@ class SfedpoPlugin(CoordinatorPlugin):
         if mean <= 0:
             return 1.0
         raw = min(self.raw(*self.reports[update.device_id]), self.config.max_factor * mean)
-        return raw if getattr(self.fleet.strategy, "normalizes_weights", False) else raw / mean
+        factor = raw if getattr(self.fleet.strategy, "normalizes_weights", False) else raw / mean
+        self._factor = (update.update_id, factor)
+        return factor
 
     def state_weights(self) -> List[Tuple[int, float]]:
         """w_m: the mean over reporting devices of their state shares, the most frequent first."""
@@ -127,10 +132,10 @@ class SfedpoPlugin(CoordinatorPlugin):
     def record_fields(self, update: Update) -> Dict[str, Any]:
         if self._last is None or self._last[0] != update.update_id:
             return {}
-        _, s, q, raw, rate = self._last
+        _, s, q, rate = self._last
         out = {"sfedpo_score": round(s, 4), "availability": round(q, 4)}
-        if self.config.saw:
-            out["saw_factor"] = round(self.weight(update, 0.0), 4)
+        if self._factor is not None and self._factor[0] == update.update_id:
+            out["saw_factor"] = round(self._factor[1], 4)
         if rate is not None:
             out["admission_rate"] = round(rate, 4)
         return out
