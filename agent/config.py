@@ -87,6 +87,14 @@ class AgentConfig:
     hparam_limits: Dict[str, Any] = field(default_factory=dict)
     #: The most rounds one ``skip`` command may idle the board (100 rounds: ~8 minutes at 5 s).
     max_skip_rounds: int = 100
+    #: Follow a global model without a run identity after one of a named run. Off: every
+    #: ``streamfl-coordinator`` names its run, so an unnamed model after a named one is a forgery
+    #: or a leftover, refused (``agent/model_gate.py``); on only for a coordinator that stamps none.
+    accept_unnamed_runs: bool = False
+    #: Seconds within which coming back to a run this agent left means two coordinators publish on
+    #: the fleet (one WARNING naming both runs, then only counted). 300 s: two live coordinators
+    #: alternate every few seconds, while a coordinator moved back after a reset takes minutes.
+    run_alternation_window_s: float = 300.0
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.fleet or ""):
@@ -121,6 +129,8 @@ class AgentConfig:
              "must be >= 0 (0 = only at exit)"),
             ("max_frame_bytes", self.max_frame_bytes >= 1024, "must be at least 1024"),
             ("max_skip_rounds", self.max_skip_rounds >= 0, "must be >= 0"),
+            ("run_alternation_window_s", 0 <= self.run_alternation_window_s <= 86400,
+             "must be in [0, 86400] (0 = never report alternating runs)"),
         ]
         for key, ok, why in checks:
             if not ok:
