@@ -4,16 +4,22 @@ Every configuration object in streamfl is a frozen dataclass whose fields have d
 command-line flags only override. Errors are ``ConfigError`` (exit code 2); an error that one
 flag causes names that flag (``load_with_flags``).
 
+Numbers have declared bounds (``bounded``): every int or float field of a config dataclass says
+the range it accepts, and ``build`` refuses a value outside it with the key named; every float is
+refused when it is NaN or infinite, whether or not its field declares a range (a field whose
+meaning needs infinity, e.g. "offline until the end", says so with ``allows_infinity``).
+
 Numbers are read the YAML 1.2 way, in files and in ``--set`` values alike (``Loader``,
 ``parse_value``): PyYAML follows YAML 1.1, under which ``1e-3`` and ``1.0e9`` (no dot, or an
 unsigned exponent) are strings, so ``lr: 1e-3`` would be refused as "expected a number".
 """
 import dataclasses
+import math
 import re
 import shlex
 import typing
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 import yaml
 
@@ -25,6 +31,80 @@ _NONE_TYPE = type(None)
 #: What PyYAML raises on a bad document: its own errors, and ValueError (``2001-02-30``, an int of
 #: more than 4300 digits), RecursionError (deep nesting) or OverflowError from its constructors.
 _YAML_ERRORS = (yaml.YAMLError, ValueError, RecursionError, OverflowError)
+
+
+#: Field metadata keys: the ``Range`` a number must lie in, and whether floats may be +-inf.
+RANGE = "streamfl.range"
+INFINITE = "streamfl.allows_infinity"
+
+Number = Union[int, float]
+
+#: The widest seed range every random source here takes (numpy's legacy seeds stop at 2^32 - 1).
+SEED_MAX = 2 ** 32 - 1
+#: The largest frame either program may be told to accept (4 GiB; the default is 64 MiB).
+FRAME_BYTES_MAX = 2 ** 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The interval a numeric config field accepts: ``[lo, hi]``, either end open if said so."""
+
+    lo: Number
+    hi: Number
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __contains__(self, value: Number) -> bool:
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        return bool(above and below)
+
+    def __str__(self) -> str:
+        return "%s%s, %s%s" % ("(" if self.lo_open else "[", _show(self.lo), _show(self.hi),
+                               ")" if self.hi_open else "]")
+
+
+def _show(x: Number) -> str:
+    return str(x) if isinstance(x, int) else "%.10g" % x
+
+
+def bounded(default: Any, lo: Number, hi: Number, lo_open: bool = False, hi_open: bool = False,
+            **kwargs: Any) -> Any:
+    """A dataclass field with ``default`` whose values must lie in ``[lo, hi]`` (``lo_open``,
+    ``hi_open``: that end excluded), checked by ``build``; a None value (an Optional field) and
+    every element of a tuple field are checked alike. Both ends are required, so that no key
+    takes 1e300 by oversight. ``kwargs`` go to ``dataclasses.field``."""
+    if not (lo <= hi and math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError("bounded: a range needs finite lo <= hi, got %r, %r" % (lo, hi))
+    metadata = dict(kwargs.pop("metadata", None) or {})
+    metadata[RANGE] = Range(lo, hi, lo_open, hi_open)
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)
+
+
+def allows_infinity(**kwargs: Any) -> Any:
+    """A dataclass field whose floats may be +inf or -inf (never NaN); ``kwargs`` go to
+    ``dataclasses.field``."""
+    metadata = dict(kwargs.pop("metadata", None) or {})
+    metadata[INFINITE] = True
+    return dataclasses.field(metadata=metadata, **kwargs)
+
+
+def field_range(f: "dataclasses.Field") -> Optional[Range]:
+    """The declared ``Range`` of dataclass field ``f`` (None: none declared)."""
+    return f.metadata.get(RANGE)
+
+
+def _check_range(value: Any, rng: Range, where: str) -> None:
+    """``ConfigError`` naming ``where`` if ``value`` (or an element of it) lies outside ``rng``."""
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            _check_range(item, rng, "%s[%d]" % (where, i))
+        return
+    if isinstance(value, (int, float)) and value not in rng:
+        raise ConfigError("%s: %s is out of range, expected a value in %s" % (
+            where, _show(value) if math.isfinite(value) else repr(value), rng))
 
 
 class Loader(yaml.SafeLoader):
@@ -74,8 +154,9 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check ``value`` against the annotation ``tp``; ints are accepted where floats are expected."""
+def _coerce(value: Any, tp: Any, where: str, infinite: bool = False) -> Any:
+    """Check ``value`` against the annotation ``tp``; ints are accepted where floats are expected.
+    A float must be finite (``infinite``: +-inf allowed); NaN never is."""
     origin = typing.get_origin(tp) if hasattr(typing, "get_origin") else getattr(tp, "__origin__", None)
     args = typing.get_args(tp) if hasattr(typing, "get_args") else getattr(tp, "__args__", ())
     if tp is Any:
@@ -88,7 +169,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             if arg is _NONE_TYPE:
                 continue
             try:
-                return _coerce(value, arg, where)
+                return _coerce(value, arg, where, infinite)
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if len(errors) == 1 else "%s: %r fits none of %s" % (
@@ -103,24 +184,28 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ConfigError("%s: expected a list, got %r" % (where, value))
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(v, args[0], "%s[%d]" % (where, i)) for i, v in enumerate(value))
+            return tuple(_coerce(v, args[0], "%s[%d]" % (where, i), infinite) for i, v in enumerate(value))
         if args and len(args) != len(value):
             raise ConfigError("%s: expected %d items, got %d" % (where, len(args), len(value)))
-        return tuple(_coerce(v, a, "%s[%d]" % (where, i)) for i, (v, a) in enumerate(zip(value, args)))
+        return tuple(_coerce(v, a, "%s[%d]" % (where, i), infinite)
+                     for i, (v, a) in enumerate(zip(value, args)))
     if origin in (dict, typing.Dict, Mapping) or tp in (dict, Dict):
         if not isinstance(value, Mapping):
             raise ConfigError("%s: expected a mapping, got %r" % (where, value))
         if len(args) == 2:
-            return {_coerce(k, args[0], where): _coerce(v, args[1], "%s.%s" % (where, k))
+            return {_coerce(k, args[0], where, infinite): _coerce(v, args[1], "%s.%s" % (where, k), infinite)
                     for k, v in value.items()}
         return dict(value)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError("%s: expected a number, got %r" % (where, value))
         try:
-            return float(value)
+            number = float(value)
         except OverflowError:  # an integer beyond float range
             raise ConfigError("%s: %d digits is out of range for a number" % (where, len(str(abs(value))))) from None
+        if math.isnan(number) or (math.isinf(number) and not infinite):
+            raise ConfigError("%s: expected a finite number, got %r" % (where, number))
+        return number
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError("%s: expected an integer, got %r" % (where, value))
@@ -143,7 +228,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 
 
 def build(cls: Type[T], values: Mapping[str, Any], source: str = "config") -> T:
-    """Build dataclass ``cls`` from ``values``; unknown keys and wrong types raise ``ConfigError``."""
+    """Build dataclass ``cls`` from ``values``; unknown keys, wrong types, NaN or infinite floats
+    and numbers outside their field's declared range (``bounded``) raise ``ConfigError``."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     if not isinstance(values, Mapping):
@@ -153,8 +239,14 @@ def build(cls: Type[T], values: Mapping[str, Any], source: str = "config") -> T:
         raise ConfigError("%s: unknown key %r (known keys: %s)" % (
             source, unknown[0], ", ".join(sorted(fields))))
     try:
-        kwargs = {name: _coerce(value, hints[name], "%s: key %r" % (source, name))
-                  for name, value in values.items()}
+        kwargs = {}
+        for name, value in values.items():
+            where = "%s: key %r" % (source, name)
+            f = fields[name]
+            kwargs[name] = _coerce(value, hints[name], where, bool(f.metadata.get(INFINITE)))
+            rng = field_range(f)
+            if rng is not None:
+                _check_range(kwargs[name], rng, where)
         try:
             return cls(**kwargs)
         except (TypeError, ValueError) as exc:
