@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Optional
 from streamfl.agent.buffer_policies import POLICIES
 from streamfl.agent.hparams import hparam_limits
 from streamfl.agent.plugins import plugin_configs
-from streamfl.config import load
+from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, load
 from streamfl.errors import ConfigError
 from streamfl.dvfs.config import DvfsConfig
 from streamfl.models import REGISTRY, ModelSpec
@@ -45,39 +45,39 @@ class AgentConfig:
     dvfs: DvfsConfig = field(default_factory=DvfsConfig)
     #: None = chosen by the CLI (/var/lib/streamfl-agent, else ~/.local/state/streamfl-agent).
     state_dir: Optional[Path] = None
-    buffer_capacity: int = 2048
+    buffer_capacity: int = bounded(2048, 1, 10 ** 8)
     #: Which windows a full buffer keeps (``streamfl.agent.buffer_policies``): ``fifo``, the most
     #: recent ones, or ``reservoir``, a uniform sample of the whole stream.
     buffer_policy: str = "fifo"
     #: The most bytes the window buffer may take (capacity x window_len x channels x 4 + 8 per
     #: label), checked before it is allocated (``streamfl.agent.preflight``), as is the memory
     #: this board has free. 1 GiB: ~400 times the default buffer, half of a 2 GiB board.
-    max_buffer_bytes: int = 1024 * MIB
-    min_buffer: int = 64
-    round_interval_s: float = 5.0
-    local_steps: int = 20
-    lr: float = 0.01
-    batch_size: int = 32
-    dropout: float = 0.0
-    momentum: float = 0.0
+    max_buffer_bytes: int = bounded(1024 * MIB, 1, 2 ** 40)
+    min_buffer: int = bounded(64, 1, 10 ** 8)
+    round_interval_s: float = bounded(5.0, 0.0, 86400.0, lo_open=True)
+    local_steps: int = bounded(20, 1, 100000)
+    lr: float = bounded(0.01, 0.0, 10.0, lo_open=True)
+    batch_size: int = bounded(32, 1, 65536)
+    dropout: float = bounded(0.0, 0.0, 1.0, hi_open=True)
+    momentum: float = bounded(0.0, 0.0, 1.0, hi_open=True)
     #: Settings of the methods' plug-ins by name (``streamfl.agent.plugins``); every registered
     #: plug-in runs, dormant until the coordinator's global model asks for it; a name not given
     #: takes its defaults. Built into each plug-in's settings dataclass on load.
     plugins: Dict[str, Any] = field(default_factory=dict)
-    torch_threads: int = 1
-    outbox_max_items: int = 200
-    outbox_max_bytes: int = 256 * MIB
+    torch_threads: int = bounded(1, 0, 1024)
+    outbox_max_items: int = bounded(200, 1, 10 ** 6)
+    outbox_max_bytes: int = bounded(256 * MIB, 1024, 2 ** 40)
     #: Seconds between telemetry messages (QoS 0); 5 s shows a round's power in a dashboard.
-    telemetry_interval_s: float = 5.0
+    telemetry_interval_s: float = bounded(5.0, 0.0, 86400.0)
     #: Seconds without a global model (since start or the last one) before a WARNING naming the
     #: model topic, repeated every 10 times as long; 0 = never. A board on the wrong fleet or
     #: broker otherwise waits silently; 60 s is 12 rounds at the default interval.
-    model_wait_warn_s: float = 60.0
-    checkpoint_every_rounds: int = 1
+    model_wait_warn_s: float = bounded(60.0, 0.0, 604800.0)
+    checkpoint_every_rounds: int = bounded(1, 0, 10 ** 6)
     float16_updates: bool = False
-    max_frame_bytes: int = 64 * MIB
+    max_frame_bytes: int = bounded(64 * MIB, 1024, FRAME_BYTES_MAX)
     #: None = derived from the device id (stable across restarts, different per device).
-    seed: Optional[int] = None
+    seed: Optional[int] = bounded(None, 0, SEED_MAX)
     #: The coordinator's public key (``ed25519:<base64>``, printed by ``streamfl-coordinator
     #: keygen``). Set, the agent obeys only global models and commands signed with it; unset
     #: (trial set-ups), anyone who may publish on the model or command topic is believed.
@@ -86,7 +86,7 @@ class AgentConfig:
     #: over ``streamfl.agent.hparams.DEFAULT_HPARAM_LIMITS`` (lr, batch_size, local_steps, dropout).
     hparam_limits: Dict[str, Any] = field(default_factory=dict)
     #: The most rounds one ``skip`` command may idle the board (100 rounds: ~8 minutes at 5 s).
-    max_skip_rounds: int = 100
+    max_skip_rounds: int = bounded(100, 0, 10000)
     #: Follow a global model without a run identity after one of a named run. Off: every
     #: ``streamfl-coordinator`` names its run, so an unnamed model after a named one is a forgery
     #: or a leftover, refused (``agent/model_gate.py``); on only for a coordinator that stamps none.

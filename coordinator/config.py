@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-from streamfl.config import load
+from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, load
 from streamfl.coordinator.plugins import plugin_configs
 from streamfl.coordinator.admission import AdmissionConfig
 from streamfl.coordinator.strategies import STALENESS_NAMES, STRATEGY_NAMES
@@ -22,10 +22,10 @@ from streamfl.protocol.transport.config import MqttConfig
 class HParams:
     """Training knobs shipped to devices in every GlobalModel (``hparams``)."""
 
-    lr: float = 0.01
-    batch_size: int = 32
-    local_steps: int = 20
-    dropout: float = 0.0
+    lr: float = bounded(0.01, 0, 10.0, lo_open=True)
+    batch_size: int = bounded(32, 1, 65536)
+    local_steps: int = bounded(20, 1, 100000)
+    dropout: float = bounded(0.0, 0.0, 1.0, hi_open=True)
 
     def __post_init__(self) -> None:
         if not 0 < self.lr < float("inf"):
@@ -51,11 +51,11 @@ class FedAvgConfig:
       values at each end per coordinate; 0.1 tolerates one bad device in ten).
     """
 
-    deadline_s: float = 30.0
-    min_updates: int = 1
-    clients_per_round: Optional[int] = None
+    deadline_s: float = bounded(30.0, 0, 86400.0, lo_open=True)
+    min_updates: int = bounded(1, 1, 10 ** 6)
+    clients_per_round: Optional[int] = bounded(None, 1, 10 ** 6)
     combine: str = "mean"
-    trim_ratio: float = 0.1
+    trim_ratio: float = bounded(0.1, 0.0, 0.5, hi_open=True)
 
     def __post_init__(self) -> None:
         if not self.deadline_s > 0:
@@ -79,41 +79,41 @@ class CoordinatorConfig:
     model: ModelSpec = field(default_factory=ModelSpec)
     strategy: str = "fedasync"
     #: FedAsync mixing weight; public implementations use 0.6-0.9 (DESIGN.md section 8).
-    alpha: float = 0.6
+    alpha: float = bounded(0.6, 0.0, 1.0, lo_open=True)
     staleness: str = "polynomial"
     #: Staleness parameters; null = the paper's default (polynomial a=0.5; hinge a=10, b=4).
-    staleness_a: Optional[float] = None
-    staleness_b: Optional[float] = None
+    staleness_a: Optional[float] = bounded(None, 0.0, 100.0)
+    staleness_b: Optional[float] = bounded(None, 0.0, 1e6)
     #: FedAsync drops updates older than this many versions; null = never.
-    max_staleness: Optional[int] = None
+    max_staleness: Optional[int] = bounded(None, 0, 10 ** 9)
     fedavg: FedAvgConfig = field(default_factory=FedAvgConfig)
     hparams: HParams = field(default_factory=HParams)
     #: The methods' plug-ins to run, each with its settings: ``{name: {key: value}}`` (an empty
     #: mapping takes the defaults); none by default, i.e. plain FedAsync/FedAvg. Built into each
     #: plug-in's settings dataclass on load, in calling order (``streamfl.coordinator.plugins``).
     plugins: Dict[str, Any] = field(default_factory=dict)
-    history_size: int = 10
+    history_size: int = bounded(10, 1, 1000)
     #: How many recent update ids are remembered to drop resent duplicates.
-    dedup_window: int = 4096
+    dedup_window: int = bounded(4096, 1, 10 ** 7)
     eval_path: Optional[str] = None
-    eval_every_versions: int = 5
-    eval_batch_size: int = 512
+    eval_every_versions: int = bounded(5, 1, 10 ** 9)
+    eval_batch_size: int = bounded(512, 1, 65536)
     #: A version is published only once it is durable in the state folder, and saved at most this
     #: often: the model topic lags the newest aggregation by up to this much plus one save
     #: (0.5 s: fresh enough for rounds of seconds, few enough fsyncs at hundreds of updates/s).
-    persist_interval_s: float = 0.5
+    persist_interval_s: float = bounded(0.5, 0.0, 3600.0)
     #: Minimum seconds between two global-model publishes (0 = as fast as saving and sending allow).
-    publish_min_interval_s: float = 0.0
+    publish_min_interval_s: float = bounded(0.0, 0.0, 3600.0)
     #: Without held-out data (``eval_path``), log versions/s and devices online this often.
-    progress_interval_s: float = 60.0
+    progress_interval_s: float = bounded(60.0, 0.0, 86400.0, lo_open=True)
     #: How updates are bounded before mixing (known senders, value cap, adaptive norm bound).
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     #: The Ed25519 private key (PEM, from ``streamfl-coordinator keygen``) that signs every global
     #: model and command; null = unsigned (agents that pin a key then refuse them).
     signing_key_file: Optional[str] = None
-    seed: int = 0
+    seed: int = bounded(0, 0, SEED_MAX)
     float16: bool = False
-    max_frame_bytes: int = 64 * 2 ** 20
+    max_frame_bytes: int = bounded(64 * 2 ** 20, 1024, FRAME_BYTES_MAX)
     mqtt: MqttConfig = field(default_factory=MqttConfig)
 
     def __post_init__(self) -> None:

@@ -6,6 +6,8 @@ only when its operator picks a policy, so installing streamfl never throttles a 
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
+from streamfl.config import bounded
+
 BACKENDS = ("sysfs", "simulated", "none")
 MODES = ("cap", "pin")
 
@@ -29,7 +31,7 @@ class DvfsConfig:
     #: Power meter kind; None = the profile's.
     meter: Optional[str] = None
     #: Samples per second of the energy counter's thread.
-    energy_rate_hz: float = 10.0
+    energy_rate_hz: float = bounded(10.0, 0.0, 1000.0, lo_open=True)
     #: Simulated backend only: stretch each round as the lower clock would (time proportional to
     #: 1/f, a compute-bound round), so a demo on one machine shows what the levels cost and save.
     emulate_speed: bool = False

@@ -3,17 +3,19 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from streamfl.config import bounded
+
 
 @dataclass(frozen=True)
 class ModelSpec:
     """A model's architecture: registry name plus the data shape it takes ([B, T, C] -> [B, K])."""
 
     name: str = "lstm"
-    in_channels: int = 6
-    window_len: int = 50
-    num_classes: int = 6
+    in_channels: int = bounded(6, 1, 1024)
+    window_len: int = bounded(50, 1, 100000)
+    num_classes: int = bounded(6, 2, 4096)
     #: Hidden units; 128 as in AdaCLP's one-layer LSTM.
-    hidden: int = 128
+    hidden: int = bounded(128, 1, 65536)
 
     @property
     def arch_id(self) -> str:

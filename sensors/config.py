@@ -7,6 +7,8 @@ the config loader turns that into ``ConfigError`` naming the file.
 from dataclasses import dataclass
 from typing import Optional
 
+from streamfl.config import SEED_MAX, bounded
+
 KINDS = ("synthetic", "replay", "iio", "mqtt")
 SCHEDULES = ("rotating", "all")
 
@@ -19,34 +21,34 @@ class SensorConfig:
     kind: str = "synthetic"
     #: Windows handed out per second; 0 = unpaced (as fast as the consumer pulls, e.g. simulator).
     #: Ignored by iio (paced by ``sample_rate_hz``) and mqtt (paced by the publisher).
-    windows_per_s: float = 5.0
+    windows_per_s: float = bounded(5.0, 0.0, 1e4)
     #: Samples per window (T); must match the model's ``window_len``.
-    window_len: int = 50
+    window_len: int = bounded(50, 1, 100000)
     #: Samples between window starts; ``stride < window_len`` overlaps windows (50% by default).
-    stride: int = 25
+    stride: int = bounded(25, 1, 100000)
     #: Channels per sample (C): 6 = accel xyz + gyro xyz, 3 = accel only.
-    channels: int = 6
+    channels: int = bounded(6, 1, 1024)
     #: Classes K; labels are 0..K-1. Must match the model's ``num_classes``.
-    num_classes: int = 6
+    num_classes: int = bounded(6, 2, 4096)
     #: Seed of the synthetic user profile and noise, and of replay shuffling.
-    seed: int = 0
+    seed: int = bounded(0, 0, SEED_MAX)
     #: Synthetic user (body, mounting, noise); None = derived from a stable hash of the device id.
-    user_id: Optional[int] = None
+    user_id: Optional[int] = bounded(None, 0, SEED_MAX)
     #: Order in which classes appear: "rotating" (a few at a time, per-device offset) or "all".
     schedule: str = "rotating"
     #: Classes active at once under the rotating schedule ("one or two activities at a time").
-    classes_per_phase: int = 2
+    classes_per_phase: int = bounded(2, 1, 4096)
     #: Seconds of stream time per rotating phase.
-    phase_s: float = 30.0
+    phase_s: float = bounded(30.0, 0.0, 1e7, lo_open=True)
     #: Rotating: position in the class order where this device starts (so devices differ);
     #: None = user_id % num_classes.
-    phase_offset: Optional[int] = None
+    phase_offset: Optional[int] = bounded(None, 0, 10 ** 6)
     #: Replay: path of a dataset .npz (DESIGN.md section 7 format).
     path: Optional[str] = None
     #: Replay: start again at the end instead of stopping.
     loop: bool = True
     #: Replay: keep only this subject's windows.
-    subject: Optional[int] = None
+    subject: Optional[int] = bounded(None, 0, SEED_MAX)
     #: Replay: shuffle the window order (seeded by ``seed``, reshuffled every loop).
     shuffle: bool = False
     #: IIO: sysfs root (a constructor argument so tests use a fake tree).
@@ -54,13 +56,13 @@ class SensorConfig:
     #: IIO: device directory name (``iio:device0``) or the contents of its ``name`` file.
     iio_device: str = "iio:device0"
     #: Samples per second: IIO polling rate, and the synthetic signal's sampling rate.
-    sample_rate_hz: float = 50.0
+    sample_rate_hz: float = bounded(50.0, 0.0, 1e5, lo_open=True)
     #: IIO: text file holding the current class id (re-read every window); missing = unlabelled.
     label_path: Optional[str] = None
     #: Synthetic: sensor noise standard deviation (accel in g, gyro in rad/s) before per-user gain.
-    noise: float = 0.05
+    noise: float = bounded(0.05, 0.0, 100.0)
     #: MQTT: windows held between the network thread and the consumer; the oldest is dropped.
-    queue_len: int = 256
+    queue_len: int = bounded(256, 1, 10 ** 6)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from streamfl.coordinator.plugins.base import CoordinatorPlugin, FleetView
+from streamfl.coordinator.shares import CappedSum
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Tensors, Update
 from streamfl.protocol.payloads import CurvatureDiagonal, CurvatureTerms
@@ -43,11 +44,17 @@ class FedCurvConfig:
       where the device is now, weighted by a curvature a few rounds old. Why: on small rounds the
       one-backward-per-window diagonal costs most of a round (bench/bench_stewc.py: 20 windows
       are 90% of a 5-step LSTM round), and a device's Fisher moves slowly within a period.
+    max_peer_multiple: a device's Fisher diagonal counts in U and V with its total (the sum of
+      its elements) capped at this many times the median of the other devices' totals (4). The
+      paper's devices are honest; a diagonal is a claim, and one of 1e30 NaN'd a whole fleet.
+      Honest totals of one fleet differ by about 2x across class mixes; 4 leaves them whole,
+      while one device holds at most 4 / (4 + n - 1) of the sums among n similar devices.
     """
 
     lambda2: float = 1.0
     fisher_samples: int = 20
     fisher_every_rounds: int = 1
+    max_peer_multiple: float = 4.0
 
     def __post_init__(self) -> None:
         if not self.lambda2 >= 0:
@@ -55,82 +62,87 @@ class FedCurvConfig:
         if self.fisher_samples < 1 or self.fisher_every_rounds < 1:
             raise ValueError("fisher_samples and fisher_every_rounds must be >= 1, got %r and %r"
                              % (self.fisher_samples, self.fisher_every_rounds))
+        if not 1.0 <= self.max_peer_multiple <= 1e6:
+            raise ValueError("max_peer_multiple must be in [1, 1e6], got %r" % (self.max_peer_multiple,))
 
 
 class CurvatureSums:
-    """U = sum_k F_k and V = sum_k F_k * theta_k over each device's latest Fisher-carrying update."""
+    """U = sum_k s_k F_k and V = sum_k s_k F_k * theta_k over each device's latest Fisher-carrying
+    update, where ``s_k`` caps device k's Fisher total at ``max_peer_multiple`` times the median
+    of the other devices' totals (``streamfl.coordinator.shares``): no device owns the sums."""
 
-    def __init__(self) -> None:
-        self._last: Dict[str, Tuple[Tensors, Tensors]] = {}
-        self._u: Dict[str, np.ndarray] = {}
-        self._v: Dict[str, np.ndarray] = {}
+    def __init__(self, max_peer_multiple: float = 4.0) -> None:
+        self._sums = CappedSum(max_peer_multiple)
         #: ``arrays()`` as last built (None: the contributions changed since).
         self._arrays: Optional[Dict[str, np.ndarray]] = None
 
     def __len__(self) -> int:
         """Devices whose contribution is in the sums."""
-        return len(self._last)
+        return len(self._sums)
 
     def on_update(self, update: Update) -> bool:
         """Fold the update's Fisher diagonal in, replacing the device's previous one; an update
         without one moves the device's ``F_k * theta_k`` to its new model under its last ``F_k``
         (devices estimate it every ``fisher_every_rounds``); False if the device has none."""
         diagonal = update.extras.get(CurvatureDiagonal.KIND)
+        last = self._sums.part(update.device_id)
         if isinstance(diagonal, CurvatureDiagonal) and set(diagonal.F) == set(update.tensors):
             f = {k: np.asarray(a, dtype=np.float32) for k, a in diagonal.F.items()}
-        elif update.device_id in self._last and set(self._last[update.device_id][0]) == set(update.tensors):
-            f = self._last[update.device_id][0]
+        elif last is not None and set(last["F"]) == set(update.tensors):
+            f = last["F"]
         else:
             return False
         fw = {k: f[k] * np.asarray(update.tensors[k], dtype=np.float32) for k in f}
-        old = self._last.pop(update.device_id, None)
-        for name in f:
-            u = self._u.setdefault(name, np.zeros(f[name].shape, dtype=np.float64))
-            v = self._v.setdefault(name, np.zeros(f[name].shape, dtype=np.float64))
-            if old is not None:
-                u -= old[0][name]
-                v -= old[1][name]
-            u += f[name]
-            v += fw[name]
-        self._last[update.device_id] = (f, fw)
-        self._arrays = None
+        self._put(update.device_id, f, fw)
         return True
+
+    def _put(self, device_id: str, f: Tensors, fw: Tensors) -> None:
+        total = float(sum(float(a.sum(dtype=np.float64)) for a in f.values()))
+        self._sums.put(device_id, total, {"F": f, "FW": fw})
+        scale = self._sums.scale(device_id)
+        if scale < 1.0:
+            log.warning("fedcurv: %s's Fisher diagonal (total %.4g) counts x%.3g: capped at %g times "
+                        "the other devices' median", device_id, total, scale, self._sums.multiple)
+        self._arrays = None
 
     def forget(self, device_id: str) -> None:
         """Drop a device's contribution (e.g. it left the fleet for good)."""
-        old = self._last.pop(device_id, None)
-        if old is not None:
+        if device_id in self._sums:
+            self._sums.remove(device_id)
             self._arrays = None
-            for name in old[0]:
-                self._u[name] -= old[0][name]
-                self._v[name] -= old[1][name]
 
     def sums(self) -> Tuple[Optional[Tensors], Optional[Tensors]]:
         """``(U, V)`` as float32 (U clamped at 0), or ``(None, None)`` before any device reported."""
-        if not self._last:
+        if not len(self._sums):
             return None, None
-        return ({k: np.maximum(u, 0.0).astype(np.float32) for k, u in self._u.items()},
-                {k: v.astype(np.float32) for k, v in self._v.items()})
+        sums = self._sums.sums()
+        return ({k: np.maximum(u, 0.0).astype(np.float32) for k, u in sums["F"].items()},
+                {k: v.astype(np.float32) for k, v in sums["FW"].items()})
 
     def contribution(self, device_id: str) -> Optional[Tuple[Tensors, Tensors]]:
-        """The device's ``(F_k, F_k * theta_k)`` in the sums, or None."""
-        return self._last.get(device_id)
+        """The device's ``(F_k, F_k * theta_k)`` as it sent them (before its cap), or None."""
+        part = self._sums.part(device_id)
+        return None if part is None else (part["F"], part["FW"])
+
+    def scale(self, device_id: str) -> float:
+        """The factor the device's contribution counts with (1: not capped)."""
+        return self._sums.scale(device_id)
 
     def arrays(self) -> Dict[str, np.ndarray]:
         """Every contribution, keyed ``DEVICE_HEX/F/name`` and ``DEVICE_HEX/FW/name`` (the device id
         hex-encoded: any id is a safe key). By reference: contributions are replaced, never changed."""
         if self._arrays is None:
             self._arrays = {}
-            for device_id, (f, fw) in self._last.items():
+            for device_id, part in self._sums.items():
                 tag = device_id.encode("utf-8").hex()
-                self._arrays.update({"%s/F/%s" % (tag, k): a for k, a in f.items()})
-                self._arrays.update({"%s/FW/%s" % (tag, k): a for k, a in fw.items()})
+                self._arrays.update({"%s/F/%s" % (tag, k): a for k, a in part["F"].items()})
+                self._arrays.update({"%s/FW/%s" % (tag, k): a for k, a in part["FW"].items()})
         return self._arrays
 
     def load(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Replace everything with the contributions ``arrays()`` returned; ValueError (nothing
-        changed) unless every device has F and FW for the same tensors and shapes, all finite,
-        F >= 0."""
+        """Replace everything with the contributions ``arrays()`` returned (each capped against its
+        peers again); ValueError (nothing changed) unless every device has F and FW for the same
+        tensors and shapes, all finite, F >= 0."""
         parts: Dict[str, Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]] = {}
         for key, a in arrays.items():
             tag, kind, name = (key.split("/", 2) + ["", ""])[:3]
@@ -150,12 +162,10 @@ class CurvatureSums:
             if shapes != {k: v.shape for k, v in fw.items()} or (names is not None and shapes != names):
                 raise ValueError("fedcurv: %s's saved F and F*theta do not match" % device_id)
             names = shapes
-        self._last, self._u, self._v, self._arrays = {}, {}, {}, None
+        self._sums.clear()
+        self._arrays = None
         for device_id, (f, fw) in parts.items():
-            for name in f:
-                self._u[name] = self._u.get(name, 0.0) + f[name].astype(np.float64)
-                self._v[name] = self._v.get(name, 0.0) + fw[name].astype(np.float64)
-            self._last[device_id] = (f, fw)
+            self._put(device_id, f, fw)
 
 
 class FedCurvPlugin(CoordinatorPlugin):
@@ -166,7 +176,7 @@ class FedCurvPlugin(CoordinatorPlugin):
 
     def __init__(self, config: FedCurvConfig, fleet: FleetView, peers: Mapping[str, CoordinatorPlugin]):
         super().__init__(config, fleet, peers)
-        self.sums = CurvatureSums()
+        self.sums = CurvatureSums(config.max_peer_multiple)
 
     def on_update(self, update: Update, now: float) -> None:
         self.sums.on_update(update)

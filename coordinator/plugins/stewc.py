@@ -46,6 +46,10 @@ class StEwcConfig:
       with at least one answer.
     max_fisher, max_samples: each device's T-FDM element and sample count are clipped to these
       (a forged report can stiffen the pull at most this much; it can never move its target).
+    max_peer_multiple: at the fold, a device's sample count and the mean of its T-FDM count for at
+      most this many times the median of the other answers' (4): a device that claimed 10^9
+      samples held 99% of P under the clips alone. Honest sample counts of one fleet differ by
+      the buffer sizes (about 2x here); 4 leaves them whole.
     """
 
     lambda1: float = 10.0
@@ -59,6 +63,7 @@ class StEwcConfig:
     fisher_wait_s: float = 30.0
     max_fisher: float = 1.0e4
     max_samples: int = 100000
+    max_peer_multiple: float = 4.0
 
     def __post_init__(self) -> None:
         if not self.lambda1 >= 0:
@@ -75,6 +80,8 @@ class StEwcConfig:
             raise ValueError("drift_quorum must be in (0, 1], min_period_s >= 0, drift_window_s > 0")
         if not 0 < self.fisher_quorum <= 1 or not self.fisher_wait_s >= 0 or not self.max_fisher > 0:
             raise ValueError("fisher_quorum must be in (0, 1], fisher_wait_s >= 0, max_fisher > 0")
+        if not 1.0 <= self.max_peer_multiple <= 1e6:
+            raise ValueError("max_peer_multiple must be in [1, 1e6], got %r" % (self.max_peer_multiple,))
 
     def make_boundary(self) -> PeriodBoundary:
         if self.boundary == "schedule":
@@ -93,7 +100,7 @@ class StEwcPlugin(CoordinatorPlugin):
         if fleet.model is None:
             raise ValueError("stewc needs the fleet's model (FleetView.model)")
         self.boundary = config.make_boundary()
-        self.sums = TemporalSums(config.max_fisher, config.max_samples)
+        self.sums = TemporalSums(config.max_fisher, config.max_samples, config.max_peer_multiple)
         #: The current period (0 first).
         self.period = 0
         #: A boundary fired; the next aggregation announces the period and anchors theta*.

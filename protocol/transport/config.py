@@ -3,6 +3,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
+from streamfl.config import bounded
 from streamfl.protocol.transport.base import MqttSettings
 from streamfl.protocol.transport.credentials import PASSWORD_ENV, read_password
 
@@ -12,15 +13,15 @@ class MqttConfig:
     """The ``mqtt:`` section: where the broker is and how to authenticate (no password here)."""
 
     host: str = "localhost"
-    port: int = 1883
-    keepalive_s: int = 30
+    port: int = bounded(1883, 1, 65535)
+    keepalive_s: int = bounded(30, 5, 65535)
     tls_ca: Optional[Path] = None
     tls_cert: Optional[Path] = None
     tls_key: Optional[Path] = None
     username: Optional[str] = None
     password_file: Optional[Path] = None
-    reconnect_min_s: float = 1.0
-    reconnect_max_s: float = 60.0
+    reconnect_min_s: float = bounded(1.0, 0.0, 3600.0, lo_open=True)
+    reconnect_max_s: float = bounded(60.0, 0.0, 3600.0, lo_open=True)
 
     def __post_init__(self) -> None:
         if not self.host:
