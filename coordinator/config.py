@@ -10,6 +10,8 @@ from typing import Any, Dict, Mapping, Optional
 from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, load
 from streamfl.coordinator.plugins import plugin_configs
 from streamfl.coordinator.admission import AdmissionConfig
+from streamfl.coordinator.liveness import ExclusiveConfig
+from streamfl.coordinator.operator_gate import OperatorConfig
 from streamfl.coordinator.strategies import STALENESS_NAMES, STRATEGY_NAMES
 from streamfl.coordinator.strategies.fedavg import COMBINE_NAMES
 from streamfl.errors import ConfigError
@@ -111,6 +113,12 @@ class CoordinatorConfig:
     #: The Ed25519 private key (PEM, from ``streamfl-coordinator keygen``) that signs every global
     #: model and command; null = unsigned (agents that pin a key then refuse them).
     signing_key_file: Optional[str] = None
+    #: Who may command the coordinator (``streamfl operator``): pinned operator keys, how fresh a
+    #: command must be, how many a minute (``coordinator/operator_gate.py``).
+    operator: OperatorConfig = field(default_factory=OperatorConfig)
+    #: One coordinator per fleet: refuse to start beside a live one, or take over from it
+    #: (``coordinator/liveness.py``; ``--take-over``).
+    exclusive: ExclusiveConfig = field(default_factory=ExclusiveConfig)
     seed: int = bounded(0, 0, SEED_MAX)
     float16: bool = False
     max_frame_bytes: int = bounded(64 * 2 ** 20, 1024, FRAME_BYTES_MAX)

@@ -44,6 +44,15 @@ class CoordinatorStatus:
     version: int = 0
     #: The run whose versions these are (see ``GlobalModel.run_id``).
     run_id: str = ""
+    #: Who says it, so that another coordinator of the fleet can name it (``coordinator/
+    #: liveness.py``): its MQTT client id, host, process id, start (wall clock, s), a random id of
+    #: the process, and the ``instance`` of the coordinator it took over ("" for none).
+    client_id: str = ""
+    host: str = ""
+    pid: int = 0
+    started_s: float = 0.0
+    instance: str = ""
+    took_over: str = ""
 
 
 @dataclass

@@ -15,6 +15,10 @@ Keys: ``generate_key_pair`` makes a private key (PKCS#8 PEM, kept by the coordin
 and its public key written as ``ed25519:<base64 of the 32 raw bytes>``, one line to paste into
 each agent's config. The ``cryptography`` package does the curve work.
 
+Operators sign their commands to the coordinator the same way, each with a key of their own
+(``streamfl operator --signing-key-file``); the coordinator pins their public keys
+(``operator.public_keys``) and opens those with ``make_multi_verifier`` (any one of the keys).
+
 Without a key (trial set-ups) ``NullSigner`` sends plain frames and ``NullVerifier`` accepts both
 plain and signed payloads (the signature then goes unchecked): everything works, nothing is
 authenticated beyond the broker's ACL.
@@ -25,7 +29,7 @@ import os
 import stat
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 from streamfl.errors import ConfigError, ProtocolError
 
@@ -124,11 +128,43 @@ class Ed25519Verifier(FrameVerifier):
         return frame
 
 
+class Ed25519AnyVerifier(FrameVerifier):
+    """Accepts payloads signed for this very topic by any one of several pinned keys (the
+    coordinator's operators, each with a key of their own)."""
+
+    authenticates = True
+
+    def __init__(self, public_keys: Sequence):
+        if not public_keys:
+            raise ValueError("Ed25519AnyVerifier needs at least one key")
+        self._verifiers = [Ed25519Verifier(key) for key in public_keys]
+
+    def open(self, topic: str, payload: bytes) -> bytes:
+        error: Optional[ProtocolError] = None
+        for verifier in self._verifiers:
+            try:
+                return verifier.open(topic, payload)
+            except ProtocolError as exc:
+                if exc.reason == UNSIGNED:
+                    raise
+                error = exc
+        assert error is not None
+        raise error
+
+
 def make_verifier(public_key: Optional[str]) -> FrameVerifier:
     """The verifier for an agent's ``coordinator_public_key`` (None: no check)."""
     if not public_key:
         return NullVerifier()
     return Ed25519Verifier(parse_public_key(public_key))
+
+
+def make_multi_verifier(public_keys: Sequence[str], what: str = "operator.public_keys") -> FrameVerifier:
+    """The verifier for a list of pinned keys (any one signs); ``NullVerifier`` for none."""
+    if not public_keys:
+        return NullVerifier()
+    return Ed25519AnyVerifier([parse_public_key(key, what="%s[%d]" % (what, i))
+                               for i, key in enumerate(public_keys)])
 
 
 def make_signer(private_key_file: Optional[str]) -> FrameSigner:
@@ -140,18 +176,19 @@ def make_signer(private_key_file: Optional[str]) -> FrameSigner:
 
 # ---- keys ------------------------------------------------------------------------------------
 
-def parse_public_key(text: str):
-    """An Ed25519 public key from ``ed25519:<base64>``; ConfigError if it is not one."""
+def parse_public_key(text: str, what: str = "coordinator_public_key"):
+    """An Ed25519 public key from ``ed25519:<base64>``; ConfigError (naming the key ``what``) if it
+    is not one."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
     value = str(text).strip()
     if not value.startswith(PUBLIC_KEY_PREFIX):
-        raise ConfigError("coordinator_public_key must look like %s<base64> (from "
-                          "'streamfl-coordinator keygen'), got %r" % (PUBLIC_KEY_PREFIX, value[:20]))
+        raise ConfigError("%s must look like %s<base64> (from "
+                          "'streamfl-coordinator keygen'), got %r" % (what, PUBLIC_KEY_PREFIX, value[:20]))
     try:
         raw = base64.b64decode(value[len(PUBLIC_KEY_PREFIX):], validate=True)
         return Ed25519PublicKey.from_public_bytes(raw)
     except ValueError as exc:
-        raise ConfigError("coordinator_public_key is not an Ed25519 public key: %s" % exc) from None
+        raise ConfigError("%s is not an Ed25519 public key: %s" % (what, exc)) from None
 
 
 def public_key_text(private_key) -> str:
@@ -211,5 +248,5 @@ def generate_key_pair(directory, name: str = "coordinator-signing") -> Tuple[Pat
 
 __all__ = ["ENVELOPE_MAGIC", "ENVELOPE_BYTES", "UNSIGNED", "BAD_SIGNATURE", "FrameSigner",
            "NullSigner", "Ed25519Signer", "FrameVerifier", "NullVerifier", "Ed25519Verifier",
-           "make_signer", "make_verifier", "parse_public_key", "public_key_text", "load_private_key",
-           "generate_key_pair", "is_signed"]
+           "Ed25519AnyVerifier", "make_signer", "make_verifier", "make_multi_verifier",
+           "parse_public_key", "public_key_text", "load_private_key", "generate_key_pair", "is_signed"]

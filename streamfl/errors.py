@@ -11,6 +11,13 @@ class ConfigError(StreamflError):
     exit_code = 2
 
 
+class StartupError(StreamflError):
+    """This process must not start as it is: another coordinator of its fleet is live, or the port
+    it should listen on is taken; CLIs exit with code 2 so systemd does not restart into it."""
+
+    exit_code = 2
+
+
 class ProtocolError(StreamflError):
     """A frame could not be decoded or failed validation; ``reason`` is a short counter key."""
 
