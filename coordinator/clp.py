@@ -46,6 +46,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
+from streamfl.config import bounded
 from streamfl.protocol.payloads import ClpState
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,11 @@ class ClpProbeConfig:
       absolute scale that depends on the model, the loss and the class count, which the paper
       leaves open; the trace of the run's own early training is the one scale every model has.
       50 spans the first few rounds of every device of a 10-40 device fleet.
+    max_peer_multiple: a device's Fisher trace counts clipped into [median / m, m x median] of the
+      other devices' latest traces (m = 4). The paper's devices are honest; forged traces from
+      one device moved F_G from 24 to 2.4e9 and flipped the fleet's CLP flag. Honest traces of
+      one fleet differ by about 2x across class mixes (more at a class switch, where the clip
+      only slows F_G's rise); 4 leaves them whole while one device can move F_G by at most 4x.
     """
 
     window_m: int = 10
@@ -101,6 +107,7 @@ class ClpProbeConfig:
     segment_on_reentry: bool = True
     refine_hparams: bool = True
     reference_traces: int = 50
+    max_peer_multiple: float = bounded(4.0, 1.0, 1e6)
 
     def __post_init__(self) -> None:
         if not isinstance(self.segment_on_reentry, bool):

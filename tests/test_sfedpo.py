@@ -266,13 +266,14 @@ def send(c, device, rep, t, value=0.5, shift=None):
                                     extras={"sfedpo_report": rep}, **tensors), t)
 
 
-def test_fedasync_mixing_weight_is_scaled_by_eq14_over_the_fleet_mean():
+def test_fedasync_mixing_weight_is_scaled_by_eq14_over_the_fleet_median():
     c = coordinator("fedasync", a2=1.0, b2=0.5)
     send(c, "d0", report(1.0, 0.2), 1.0)               # raw 5 - 1 + .5 = 4.5; alone: factor 1
     assert c.strategy.last_weight == pytest.approx(0.5)
-    step = send(c, "d1", report(2.0, 0.5), 2.0)        # raw 2 - 2 + .5 = 0.5; mean 2.5
-    assert c.strategy.last_weight == pytest.approx(0.5 * 0.5 / 2.5)
-    assert step.update.fields["saw_factor"] == pytest.approx(0.2)
+    step = send(c, "d1", report(2.0, 0.5), 2.0)        # raw 2 - 2 + .5 = 0.5
+    # d0's 4.5 counts as 4 x 0.5 = 2 against its one peer; the median of (2, 0.5) is 1.25.
+    assert c.strategy.last_weight == pytest.approx(0.5 * 0.5 / 1.25)
+    assert step.update.fields["saw_factor"] == pytest.approx(0.4)
 
 
 def test_fedavg_round_weights_follow_eq14():
@@ -294,6 +295,8 @@ def test_a_forged_tiny_availability_buys_at_most_max_factor():
     send(c, "d2", report(0.0, 1e-9), 3.0)              # q clamped to 0.01: raw 100.5
     assert c.strategy.last_weight == pytest.approx(0.5 * 4.0 if 0.5 * 4.0 <= 1 else 1.0)
     assert c.plugin("sfedpo").reports["d2"][1] == 0.01
+    step = send(c, "d0", report(1.0, 0.2), 4.0)        # the honest devices keep their weight
+    assert step.update.fields["saw_factor"] == pytest.approx(1.0)
 
 
 def test_updates_without_a_report_or_with_saw_off_keep_the_strategy_weight():

@@ -7,13 +7,19 @@ round, refine their hyper-parameters (eq. 4-6, unless ``refine_hparams`` is off)
 CLP flag with their clocks (the ``clp`` agent plug-in and the ``clp-aware`` DVFS policy).
 """
 import dataclasses
+import logging
+import math
 from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
 
 from streamfl.coordinator.clp import ClpProbeConfig, ClpProbe
 from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Update
 from streamfl.protocol.payloads import ClpState, FisherTrace
+
+log = logging.getLogger(__name__)
 
 
 def fisher_trace_of(update: Update) -> Optional[float]:
@@ -31,15 +37,40 @@ class ClpProbePlugin(CoordinatorPlugin):
     def __init__(self, config: ClpProbeConfig, fleet: FleetView, peers: Mapping[str, CoordinatorPlugin]):
         super().__init__(config, fleet, peers)
         self.probe = ClpProbe(config)
+        #: Each device's latest trace as it counted (clipped against its peers).
+        self._latest: Dict[str, float] = {}
+        self.clipped_traces = 0
 
     def on_aggregation(self, aggregation: Aggregation) -> None:
-        traced = [(u, fisher_trace_of(u)) for u in aggregation.merged]
+        traced = [(u, self._bounded(u)) for u in aggregation.merged]
         traced = [(u, f) for u, f in traced if f is not None]
         trace = None
         if traced:
             weights = [max(1, u.num_samples) for u, _ in traced]
             trace = sum(w * float(f) for w, (_, f) in zip(weights, traced)) / sum(weights)
         self.probe.on_aggregation(aggregation.version, aggregation.base_version, trace)
+
+    def _bounded(self, update: Update) -> Optional[float]:
+        """The update's trace clipped into ``[median / m, m * median]`` of the other devices'
+        latest (clipped) traces, m = ``max_peer_multiple``: one device can move F_G, and so the
+        CLP flag, by a bounded factor only, however it forges its traces."""
+        trace = fisher_trace_of(update)
+        if trace is None:
+            return None
+        others = [f for d, f in self._latest.items() if d != update.device_id]
+        if others:
+            m = self.config.max_peer_multiple
+            ref = float(np.median(others))
+            clipped = min(max(trace, ref / m), m * ref)
+            if clipped != trace:
+                self.clipped_traces += 1
+                log.log(logging.WARNING if self.clipped_traces == 1 or self.clipped_traces % 100 == 0
+                        else logging.DEBUG, "clp: %s's Fisher trace %.4g clipped to %.4g (%g x the "
+                        "other devices' median; %d clipped so far)", update.device_id, trace,
+                        clipped, m, self.clipped_traces)
+                trace = clipped
+        self._latest[update.device_id] = trace
+        return trace
 
     @property
     def in_clp(self) -> bool:
@@ -65,7 +96,10 @@ class ClpProbePlugin(CoordinatorPlugin):
                  "in_clp": state.in_clp, "segment": state.segment}]
 
     def state(self) -> Dict[str, Any]:
-        return self.probe.state()
+        return dict(self.probe.state(), latest_traces=dict(self._latest))
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         self.probe.load_state(state)
+        latest = state.get("latest_traces") or {}
+        self._latest = {str(d): float(f) for d, f in dict(latest).items()
+                        if isinstance(f, (int, float)) and not isinstance(f, bool) and math.isfinite(f) and f >= 0}

@@ -20,6 +20,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from streamfl.config import bounded
 from streamfl.coordinator.plugins.base import CoordinatorPlugin, FleetView
 from streamfl.coordinator.shares import CappedSum
 from streamfl.protocol.extras import Extra
@@ -54,7 +55,7 @@ class FedCurvConfig:
     lambda2: float = 1.0
     fisher_samples: int = 20
     fisher_every_rounds: int = 1
-    max_peer_multiple: float = 4.0
+    max_peer_multiple: float = bounded(4.0, 1.0, 1e6)
 
     def __post_init__(self) -> None:
         if not self.lambda2 >= 0:
@@ -62,8 +63,6 @@ class FedCurvConfig:
         if self.fisher_samples < 1 or self.fisher_every_rounds < 1:
             raise ValueError("fisher_samples and fisher_every_rounds must be >= 1, got %r and %r"
                              % (self.fisher_samples, self.fisher_every_rounds))
-        if not 1.0 <= self.max_peer_multiple <= 1e6:
-            raise ValueError("max_peer_multiple must be in [1, 1e6], got %r" % (self.max_peer_multiple,))
 
 
 class CurvatureSums:

@@ -9,8 +9,8 @@ q_n with each update (``SfedpoReport``); with ``saw`` on, update n counts by eq.
 The core multiplies the strategy's weight by the plug-in's factor. FedAvg normalizes the round's
 factors itself, so there the factor is eq. 14's numerator as it is (with equal sample counts,
 eq. 14 over the round's devices: Algorithm 1 line 14). FedAsync multiplies its mixing weight by it
-(capped at 1), so there the factor is the numerator over its mean across the devices' latest
-reports: about 1 on average, and FedAsync's alpha keeps its meaning.
+(capped at 1), so there the factor is the numerator over its median across the devices' latest
+reports: about 1 for a typical device, and FedAsync's alpha keeps its meaning.
 
 w_m, the population frequency of state m (eq. 3), is the mean over devices of each device's share
 of windows in state m: one device, one vote, so a device that claims a billion windows cannot
@@ -18,8 +18,12 @@ move w more than an honest one. Only devices whose state ids are shared (given b
 count.
 
 Guards (a report is a claim): q_n is clamped to [``min_availability``, 1] (0.01, the paper's
-clip), s_n to [0, ``max_score``], and the factor to ``max_factor`` (4) times the fleet's mean, so
-a device cannot buy the aggregation by reporting q_n -> 0. A device without a report keeps
+clip), s_n to [0, ``max_score``], and a device's eq. 14 value to ``max_factor`` (4) times the
+median of the OTHER devices' values (``streamfl.coordinator.shares``); under FedAsync the factor
+is that value over the median of the devices' capped values. So a device cannot buy the
+aggregation by reporting q_n -> 0: it gets at most 4x an honest device's weight, and the honest
+devices keep theirs (with a cap relative to the fleet's mean, one device claiming q_n = 1e-9
+held a factor of 2.96 against the others' 0.02). A device without a report keeps
 factor 1. Defaults a2 = 1, b2 = 0.5 (the middle of the paper's ranges a2 in [0.5, 2], b2 in
 [0, 1]); a1 = 0.15, b1 = 0.25 likewise for eq. 10.
 """
@@ -27,7 +31,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+import numpy as np
+
 from streamfl.coordinator.plugins.base import CoordinatorPlugin, FleetView
+from streamfl.coordinator.shares import leave_one_out_medians
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Update
 from streamfl.protocol.selection_payloads import MAX_STATES, SfedpoReport, SfedpoTerms
@@ -103,12 +110,20 @@ class SfedpoPlugin(CoordinatorPlugin):
     def weight(self, update: Update, now: float) -> float:
         if not self.config.saw or update.device_id not in self.reports:
             return 1.0
-        values = [self.raw(s, q) for s, q in self.reports.values()]
-        mean = sum(values) / len(values)
-        if mean <= 0:
-            return 1.0
-        raw = min(self.raw(*self.reports[update.device_id]), self.config.max_factor * mean)
-        factor = raw if getattr(self.fleet.strategy, "normalizes_weights", False) else raw / mean
+        raws = {d: self.raw(s, q) for d, (s, q) in self.reports.items()}
+        refs = leave_one_out_medians(raws)
+        m = self.config.max_factor
+        values = {d: v if refs[d] is None else min(v, m * refs[d]) for d, v in raws.items()}
+        raw = values[update.device_id]
+        if getattr(self.fleet.strategy, "normalizes_weights", False):
+            factor = raw
+        else:
+            # Over the median of the devices' capped values: a device that inflates its own
+            # value moves neither its peers' factors nor its own cap.
+            median = float(np.median(list(values.values())))
+            if median <= 0:
+                return 1.0
+            factor = raw / median
         self._factor = (update.update_id, factor)
         return factor
 

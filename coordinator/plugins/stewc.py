@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import numpy as np
 
 from streamfl.coordinator.periods import BOUNDARIES, DriftBoundary, PeriodBoundary, ScheduleBoundary
+from streamfl.config import bounded
 from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
 from streamfl.coordinator.temporal import TemporalSums
 from streamfl.protocol.extras import Extra
@@ -63,7 +64,7 @@ class StEwcConfig:
     fisher_wait_s: float = 30.0
     max_fisher: float = 1.0e4
     max_samples: int = 100000
-    max_peer_multiple: float = 4.0
+    max_peer_multiple: float = bounded(4.0, 1.0, 1e6)
 
     def __post_init__(self) -> None:
         if not self.lambda1 >= 0:
@@ -80,8 +81,6 @@ class StEwcConfig:
             raise ValueError("drift_quorum must be in (0, 1], min_period_s >= 0, drift_window_s > 0")
         if not 0 < self.fisher_quorum <= 1 or not self.fisher_wait_s >= 0 or not self.max_fisher > 0:
             raise ValueError("fisher_quorum must be in (0, 1], fisher_wait_s >= 0, max_fisher > 0")
-        if not 1.0 <= self.max_peer_multiple <= 1e6:
-            raise ValueError("max_peer_multiple must be in [1, 1e6], got %r" % (self.max_peer_multiple,))
 
     def make_boundary(self) -> PeriodBoundary:
         if self.boundary == "schedule":
