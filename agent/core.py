@@ -23,7 +23,7 @@ from streamfl.agent.buffer import Buffer
 from streamfl.agent.buffer_policies import ReplacementPolicy, make_buffer_policy
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.hparams import clamp_hparams, hparam_limits
-from streamfl.agent.model_gate import RESYNC, STALE, ModelGate
+from streamfl.agent.model_gate import RESYNC, STALE, UNNAMED, ModelGate
 from streamfl.agent.orders import Orders
 from streamfl.agent.plugins import AgentPlugin, ReportContext, RoundContext, make_plugins
 from streamfl.agent.trainer import LocalTrainer
@@ -59,6 +59,8 @@ class RoundPlan:
     dropout: float
     local_steps: int
     batch_size: int
+    #: ``ModelGate.resyncs`` when the round began: a run change during the round drops it.
+    run_generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ class AgentCore:
         #: What this board accepts from the coordinator (``hparam_limits`` in its YAML).
         self.hparam_limits = hparam_limits(config.hparam_limits)
         #: Which global models and commands are followed (run identity, versions, replays).
-        self.gate = ModelGate()
+        self.gate = ModelGate(config.accept_unnamed_runs, config.run_alternation_window_s, clock=clock)
         self.hparams: Dict[str, float] = {"lr": config.lr, "batch_size": config.batch_size,
                                           "local_steps": config.local_steps,
                                           "dropout": config.dropout}
@@ -149,6 +151,9 @@ class AgentCore:
                         gm.version, gm.arch_id, self.arch_id)
             return False
         verdict = self.gate.judge(gm)
+        if verdict == UNNAMED:
+            self.gate.refuse_unnamed(gm)
+            return False
         if verdict == STALE:
             if self.global_model is not None and gm.version < self.global_model.version:
                 log.info("ignoring stale global model v%d (have v%d)", gm.version,
@@ -157,6 +162,14 @@ class AgentCore:
         self.gate.follow(gm, verdict)
         if verdict == RESYNC:
             self.base_version = -1  # the next round starts from the new run's model
+        elif gm.version < self.base_version:
+            # Only after a restart: the checkpoint's base is ahead of the run's real models (a
+            # forged version, or a coordinator restored from a backup). Continuing from it would
+            # keep that version in every update and checkpoint.
+            log.warning("the local model came from v%d, ahead of the followed model v%d of run %s: "
+                        "the next round starts from v%d", self.base_version, gm.version,
+                        gm.run_id or "(unnamed)", gm.version)
+            self.base_version = -1
         self.global_model = gm
         hparams = dict(gm.hparams)
         for plugin in self.plugins:
@@ -262,13 +275,14 @@ class AgentCore:
         return RoundPlan(round_index=self.rounds, base_version=base, start_tensors=start,
                          lr=float(self.hparams["lr"]), dropout=float(self.hparams["dropout"]),
                          local_steps=int(self.hparams["local_steps"]),
-                         batch_size=int(self.hparams["batch_size"]))
+                         batch_size=int(self.hparams["batch_size"]),
+                         run_generation=self.gate.resyncs)
 
     def _batches(self, plan: RoundPlan, lock: ContextManager,
                  should_stop: Optional[Callable[[], bool]]) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
         """Uniform minibatches drawn one step at a time (memory stays one batch, whatever the plan)."""
         for _ in range(plan.local_steps):
-            if should_stop is not None and should_stop():
+            if (should_stop is not None and should_stop()) or self.gate.resyncs != plan.run_generation:
                 return
             with lock:
                 if len(self.buffer) == 0:  # emptied mid-round: the round is interrupted
@@ -296,6 +310,12 @@ class AgentCore:
             batches = self._batches(plan, lock if lock is not None else nullcontext(), should_stop)
             result = self.trainer.run(batches, plan.lr)
         elapsed_s = max(0.0, self._timer() - t0)
+        if self.gate.resyncs != plan.run_generation:
+            self.base_version = -1  # never send, or continue from, a model of the run left
+            raise RoundInterrupted("round %d dropped after %d of %d steps: it trained from v%d of "
+                                   "the run the agent left; the next round starts from run %s" % (
+                                       plan.round_index, result.steps, plan.local_steps,
+                                       plan.base_version, self.gate.run_id or "(unnamed)"))
         if result.steps < plan.local_steps:
             raise RoundInterrupted("round %d stopped after %d of %d steps" % (
                 plan.round_index, result.steps, plan.local_steps))
@@ -396,4 +416,6 @@ class AgentCore:
                 "buffer": self.buffer.stats(), "hparams": dict(self.hparams),
                 "rejected_models": self.rejected_models, "skipping": self.skipping,
                 "run_id": self.gate.run_id, "resyncs": self.gate.resyncs,
-                "rejected_commands": self.gate.rejected_commands}
+                "rejected_commands": self.gate.rejected_commands,
+                "unnamed_models": self.gate.unnamed_models,
+                "run_alternations": self.gate.run_alternations}

@@ -395,4 +395,6 @@ class AgentDaemon:
                     rejected_frames=sum(self.decoder.rejected.values()),
                     run_resyncs=self.core.gate.resyncs,
                     rejected_commands=self.core.gate.rejected_commands,
+                    unnamed_models=self.core.gate.unnamed_models,
+                    run_alternations=self.core.gate.run_alternations,
                     buffer_fill=len(self.core.buffer), dvfs_errors=self.dvfs.errors)
