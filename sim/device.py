@@ -24,6 +24,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from streamfl.config import allows_infinity
 from streamfl.dvfs.profiles import PROFILE_NAMES, BoardProfile, load_profile, load_profile_file
 from streamfl.dvfs.utilization import training_utilization
 from streamfl.errors import ConfigError
@@ -111,7 +112,7 @@ class DeviceSpec:
     #: Probability it takes part in a round it could start (partial participation).
     participation: float = 1.0
     #: Sorted, non-overlapping [start_s, end_s) windows offline (session churn); end may be inf.
-    offline: Tuple[Tuple[float, float], ...] = ()
+    offline: Tuple[Tuple[float, float], ...] = allows_infinity(default=())
 
     def __post_init__(self):
         if self.profile_path is None and self.board not in PROFILE_NAMES:
