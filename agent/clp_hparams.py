@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
+from streamfl.config import bounded
 from streamfl.protocol.payloads import ClpState
 
 #: Paper defaults: eta0 = 0.01 (sec. 5.4.2), B0 = 50 (sec. 5.4.1).
@@ -60,18 +61,18 @@ class ClpHparamsConfig:
       class counts (until the reference is known: eta0, B0, D0).
     """
 
-    eta0: float = DEFAULT_ETA0
-    b0: int = DEFAULT_B0
-    d0: float = 0.2
-    beta: float = 10.0
-    lr_min: float = DEFAULT_ETA0 / 100.0
-    lr_max: float = DEFAULT_ETA0
-    batch_min: int = 8
-    batch_max: int = DEFAULT_B0
-    dropout_min: float = 0.0
-    dropout_max: float = 0.5
+    eta0: float = bounded(DEFAULT_ETA0, 0.0, 10.0, lo_open=True)
+    b0: int = bounded(DEFAULT_B0, 1, 65536)
+    d0: float = bounded(0.2, 0.0, 1.0, hi_open=True)
+    beta: float = bounded(10.0, 0.0, 1e4)
+    lr_min: float = bounded(DEFAULT_ETA0 / 100.0, 0.0, 10.0, lo_open=True)
+    lr_max: float = bounded(DEFAULT_ETA0, 0.0, 10.0, lo_open=True)
+    batch_min: int = bounded(8, 1, 65536)
+    batch_max: int = bounded(DEFAULT_B0, 1, 65536)
+    dropout_min: float = bounded(0.0, 0.0, 1.0, hi_open=True)
+    dropout_max: float = bounded(0.5, 0.0, 1.0, hi_open=True)
     fisher_reference: str = "absolute"
-    fisher_scale: float = 1.0
+    fisher_scale: float = bounded(1.0, 0.0, 1e12, lo_open=True)
 
     def __post_init__(self) -> None:
         for name in ("eta0", "lr_min", "lr_max", "fisher_scale"):

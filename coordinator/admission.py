@@ -30,6 +30,7 @@ from typing import Any, Deque, Dict, FrozenSet, Mapping, Optional
 
 import numpy as np
 
+from streamfl.config import bounded
 from streamfl.protocol.messages import Tensors, Update
 from streamfl.protocol.topics import NAME_RE
 
@@ -63,13 +64,13 @@ class AdmissionConfig:
     """
 
     enrollment_file: Optional[str] = None
-    max_abs_value: float = 1e4
-    norm_multiplier: float = 3.0
-    norm_window: int = 100
-    warmup_updates: int = 10
-    initial_norm_ratio: float = 1.0
-    reject_multiplier: float = 10.0
-    min_norm_ratio: float = 0.25
+    max_abs_value: float = bounded(1e4, 0.0, 1e6, lo_open=True)
+    norm_multiplier: float = bounded(3.0, 1.0, 100.0)
+    norm_window: int = bounded(100, 1, 100000)
+    warmup_updates: int = bounded(10, 1, 100000)
+    initial_norm_ratio: float = bounded(1.0, 0.0, 100.0, lo_open=True)
+    reject_multiplier: float = bounded(10.0, 1.0, 1000.0)
+    min_norm_ratio: float = bounded(0.25, 0.0, 10.0, lo_open=True)
     #: The enrolled ids read from ``enrollment_file`` (None: no enrollment).
     enrolled: Optional[FrozenSet[str]] = field(default=None, init=False, compare=False)
 

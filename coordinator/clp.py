@@ -98,15 +98,15 @@ class ClpProbeConfig:
       only slows F_G's rise); 4 leaves them whole while one device can move F_G by at most 4x.
     """
 
-    window_m: int = 10
-    lam: float = DEFAULT_LAMBDA
-    sigma: float = 0.01
-    growth_lag: int = 1
-    r_end: int = DEFAULT_R_END
-    segment_rounds: int = 0
+    window_m: int = bounded(10, 1, 10000)
+    lam: float = bounded(DEFAULT_LAMBDA, 0.0, 10.0)
+    sigma: float = bounded(0.01, 0.0, 10.0)
+    growth_lag: int = bounded(1, 1, 10000)
+    r_end: int = bounded(DEFAULT_R_END, 0, 10 ** 9)
+    segment_rounds: int = bounded(0, 0, 10 ** 9)
     segment_on_reentry: bool = True
     refine_hparams: bool = True
-    reference_traces: int = 50
+    reference_traces: int = bounded(50, 1, 10 ** 6)
     max_peer_multiple: float = bounded(4.0, 1.0, 1e6)
 
     def __post_init__(self) -> None:

@@ -16,6 +16,7 @@ import torch
 from streamfl.agent.clp_hparams import ClpHparamsConfig, refine
 from streamfl.agent.clp_learned import learned_lr, should_rest
 from streamfl.agent.plugins.base import AgentPlugin, RoundContext, Statistic
+from streamfl.config import bounded
 from streamfl.models.fisher import fisher_trace
 from streamfl.protocol.messages import GlobalModel
 from streamfl.protocol.payloads import ClpState, FisherTrace
@@ -34,7 +35,7 @@ class ClpAgentConfig(ClpHparamsConfig):
       noisy either way and the coordinator's eq. 2 averages it over a window of versions.
     """
 
-    fisher_samples: int = 20
+    fisher_samples: int = bounded(20, 0, 65536)
     #: "paper": eq. 4's learning rate; "learned": streamfl's own rule (``streamfl.agent.clp_learned``:
     #: the rate falls, and the device rests, once its own data is learned). Eq. 5-6 apply to both.
     lr_rule: str = "paper"
@@ -42,11 +43,11 @@ class ClpAgentConfig(ClpHparamsConfig):
     #: below; 0 (default) keeps eta0 and lets the rest alone regulate: on the paper-regime
     #: scenario (seed 0, docs/results.md) resting alone kept more accuracy (0.441 against 0.437
     #: mean) at less energy (66% against 84% of FedAsync's) than resting plus a falling rate.
-    learned_loss_frac: float = 0.0
+    learned_loss_frac: float = bounded(0.0, 0.0, 10.0)
     #: "learned": rest when the last round's loss is below this fraction of ln K (0 = never rest).
-    rest_loss_frac: float = 0.05
+    rest_loss_frac: float = bounded(0.05, 0.0, 10.0)
     #: "learned": a rest lasts this many round-lengths (the last round's own duration).
-    rest_rounds: float = 3.0
+    rest_rounds: float = bounded(3.0, 0.0, 1e4)
     #: "learned": which loss says the data is learned: "start" (default), the first step's, i.e.
     #: the global model's own fit to this device's data before it trained; "mean", the round's
     #: mean, which also counts what the round itself just learned.

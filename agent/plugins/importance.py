@@ -15,6 +15,7 @@ import torch
 from streamfl.agent.buffer_policies.base import ReplacementPolicy
 from streamfl.agent.buffer_policies.importance import ImportancePolicy
 from streamfl.agent.plugins.base import AgentPlugin, RoundContext, Statistic
+from streamfl.config import bounded
 from streamfl.protocol.messages import GlobalModel
 from streamfl.protocol.selection_payloads import ImportanceTerms
 
@@ -23,7 +24,7 @@ from streamfl.protocol.selection_payloads import ImportanceTerms
 class ImportanceAgentConfig:
     """sample_windows: buffered windows scored after each round (one batched forward pass)."""
 
-    sample_windows: int = 256
+    sample_windows: int = bounded(256, 1, 65536)
 
     def __post_init__(self) -> None:
         if not 1 <= self.sample_windows <= 65536:

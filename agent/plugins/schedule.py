@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from streamfl.agent.plugins.base import AgentPlugin, ReportContext, RoundContext, Statistic
+from streamfl.config import bounded
 from streamfl.models.class_gradients import gradient_stats
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import GlobalModel
@@ -38,9 +39,9 @@ class ScheduleAgentConfig:
     P|H|^2/N0 in Hz where the board or its operator knows it (the simulator fills it from its
     channel model), for the scheduler's bandwidth allocation (FedTeddi eq. 14); None: unknown."""
 
-    stat_windows: int = 32
-    frame_shift: float = 0.6
-    channel_snr_hz: Optional[float] = None
+    stat_windows: int = bounded(32, 2, 65536)
+    frame_shift: float = bounded(0.6, 0.0, 1.0, lo_open=True)
+    channel_snr_hz: Optional[float] = bounded(None, 0.0, 1e18, lo_open=True)
 
     def __post_init__(self) -> None:
         if self.stat_windows < 2:

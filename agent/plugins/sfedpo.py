@@ -28,6 +28,7 @@ from streamfl.agent.buffer_policies.dds import VICTIMS, DdsPolicy
 from streamfl.agent.dds import DirichletOracle, dds_rates, dds_scores, heterogeneity_score, population_weights
 from streamfl.agent.latent import SOURCES, StateSource, make_state_source
 from streamfl.agent.plugins.base import AgentPlugin, RoundContext, Statistic
+from streamfl.config import bounded
 from streamfl.protocol.messages import GlobalModel
 from streamfl.protocol.selection_payloads import MAX_STATES, SfedpoReport, SfedpoTerms
 from streamfl.sensors.window import Window
@@ -42,20 +43,20 @@ class SfedpoAgentConfig:
     #: Where states come from: "given" (the window's, else inferred), "inferred", "single".
     states: str = "given"
     #: Dirichlet prior alpha0 per state (App. D; 1 = uniform, forgotten after a few windows).
-    prior: float = 1.0
+    prior: float = bounded(1.0, 0.0, 1e6, lo_open=True)
     #: Pseudo-windows per class when estimating a state's class mix for d_m.
-    class_prior: float = 1.0
+    class_prior: float = bounded(1.0, 0.0, 1e6)
     #: Windows between recomputations of the admission shares (O(M K) each, about 50 us; a new
     #: state recomputes at once). pi_hat moves by at most refresh_windows / windows seen.
-    refresh_windows: int = 64
+    refresh_windows: int = bounded(64, 1, 10 ** 6)
     #: The slot an admitted window replaces: "random" (eq. 1's convex mix), "oldest" (FIFO) or
     #: "balanced" (the most-held class among a few random slots; streamfl's).
     victim: str = "random"
-    min_availability: float = 0.01
-    history: int = 32
-    every: int = 8
-    threshold: float = 0.35
-    max_states: int = 32
+    min_availability: float = bounded(0.01, 0.0, 1.0, lo_open=True)
+    history: int = bounded(32, 1, 10 ** 6)
+    every: int = bounded(8, 1, 10 ** 6)
+    threshold: float = bounded(0.35, 0.0, 1.0, lo_open=True)
+    max_states: int = bounded(32, 1, MAX_STATES)
 
     def __post_init__(self) -> None:
         if self.states not in SOURCES:

@@ -27,6 +27,7 @@ from torch import nn
 from streamfl.agent.drift import InputDrift
 from streamfl.agent.plugins.base import AgentPlugin, Penalty, ReportContext, RoundContext, Statistic, Tensors
 from streamfl.agent.quadratic import MIN_CURVATURE, QuadraticPull
+from streamfl.config import bounded
 from streamfl.sensors.window import Window
 from streamfl.models.fisher import fisher_diagonal
 from streamfl.models.serialize import arrays_to_model
@@ -46,9 +47,9 @@ class StEwcAgentConfig:
     stability: cap on ``lr * lambda1 * P`` per element (see the module docstring).
     """
 
-    drift_windows: int = 32
-    drift_threshold: float = 0.6
-    stability: float = 1.0
+    drift_windows: int = bounded(32, 2, 65536)
+    drift_threshold: float = bounded(0.6, 0.0, 1000.0, lo_open=True)
+    stability: float = bounded(1.0, 0.0, 100.0, lo_open=True)
 
     def __post_init__(self) -> None:
         if self.drift_windows < 2 or not self.drift_threshold > 0 or not self.stability > 0:

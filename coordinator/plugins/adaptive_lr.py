@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
+from streamfl.config import bounded
 from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
 from streamfl.protocol.adaptive_payloads import MAX_LR, MIN_SCALE, AdaptiveLr
 from streamfl.protocol.extras import Extra
@@ -57,12 +58,12 @@ class AdaptiveLrConfig:
     min_lr_ratio: floor on the rate as a share of lr0, in [0, 1] (0: the paper, no floor).
     """
 
-    beta1: float = 0.5
-    beta2: float = 0.5
-    beta3: float = 0.5
-    lr0: Optional[float] = None
-    decay_every: int = 1
-    min_lr_ratio: float = 0.0
+    beta1: float = bounded(0.5, 0.0, 1.0, hi_open=True)
+    beta2: float = bounded(0.5, 0.0, 1.0, hi_open=True)
+    beta3: float = bounded(0.5, 0.0, 1.0, hi_open=True)
+    lr0: Optional[float] = bounded(None, 0.0, MAX_LR, lo_open=True)
+    decay_every: int = bounded(1, 1, 10 ** 6)
+    min_lr_ratio: float = bounded(0.0, 0.0, 1.0)
 
     def __post_init__(self) -> None:
         for key in ("beta1", "beta2", "beta3"):

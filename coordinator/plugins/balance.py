@@ -39,6 +39,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from streamfl.config import bounded
 from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
 from streamfl.protocol.messages import Command, Update
 
@@ -52,10 +53,10 @@ class BalanceConfig:
     rest_below: tell a device whose update was weighted below this to rest (None: never);
     rest_rounds: round intervals such a device skips."""
 
-    floor: float = 0.1
-    power: float = 3.0
-    rest_below: Optional[float] = None
-    rest_rounds: int = 20
+    floor: float = bounded(0.1, 0.0, 1.0, lo_open=True)
+    power: float = bounded(3.0, 0.0, 10.0, lo_open=True)
+    rest_below: Optional[float] = bounded(None, 0.0, 1.0, lo_open=True)
+    rest_rounds: int = bounded(20, 1, 10000)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.floor <= 1.0:

@@ -8,6 +8,7 @@ Which devices count is the first to report: every device trains on its own sched
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
+from streamfl.config import bounded
 from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
 
 
@@ -16,8 +17,8 @@ class CriticalFlConfig:
     """clients_min: the floor and the starting count (2: the smallest round that averages);
     clients_max: the cap (null: every device online)."""
 
-    clients_min: int = 2
-    clients_max: Optional[int] = None
+    clients_min: int = bounded(2, 1, 10 ** 6)
+    clients_max: Optional[int] = bounded(None, 1, 10 ** 6)
 
     def __post_init__(self) -> None:
         if self.clients_min < 1:

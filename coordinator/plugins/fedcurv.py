@@ -52,9 +52,9 @@ class FedCurvConfig:
       while one device holds at most 4 / (4 + n - 1) of the sums among n similar devices.
     """
 
-    lambda2: float = 1.0
-    fisher_samples: int = 20
-    fisher_every_rounds: int = 1
+    lambda2: float = bounded(1.0, 0.0, 1e4)
+    fisher_samples: int = bounded(20, 1, 65536)
+    fisher_every_rounds: int = bounded(1, 1, 10000)
     max_peer_multiple: float = bounded(4.0, 1.0, 1e6)
 
     def __post_init__(self) -> None:

@@ -7,6 +7,7 @@ random slots an eviction compares (8).
 from dataclasses import dataclass
 from typing import List
 
+from streamfl.config import bounded
 from streamfl.coordinator.plugins.base import CoordinatorPlugin
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.selection_payloads import ImportanceTerms
@@ -17,8 +18,8 @@ class ImportanceConfig:
     """budget: mean admission probability of a window once the buffer is full;
     candidates: random slots an eviction compares."""
 
-    budget: float = 0.5
-    candidates: int = 8
+    budget: float = bounded(0.5, 0.0, 1.0, lo_open=True)
+    candidates: int = bounded(8, 1, 1024)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.budget <= 1.0:

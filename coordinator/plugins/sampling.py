@@ -11,6 +11,7 @@ from typing import Any, Dict, Mapping
 
 import numpy as np
 
+from streamfl.config import SEED_MAX, bounded
 from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
 from streamfl.protocol.messages import Command
 
@@ -21,9 +22,9 @@ class SamplingConfig:
     skip_rounds: round intervals the others skip (1: they are back for the next choice);
     seed: the choice's random stream (reproducible runs)."""
 
-    clients_per_round: int = 2
-    skip_rounds: int = 1
-    seed: int = 0
+    clients_per_round: int = bounded(2, 1, 10 ** 6)
+    skip_rounds: int = bounded(1, 1, 10000)
+    seed: int = bounded(0, 0, SEED_MAX)
 
     def __post_init__(self) -> None:
         if self.clients_per_round < 1:

@@ -44,6 +44,7 @@ from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
+from streamfl.config import SEED_MAX, bounded
 from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
 from streamfl.coordinator.scheduling import (
     DEFAULT_BATCH, DEFAULT_SIGMA, POLICIES, allocate_bandwidth, class_weights, make_policy,
@@ -80,18 +81,18 @@ class ScheduleConfig:
 
     policy: str = "fedteddi"
     options: Dict[str, Any] = field(default_factory=dict)
-    deadline_s: Optional[float] = None
-    total_bandwidth_hz: Optional[float] = None
-    max_devices: Optional[int] = None
-    frame_rounds: int = 30
-    skip_rounds: int = 10
-    sigma: Optional[float] = None
-    batch: int = DEFAULT_BATCH
+    deadline_s: Optional[float] = bounded(None, 0.0, 86400.0, lo_open=True)
+    total_bandwidth_hz: Optional[float] = bounded(None, 0.0, 1e12, lo_open=True)
+    max_devices: Optional[int] = bounded(None, 1, 10 ** 6)
+    frame_rounds: int = bounded(30, 1, 10 ** 6)
+    skip_rounds: int = bounded(10, 1, 10000)
+    sigma: Optional[float] = bounded(None, 0.0, 1e6)
+    batch: int = bounded(DEFAULT_BATCH, 1, 65536)
     class_gradients: Optional[bool] = None
-    timeout_factor: float = 2.0
-    headroom: float = 0.2
-    retry_rounds: int = 20
-    seed: int = 0
+    timeout_factor: float = bounded(2.0, 0.0, 100.0, lo_open=True)
+    headroom: float = bounded(0.2, 0.0, 1.0, hi_open=True)
+    retry_rounds: int = bounded(20, 1, 10 ** 6)
+    seed: int = bounded(0, 0, SEED_MAX)
     refill: bool = False
 
     def __post_init__(self) -> None:

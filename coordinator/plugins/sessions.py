@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
+from streamfl.config import bounded
 from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
 from streamfl.coordinator.sessions import INITS, make_init
 from streamfl.coordinator.sessions.aux import AuxRound
@@ -64,17 +65,17 @@ class SessionsConfig:
     """
 
     init: str = "session-init"
-    pilot_sessions: int = 1
-    aux_rounds: int = 1
-    max_saved: int = 8
-    kappa: float = 10.0
+    pilot_sessions: int = bounded(1, 1, 1000)
+    aux_rounds: int = bounded(1, 1, MAX_AUX_ROUNDS)
+    max_saved: int = bounded(8, 1, 1000)
+    kappa: float = bounded(10.0, 0.0, 1e4)
     distance: str = "relative"
-    change_fraction: float = 0.3
-    min_session_s: float = 60.0
-    settle_s: float = 5.0
-    silence_s: float = 60.0
-    aux_quorum: float = 1.0
-    aux_wait_s: float = 30.0
+    change_fraction: float = bounded(0.3, 0.0, 2.0, hi_open=True)
+    min_session_s: float = bounded(60.0, 0.0, 1e8)
+    settle_s: float = bounded(5.0, 0.0, 86400.0)
+    silence_s: float = bounded(60.0, 0.0, 86400.0)
+    aux_quorum: float = bounded(1.0, 0.0, 1.0, lo_open=True)
+    aux_wait_s: float = bounded(30.0, 0.0, 86400.0)
 
     def __post_init__(self) -> None:
         if self.init not in INITS:

@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from streamfl.config import bounded
 from streamfl.coordinator.plugins.base import CoordinatorPlugin, FleetView
 from streamfl.coordinator.shares import leave_one_out_medians
 from streamfl.protocol.extras import Extra
@@ -48,16 +49,16 @@ class SfedpoConfig:
 
     dds: bool = True
     saw: bool = True
-    budget: float = 0.5
-    a1: float = 0.15
-    b1: float = 0.25
-    a2: float = 1.0
-    b2: float = 0.5
-    g: float = 1.0
-    l_eta_sigma2: float = 0.0
-    min_availability: float = 0.01
-    max_score: float = 100.0
-    max_factor: float = 4.0
+    budget: float = bounded(0.5, 0.0, 1.0, lo_open=True, hi_open=True)
+    a1: float = bounded(0.15, 0.0, 100.0)
+    b1: float = bounded(0.25, -100.0, 100.0)
+    a2: float = bounded(1.0, 0.0, 100.0)
+    b2: float = bounded(0.5, 0.0, 100.0)
+    g: float = bounded(1.0, 0.0, 100.0)
+    l_eta_sigma2: float = bounded(0.0, 0.0, 100.0)
+    min_availability: float = bounded(0.01, 0.0, 1.0, lo_open=True)
+    max_score: float = bounded(100.0, 0.0, 1e6, lo_open=True)
+    max_factor: float = bounded(4.0, 1.0, 100.0)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.budget < 1.0:

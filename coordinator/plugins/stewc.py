@@ -53,17 +53,17 @@ class StEwcConfig:
       the buffer sizes (about 2x here); 4 leaves them whole.
     """
 
-    lambda1: float = 10.0
-    fisher_samples: int = 100
+    lambda1: float = bounded(10.0, 0.0, 1e6)
+    fisher_samples: int = bounded(100, 1, 65536)
     boundary: str = "drift"
-    period_s: Optional[float] = None
-    drift_quorum: float = 0.5
-    min_period_s: float = 60.0
-    drift_window_s: float = 30.0
-    fisher_quorum: float = 1.0
-    fisher_wait_s: float = 30.0
-    max_fisher: float = 1.0e4
-    max_samples: int = 100000
+    period_s: Optional[float] = bounded(None, 0.0, 1e8, lo_open=True)
+    drift_quorum: float = bounded(0.5, 0.0, 1.0, lo_open=True)
+    min_period_s: float = bounded(60.0, 0.0, 1e8)
+    drift_window_s: float = bounded(30.0, 0.0, 1e8, lo_open=True)
+    fisher_quorum: float = bounded(1.0, 0.0, 1.0, lo_open=True)
+    fisher_wait_s: float = bounded(30.0, 0.0, 86400.0)
+    max_fisher: float = bounded(1.0e4, 0.0, 1e8, lo_open=True)
+    max_samples: int = bounded(100000, 1, 10 ** 9)
     max_peer_multiple: float = bounded(4.0, 1.0, 1e6)
 
     def __post_init__(self) -> None:
