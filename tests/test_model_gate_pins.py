@@ -122,6 +122,22 @@ def test_a_restored_base_ahead_of_the_followed_model_is_dropped(run_id):
     assert agent.finish_round(plan).base_version == 12
 
 
+def test_what_stays_open_without_keys_a_forgery_that_copies_the_run_identity():
+    """README, "Trust": followed until the run's versions pass it or a new run starts; a board
+    restarted after the real coordinator published again is back on its model."""
+    agent = make_agent()
+    assert agent.on_global_model(gm(10, "real"))
+    assert agent.on_global_model(gm(HUGE, "real", 9.0, lr=1.0))     # "newer" within the run
+    assert not agent.on_global_model(gm(11, "real"))                # the real next model: stale
+    agent.train_round()
+    arrays, meta = agent.checkpoint()
+    assert agent.on_global_model(gm(0, "new-run"))                  # a new run ends it
+    restarted = make_agent()
+    restarted.restore(arrays, meta)
+    assert restarted.on_global_model(gm(12, "real"))                # the retained real model
+    assert restarted.begin_round().base_version == 12
+
+
 def test_a_round_training_from_the_run_left_is_dropped_not_sent():
     agent = make_agent()
     agent.on_global_model(forged())
