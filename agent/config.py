@@ -94,7 +94,7 @@ class AgentConfig:
     #: Seconds within which coming back to a run this agent left means two coordinators publish on
     #: the fleet (one WARNING naming both runs, then only counted). 300 s: two live coordinators
     #: alternate every few seconds, while a coordinator moved back after a reset takes minutes.
-    run_alternation_window_s: float = 300.0
+    run_alternation_window_s: float = bounded(300.0, 0.0, 86400.0)
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.fleet or ""):

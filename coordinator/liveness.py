@@ -42,6 +42,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from streamfl.config import bounded
 from streamfl.errors import StartupError
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import CoordinatorStatus
@@ -66,8 +67,8 @@ class ExclusiveConfig:
     """
 
     take_over: bool = False
-    probe_wait_s: float = 2.0
-    connect_wait_s: float = 10.0
+    probe_wait_s: float = bounded(2.0, 0.0, 60.0, lo_open=True)
+    connect_wait_s: float = bounded(10.0, 0.0, 600.0, lo_open=True)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.probe_wait_s <= 60.0:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Deque, Dict, Optional, Sequence, Tuple
 
+from streamfl.config import bounded
 from streamfl.errors import ConfigError, ProtocolError
 from streamfl.fileio import atomic_write
 from streamfl.protocol.messages import Command
@@ -68,8 +69,8 @@ class OperatorConfig:
     """
 
     public_keys: Tuple[str, ...] = ()
-    max_per_minute: int = 6
-    max_age_s: float = 300.0
+    max_per_minute: int = bounded(6, 1, 3600)
+    max_age_s: float = bounded(300.0, 1.0, 86400.0)
 
     def __post_init__(self) -> None:
         for i, key in enumerate(self.public_keys):
