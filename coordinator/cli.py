@@ -49,7 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--password-file", help="file whose first line is the MQTT password")
     p.add_argument("--client-id", help="MQTT client id (default coordinator-<fleet>)")
     p.add_argument("--embedded-broker", action="store_true",
-                   help="start an embedded MQTT broker on --broker/--port in this process")
+                   help="start an embedded MQTT broker on --broker/--port in this process (exit 2 if "
+                        "the port is taken)")
+    p.add_argument("--take-over", action="store_true", default=None,
+                   help="start even if another coordinator of the fleet is online on the broker; it "
+                        "steps down (overrides exclusive.take_over; without it such a start exits 2)")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default %(default)s")
     p.add_argument("--check-config", action="store_true",
@@ -63,6 +67,7 @@ FLAG_KEYS = {
     "fleet": "fleet", "eval_data": "eval_path", "broker": "mqtt.host", "port": "mqtt.port",
     "tls_ca": "mqtt.tls_ca", "tls_cert": "mqtt.tls_cert", "tls_key": "mqtt.tls_key",
     "username": "mqtt.username", "password_file": "mqtt.password_file",
+    "take_over": "exclusive.take_over",
 }
 
 
@@ -134,6 +139,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             broker = EmbeddedBroker(settings.host, settings.port)
             broker.start()
         server = CoordinatorServer(config, PahoTransport(settings), args.state_dir, run_dir)
+        if broker is None:  # an embedded broker just started holds no other coordinator's status
+            from streamfl.coordinator.liveness import check_fleet
+            other = check_fleet(settings, config.fleet, server.status_message(online=True),
+                                config.exclusive)
+            server.took_over = other.instance if other is not None else ""
     except ConfigError as exc:
         print("streamfl-coordinator: configuration error: %s" % exc, file=sys.stderr)
         if broker is not None:
@@ -143,7 +153,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("streamfl-coordinator: %s" % exc, file=sys.stderr)
         if broker is not None:
             broker.stop()
-        return 1
+        return getattr(exc, "exit_code", 1)
 
     def on_signal(signum, _frame):
         log.info("signal %d: stopping", signum)
@@ -169,6 +179,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         server.stop()
         if broker is not None:
             broker.stop()
+    if server.taken_over_by is not None:  # exit 2: systemd must not restart into a fight over the fleet
+        from streamfl.coordinator.liveness import describe
+        print("streamfl-coordinator: another coordinator took fleet %s over (%s): stopped"
+              % (config.fleet, describe(server.taken_over_by)), file=sys.stderr)
+        return 2
     return 0
 
 

@@ -9,9 +9,18 @@ versions are skipped (coalesced): devices always fetch the newest model anyway.
 
 The state folder's run identity (``run_id``) is made on first use and saved before anything is
 published; every global model and command names it, and every command gets a growing ``seq``.
+
+Operator commands pass the ``OperatorGate`` (``operator_gate.py``: pinned operator keys, stamps
+newer than the last one obeyed and fresh, a rate) on the network thread before they are queued.
+The retained status names this process (run, client id, host, pid, start, a random ``instance``);
+the server also reads that topic and steps down when another coordinator of the fleet takes over
+(``liveness.py``): it stops without saying offline over the other's status, and
+``taken_over_by`` says by whom.
 """
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 import uuid
@@ -23,6 +32,8 @@ from streamfl.coordinator.core import CoordinatorCore, Step
 from streamfl.coordinator.evaluation import Evaluator, make_evaluator
 from streamfl.coordinator.metrics import MetricsWriter
 from streamfl.coordinator.admission import admission_counters
+from streamfl.coordinator.liveness import beats, describe, new_instance
+from streamfl.coordinator.operator_gate import STAMP_FILE, OperatorGate
 from streamfl.coordinator.persistence import Persister, StateStore
 from streamfl.coordinator.publisher import DurablePublisher
 from streamfl.models import tensor_spec
@@ -59,6 +70,14 @@ class CoordinatorServer:
         self.store = StateStore(Path(state_dir))
         self.persister = Persister(self.store)
         self.signer = make_signer(config.signing_key_file)
+        self.operator_gate = OperatorGate(config.operator, Path(state_dir) / STAMP_FILE)
+        #: This process among the fleet's coordinators (its status names it).
+        self.instance = new_instance()
+        self.started_s = time.time()
+        #: The instance of the coordinator this one took over at start ("" for none; the CLI sets it).
+        self.took_over = ""
+        #: The status of the coordinator that took the fleet over from this one (it then stops).
+        self.taken_over_by: Optional[CoordinatorStatus] = None
         self.evaluator = evaluator if evaluator is not None else make_evaluator(config)
         self.metrics = MetricsWriter.in_run_dir(self.run_dir)
         self.decoder = Decoder({config.model.arch_id: tensor_spec(config.model)},
@@ -119,6 +138,15 @@ class CoordinatorServer:
         for kind in ("status", "update", "telemetry"):
             self.transport.subscribe(self.topics.all_devices(kind), qos=1)
         self.transport.subscribe(self.topics.coordinator_command, qos=1)
+        self.transport.subscribe(self.topics.coordinator_status, qos=1)
+        if not self.config.operator.authenticated:
+            log.warning("operator commands are not authenticated (no operator.public_keys): whoever "
+                        "the broker's ACL lets write %s can send them; they are still stamped against "
+                        "replays and limited to %d a minute", self.topics.coordinator_command,
+                        self.config.operator.max_per_minute)
+        else:
+            log.info("operator commands must be signed by one of %d pinned operator key(s)",
+                     len(self.config.operator.public_keys))
         self._offer_snapshot()
         self._worker.start()
         self.publisher.start()
@@ -147,7 +175,7 @@ class CoordinatorServer:
                 return
             self._stopped = True
         self._stop_requested.set()
-        if self._started and self.transport.connected:
+        if self._started and self.transport.connected and self.taken_over_by is None:
             self.transport.publish(self.topics.coordinator_status, self._status(online=False),
                                    qos=1, retain=True)
         self.transport.close()
@@ -184,6 +212,7 @@ class CoordinatorServer:
         out["persist_errors"] = self.persister.errors
         out["metrics_errors"] = self.metrics.errors
         out["queue_depth"] = self._queue.qsize()
+        out.update(self.operator_gate.counters())
         return out
 
     # ---- network thread -----------------------------------------------------------------------
@@ -198,6 +227,9 @@ class CoordinatorServer:
         self._count("frames")
         if topic == self.topics.coordinator_command:
             self._on_operator_frame(topic, payload)
+            return
+        if topic == self.topics.coordinator_status:
+            self._on_status_frame(topic, payload)
             return
         parsed = self.topics.parse_device_topic(topic)
         if parsed is None or parsed[1] not in KIND_TYPES:
@@ -219,25 +251,53 @@ class CoordinatorServer:
         self._queue.put(msg)
 
     def _on_operator_frame(self, topic: str, payload: bytes) -> None:
-        """An operator's command to the coordinator: queued for ``CoordinatorCore.on_operator``
-        (the broker's ACL decides who may write the topic)."""
-        msg = self.decoder.try_decode(payload, source=topic)
+        """An operator's command to the coordinator: queued for ``CoordinatorCore.on_operator`` if
+        the ``OperatorGate`` lets it through (signature, stamp, rate)."""
+        frame = self.operator_gate.open(topic, payload)
+        if frame is None:
+            return
+        msg = self.decoder.try_decode(frame, source=topic)
         if msg is None:
             return
         if not isinstance(msg, Command):
             self._count("wrong_kind")
             log.warning("%s message on the operator command topic %s dropped", type(msg).__name__, topic)
             return
+        if not self.operator_gate.admit(msg):
+            return
         log.info("operator command %r received", msg.kind)
         self._queue.put(msg)
 
-    def _status(self, online: bool) -> bytes:
+    def _on_status_frame(self, topic: str, payload: bytes) -> None:
+        """A coordinator status of this fleet (our own echo, or another coordinator's): step down
+        if another one took the fleet over (``liveness.beats``)."""
+        msg = self.decoder.try_decode(payload, source=topic)
+        if not isinstance(msg, CoordinatorStatus) or self.taken_over_by is not None:
+            return
+        if beats(msg, self.status_message(online=True)):
+            self.taken_over_by = msg
+            log.error("another coordinator of fleet %s keeps the fleet (%s): this one (run %s) steps "
+                      "down", self.config.fleet, describe(msg), self.core.run_id)
+            self.request_stop()
+
+    def status_message(self, online: bool) -> CoordinatorStatus:
+        """This coordinator's status: online or not, the durable version, and who it is."""
         version = self.persister.saved_version  # durable, so it may be named
-        return encode(CoordinatorStatus(online=online, version=version if version is not None else 0,
-                                        run_id=self.core.run_id))
+        settings = getattr(self.transport, "settings", None)
+        return CoordinatorStatus(online=online, version=version if version is not None else 0,
+                                 run_id=self.core.run_id,
+                                 client_id=str(getattr(settings, "client_id", "") or ""),
+                                 host=socket.gethostname(), pid=os.getpid(),
+                                 started_s=round(self.started_s, 3), instance=self.instance,
+                                 took_over=self.took_over)
+
+    def _status(self, online: bool) -> bytes:
+        return encode(self.status_message(online))
 
     def _on_connect(self, session_present: bool) -> None:
         log.info("connected to the broker (session present: %s)", session_present)
+        if self.taken_over_by is not None:  # stepping down: say nothing over the new coordinator
+            return
         self.transport.publish(self.topics.coordinator_status, self._status(online=True), qos=1,
                                retain=True)
         self.publisher.republish()  # the broker may have lost the retained model

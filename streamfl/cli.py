@@ -135,7 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "Publishes the command on the fleet's coordinator command topic (QoS 1) and "
                     "returns once the broker acknowledged it; the coordinator's plug-ins act on the "
                     "kinds they know (sessions: new-session) and log and ignore the others. The "
-                    "shipped broker ACL lets the 'operator' account write that topic.")
+                    "command is stamped with this machine's clock (the coordinator obeys each stamp "
+                    "once, and only a fresh one) and, with --signing-key-file, signed: a "
+                    "coordinator that pins operator keys (operator.public_keys) obeys nothing else. "
+                    "The shipped broker ACL lets the 'operator' account write that topic.")
     operator.add_argument("kind", metavar="KIND", help="command kind, e.g. new-session")
     operator.add_argument("--param", action="append", default=[], dest="params", metavar="KEY=VALUE",
                           help="one parameter of the command (the value is YAML); repeat for more")
@@ -147,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     operator.add_argument("--password-file", help="file whose first line is the MQTT password "
                                                   "(else $STREAMFL_MQTT_PASSWORD)")
     operator.add_argument("--tls-ca", help="CA certificate file (enables TLS)")
+    operator.add_argument("--signing-key-file",
+                          help="the operator's Ed25519 private key (PEM, from 'streamfl-coordinator "
+                               "keygen --name operator'; its .pub line goes into the coordinator's "
+                               "operator.public_keys) that signs the command")
     operator.add_argument("--timeout", type=float, default=10.0,
                           help="seconds to wait for the broker's acknowledgement (default 10)")
     operator.add_argument("--log-level", default="ERROR",
@@ -237,7 +244,8 @@ def _operator(args) -> int:
         raise ConfigError(str(exc)) from None
     settings = replace(mqtt.settings("streamfl-operator-%d" % os.getpid(), os.environ),
                        persistent_session=False)
-    send_operator_command(settings, args.fleet, args.kind, params, args.timeout)
+    send_operator_command(settings, args.fleet, args.kind, params, args.timeout,
+                          signing_key_file=args.signing_key_file)
     print("sent %s to the coordinator of fleet %s" % (args.kind, args.fleet))
     return 0
 

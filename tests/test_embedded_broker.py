@@ -11,7 +11,7 @@ import pytest
 from polling import wait_for
 
 from streamfl.coordinator.broker import EmbeddedBroker
-from streamfl.errors import TransportError
+from streamfl.errors import StartupError
 from streamfl.protocol.transport.base import MqttSettings
 from streamfl.protocol.transport.paho import PahoTransport
 from streamfl.sim.brokers import BrokerProcess, free_port, wait_port
@@ -71,12 +71,13 @@ def test_paho_transport_round_trips_through_the_embedded_broker():
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
 
-def test_port_in_use_is_a_transport_error():
+def test_port_in_use_is_a_startup_error():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
-        with pytest.raises(TransportError):
+        with pytest.raises(StartupError, match="holds the port") as caught:
             EmbeddedBroker("127.0.0.1", busy.getsockname()[1], start_timeout_s=10).start()
+        assert caught.value.exit_code == 2
 
 
 def test_module_runs_in_the_foreground_until_sigterm(tmp_path):

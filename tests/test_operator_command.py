@@ -70,7 +70,7 @@ def coordinator(mqtt_broker, tmp_path):
         devices.hello(device_id)
     config = build(CoordinatorConfig, {
         "fleet": FLEET, "model": SPEC, "persist_interval_s": 0.0, "admission": UNBOUNDED_ADMISSION,
-        "plugins": {"sessions": {"init": "previous"}}}, "test")
+        "plugins": {"sessions": {"init": "previous", "min_session_s": 0.0}}}, "test")
     server = CoordinatorServer(config, PahoTransport(_settings(mqtt_broker, "coordinator-ops",
                                                                persistent_session=True)),
                                tmp_path / "state", tmp_path / "run")

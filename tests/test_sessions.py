@@ -258,14 +258,53 @@ def test_a_silent_device_counts_as_gone():
     assert core.plugin("sessions").session == 1     # b went silent at 10 s: half the fleet changed
 
 
-def test_an_operator_command_starts_a_session_at_once():
-    core = greet(_core(init="previous", min_session_s=1e9), "a", "b")
+def test_an_operator_command_starts_a_session_at_once_once_the_session_is_old_enough():
+    core = greet(_core(init="previous", min_session_s=0.5), "a", "b")
     core.tick(0.0)
     assert core.on_operator(Command(kind="new-session"), 1.0).commands == []
     assert core.plugin("sessions").session == 1
     assert core.counters["operator_commands"] == 1
     core.on_operator(Command(kind="unknown-thing"), 2.0)     # logged and ignored
     assert core.plugin("sessions").session == 1
+
+
+def test_new_sessions_inside_min_session_s_are_deferred_to_its_end_and_make_one():
+    core = greet(_core(init="previous", min_session_s=10.0), "a", "b")
+    core.tick(0.0)
+    plugin = core.plugin("sessions")
+    steps = [core.on_operator(Command(kind="new-session"), t) for t in (1.0, 2.0, 5.0)]
+    assert plugin.session == 0
+    assert [e["what"] for s in steps for e in s.events if e.get("event") == "session"] == ["deferred"]
+    core.tick(9.9)
+    assert plugin.session == 0
+    step = core.tick(10.0)
+    assert plugin.session == 1
+    assert [(e["what"], e.get("reason")) for e in step.events] == [("boundary", "operator")]
+    core.tick(15.0)
+    core.tick(30.0)
+    assert plugin.session == 1                           # three commands, one session
+
+
+def test_min_session_s_counts_from_the_end_of_the_auxiliary_round():
+    """A session in its auxiliary round withholds every update: a new-session then, or a membership
+    change, waits until the session has trained its own model for min_session_s."""
+    core = greet(_core(min_session_s=5.0), "a", "b")
+    core.tick(0.0)
+    plugin = core.plugin("sessions")
+    _train(core, "ab", 1.0, 1.0)
+    core.on_operator(Command(kind="new-session"), 6.0)   # session 0 is 6 s old: at once
+    assert plugin.session == 1 and plugin.aux_round == 1
+    core.on_operator(Command(kind="new-session"), 7.0)   # in the auxiliary round: deferred
+    _change(core, ["b"], ["c"], 8.0)                     # and a membership change too
+    for t in (8.0, 10.0, 15.0, 19.0):
+        core.tick(t)
+    assert plugin.session == 1 and plugin.aux_round == 1
+    _train(core, "ac", 2.0, 20.0)                        # the aux round closes at 20 s
+    assert plugin.aux_round == 0
+    core.tick(24.9)
+    assert plugin.session == 1
+    core.tick(25.0)
+    assert plugin.session == 2
 
 
 def test_sessions_survive_a_restart_mid_aux_round(tmp_path):

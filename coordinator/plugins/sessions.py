@@ -15,7 +15,12 @@ membership.py``); when it changes by more than ``change_fraction``, or an operat
 
 A switch is a new global version with nothing merged; updates trained from a model before it are
 withheld from the strategy (under FedAsync they would mix the old session back in; FedAvg drops
-them as stale anyway). Every global model carries the session (``SessionTerms``), every update
+them as stale anyway). So every boundary withholds updates for a while (the auxiliary rounds, then
+the updates still trained from the old model), and no boundary, an operator's or the membership's,
+comes before the session trained its own model for ``min_session_s``: an operator's ``new-session``
+inside that time is deferred to its end (logged; more of them meanwhile make still one), so no
+stream of commands or of devices coming and going can withhold more than about ``W / (W +
+min_session_s)`` of the updates, ``W`` being a boundary's withholding time. Every global model carries the session (``SessionTerms``), every update
 record its ``session``, and each boundary and switch is a ``session`` metrics event.
 """
 import logging
@@ -54,8 +59,12 @@ class SessionsConfig:
     change_fraction: a session ends when the devices gone plus the devices new exceed this share
       of the session's devices. The paper leaves the trigger open; 0.3 ignores one board in ten
       coming and going, and catches a shift change.
-    min_session_s: no membership boundary before a session is this old (flapping guard; an
-      operator's ``new-session`` is obeyed at once).
+    min_session_s: no boundary, an operator's or the membership's, before the session has trained
+      its own model (its auxiliary rounds done) for this long; a ``new-session`` before then is
+      deferred to it. 60 s: a boundary withholds updates for its auxiliary rounds and about one
+      round more, seconds in a fleet of rounds of seconds, so a flood of commands or a flapping
+      board can withhold a small share of them at most (a real shift change is not an urgent
+      minute), while a fleet that truly changed waits a minute at most.
     settle_s: a change must last this long to count, and devices arriving this soon after a
       session starts join it (boards of a shift leave and arrive over a few seconds).
     silence_s: a device online but unheard for this long counts as gone (0: only Hello and last
@@ -117,6 +126,10 @@ class SessionsPlugin(CoordinatorPlugin):
         self._previous: Optional[Tensors] = None
         #: Updates trained from versions before this one are withheld (0: none).
         self.fence_version = 0
+        #: Since when the running session trains its own model (None: not yet, or not since a restart).
+        self._own_since: Optional[float] = None
+        #: An operator's new-session waits for the session to be ``min_session_s`` old.
+        self._operator_pending = False
         self._switch: Optional[Tensors] = None
         self._switch_pending = False
         self._events: List[Dict[str, Any]] = []
@@ -129,14 +142,21 @@ class SessionsPlugin(CoordinatorPlugin):
         if self.session < 0:
             if present:
                 self.session = 0
+                self._own_since = now
                 self.membership.start(now, present)
                 self._event("start", devices=len(present))
             return
         if self.membership.started_s is None:  # restarted: the session's clock starts again
             self.membership.started_s = now
+        if self._own_since is None and self.aux_round == 0:
+            self._own_since = now
         if self.aux is not None and self.aux.done(now):
             self._close_aux_round(now)
-        if self.membership.due(now, present):
+        due = self.membership.due(now, present)  # always asked: it keeps the reference set
+        if self._operator_pending and self._old_enough(now):
+            log.info("sessions: the operator's deferred new session begins")
+            self._boundary(now, present, reason="operator")
+        elif due and self._old_enough(now):
             self._boundary(now, present)
 
     def on_operator(self, command: Command, now: float) -> bool:
@@ -144,9 +164,18 @@ class SessionsPlugin(CoordinatorPlugin):
             return False
         if self.session < 0:
             log.warning("sessions: new-session ignored: no device is online yet")
-        else:
+        elif self._old_enough(now):
             log.info("sessions: an operator asked for a new session")
             self._boundary(now, self._present(now), reason="operator")
+        elif self._operator_pending:
+            log.info("sessions: new-session: one is already deferred until session %d has trained "
+                     "its own model for min_session_s (%g s)", self.session, self.config.min_session_s)
+        else:
+            self._operator_pending = True
+            log.warning("sessions: new-session deferred: session %d %s; it begins once the session "
+                        "has trained its own model for min_session_s (%g s)", self.session,
+                        self._age_text(now), self.config.min_session_s)
+            self._event("deferred", reason="operator")
         return True
 
     def on_update(self, update: Update, now: float) -> None:
@@ -181,6 +210,17 @@ class SessionsPlugin(CoordinatorPlugin):
         return out
 
     # ---- the session's life -------------------------------------------------------------------
+    def _old_enough(self, now: float) -> bool:
+        """True once the session has trained its own model for ``min_session_s``: a boundary may
+        come (the bound on the share of time boundaries withhold updates)."""
+        return (self.aux_round == 0 and self._own_since is not None
+                and now - self._own_since >= self.config.min_session_s)
+
+    def _age_text(self, now: float) -> str:
+        if self.aux_round > 0 or self._own_since is None:
+            return "is still in its auxiliary rounds"
+        return "has trained its own model for %.0f s" % (now - self._own_since)
+
     def _present(self, now: float) -> List[str]:
         online = list(self.fleet.online())
         seen = self.fleet.last_seen_s
@@ -200,6 +240,8 @@ class SessionsPlugin(CoordinatorPlugin):
         self.session += 1
         self.membership.start(now, present)
         self.gradient, self.aux, self.aux_round = None, None, 0
+        self._operator_pending = False
+        self._own_since = now  # unless an auxiliary round starts below
         log.info("sessions: session %d begins (%s; %.0f%% of the devices changed, %d online)",
                  self.session, reason, 100 * change, len(present))
         self._event("boundary", reason=reason, change=round(change, 4), devices=len(present))
@@ -210,6 +252,7 @@ class SessionsPlugin(CoordinatorPlugin):
 
     def _start_aux_round(self, now: float, number: int, model: Tensors, present: List[str]) -> None:
         self.aux_round = number
+        self._own_since = None
         self.aux = AuxRound(-1, now, present, self.config.aux_quorum, self.config.aux_wait_s)
         self._switch, self._switch_pending = model, True
         self._event("aux", aux_round=number)
@@ -222,6 +265,7 @@ class SessionsPlugin(CoordinatorPlugin):
             return
         self.gradient = difference(merged, self.library.pilot)
         self.aux, self.aux_round = None, 0
+        self._own_since = now
         built = self.init.build(self.library.saved, self.gradient)
         weights = self.init.last_weights
         log.info("sessions: session %d's gradient from %d device(s); starting from %s", self.session,
@@ -249,6 +293,7 @@ class SessionsPlugin(CoordinatorPlugin):
         return {"session": self.session, "aux_round": self.aux_round,
                 "aux_version": None if self.aux is None else self.aux.version,
                 "fence_version": self.fence_version, "membership": self.membership.state(),
+                "operator_pending": self._operator_pending,
                 "library": self.library.state(), "gradient": self.gradient is not None,
                 "previous": self._previous is not None}
 
@@ -259,6 +304,8 @@ class SessionsPlugin(CoordinatorPlugin):
         self.membership.load_state(dict(state.get("membership") or {}))
         self.session, self.aux_round = session, aux_round
         self.fence_version = int(state.get("fence_version") or 0)
+        self._operator_pending = state.get("operator_pending") is True
+        self._own_since = None  # the session's clock starts again at the first tick
         self._loaded = dict(state)
         if aux_round:  # the round starts over from the restored (auxiliary) model
             self.aux = AuxRound(int(state.get("aux_version") or 0), 0.0, self.fleet.online(),

@@ -1,5 +1,5 @@
 """When a session ends: the set of present devices changed by more than a fraction, or an
-operator asked for a new session (the session paper leaves the trigger open; DESIGN.md s8).
+operator asked for a new session (at the earliest ``min_session_s`` into it) (the session paper leaves the trigger open; DESIGN.md s8).
 
 A device is present while the registry has it online (from its Hello until its last will or clean
 offline) and, with ``silence_s`` > 0, it was heard from within ``silence_s`` (a board that stays
@@ -10,7 +10,9 @@ plus devices new, over the session's reference set. Guards against thrashing:
   seconds: one boundary, not several), and devices that arrive within ``settle_s`` of a session's
   start join its reference set (a fleet booting, or the stragglers of a shift change);
 - ``min_session_s``: no boundary from membership before a session is that old (a flapping device
-  cannot thrash the fleet). An operator's ``new-session`` (the plug-in's) is obeyed at once.
+  cannot thrash the fleet). The ``sessions`` plug-in holds every boundary, an operator's
+  ``new-session`` too, until the session has also trained its own model (its auxiliary rounds
+  done) that long.
 """
 from typing import Any, Collection, Dict, FrozenSet, Mapping, Optional
 
