@@ -104,7 +104,7 @@ def _check_range(value: Any, rng: Range, where: str) -> None:
         return
     if isinstance(value, (int, float)) and value not in rng:
         raise ConfigError("%s: %s is out of range, expected a value in %s" % (
-            where, _show(value) if math.isfinite(value) else repr(value), rng))
+            where, repr(value) if isinstance(value, float) and not math.isfinite(value) else _show(value), rng))
 
 
 class Loader(yaml.SafeLoader):
