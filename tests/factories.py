@@ -63,9 +63,11 @@ def make_hello(device_id: str = "d1", like: Template = SPEC, **overrides: Any) -
     return Hello(**fields)
 
 
-#: Admission that bounds nothing, for tests of aggregation arithmetic with synthetic weights (all
-#: 2.0, say) that a real fleet's norm bound would clip; tests of admission use the defaults.
-UNBOUNDED_ADMISSION = {"max_abs_value": 1e30, "initial_norm_ratio": 1e30, "norm_multiplier": 1e30}
+#: Admission as loose as its declared ranges allow, for tests of aggregation arithmetic with
+#: synthetic weights (all 2.0, say) that a real fleet's norm bound would clip; tests of admission
+#: use the defaults.
+UNBOUNDED_ADMISSION = {"max_abs_value": 1e6, "initial_norm_ratio": 100.0, "norm_multiplier": 100.0,
+                       "min_norm_ratio": 10.0, "reject_multiplier": 1000.0}
 
 
 def greet(core, *device_ids: str, now: float = 0.0):
