@@ -100,7 +100,7 @@ def test_a_forged_unnamed_model_pins_no_board_past_the_real_coordinators_next_mo
         # What stays open without keys: a fresh board follows the forgery, within its own limits.
         wait_until(lambda: checkpointed(state) == ("", HUGE), what="a round from the forged model")
         assert daemon.core.hparams["lr"] == 0.5 and daemon.core.hparams["local_steps"] == 500
-        assert HUGE in watch.seen()
+        wait_until(lambda: HUGE in watch.seen(), what="an update from the forged model")
 
         # The real coordinator's next model (its first: a fresh state folder) takes it back.
         servers.append(coordinator(mqtt_broker, tmp_path, "a"))
