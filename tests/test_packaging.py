@@ -1,43 +1,67 @@
-"""The built wheel installs the folders as ``streamfl.*`` and imports from outside the repository."""
-import shutil
-import subprocess
-import sys
+"""setup.py installs every package of the file tree, and the agent side never needs the server's.
+
+The wheel itself, installed into a fresh virtual environment, is tested in test_wheel_install.py.
+"""
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from source_tree import ROOT, ROOTS, SETUP, packages, source_files
 
 
-@pytest.mark.slow
-def test_wheel_imports_from_outside_the_repo(tmp_path):
-    # Build from a copy of the tracked files, as a clean clone would: setuptools' build/ folder in a
-    # working tree can hold stale modules that would hide a packaging mistake.
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=str(ROOT), capture_output=True,
-                           check=True).stdout.decode().split("\0")
-    src = tmp_path / "src"
-    for name in filter(None, files):
-        if (ROOT / name).is_file():
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(str(ROOT / name), str(src / name))
-    wheel_dir = tmp_path / "wheel"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(wheel_dir), str(src)], check=True)
-    wheels = list(wheel_dir.glob("streamfl-*.whl"))
-    assert len(wheels) == 1
-    target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
-                    str(wheels[0])], check=True)
-    code = ("import streamfl, streamfl.agent.cli, streamfl.coordinator.cli, streamfl.protocol.codec, "
-            "streamfl.sensors, streamfl.models, streamfl.sim.demo; "
-            "import sys; assert streamfl.__file__.startswith(sys.argv[1]), streamfl.__file__")
-    # -I: isolated mode, so neither the repo nor the editable install is on the path.
-    env_path = str(target)
-    proc = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, %r); %s" % (
-        env_path, code), env_path], cwd=str(tmp_path), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    # The top-level folder names must not leak into site-packages as bare packages.
-    assert not (target / "agent").exists() and not (target / "models").exists()
+def test_the_packages_come_from_the_tree():
+    found = packages()
+    for name, folder in {"streamfl": "streamfl", "streamfl.boards": "configs/boards",
+                         "streamfl.coordinator.sessions": "coordinator/sessions",
+                         "streamfl.coordinator.periods": "coordinator/periods",
+                         "streamfl.agent.latent": "agent/latent",
+                         "streamfl.protocol.transport": "protocol/transport",
+                         "streamfl.dvfs.fake": "dvfs/fake"}.items():
+        assert found[name] == ROOT / folder
+
+
+def test_a_new_folder_with_an_init_is_a_package_and_one_without_is_not(tmp_path):
+    for folder in ROOTS.values():
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "agent/added/deeper").mkdir(parents=True)
+    (tmp_path / "agent/added/__init__.py").write_text("")
+    (tmp_path / "agent/added/deeper/__init__.py").write_text("")
+    (tmp_path / "coordinator/data").mkdir()
+    (tmp_path / "coordinator/data/notes.py").write_text("")
+    found = SETUP.packages(tmp_path)
+    assert found["streamfl.agent.added"] == "agent/added"
+    assert found["streamfl.agent.added.deeper"] == "agent/added/deeper"
+    assert not any(name.startswith("streamfl.coordinator.data") for name in found)
+    assert set(found) == set(ROOTS) | {"streamfl.agent.added", "streamfl.agent.added.deeper"}
+
+
+def test_a_missing_top_level_package_is_an_error_naming_its_init(tmp_path):
+    for folder in ROOTS.values():
+        (tmp_path / folder).mkdir(parents=True)
+        if folder != "protocol":
+            (tmp_path / folder / "__init__.py").write_text("")
+    with pytest.raises(FileNotFoundError, match="streamfl.protocol needs protocol/__init__.py"):
+        SETUP.packages(tmp_path)
+
+
+def test_every_init_of_the_checkout_is_an_installed_package():
+    """A package folder outside ``ROOTS``, or below a folder without ``__init__.py``, would be left
+    out of the wheel without a word."""
+    installed = {path.resolve() for path in packages().values()}
+    stray = [name for name in source_files()
+             if Path(name).name == "__init__.py" and (ROOT / name).parent.resolve() not in installed]
+    assert stray == []
+
+
+def test_every_module_under_the_package_folders_is_in_a_package():
+    """A ``.py`` file in a folder without ``__init__.py`` would be missing from the wheel."""
+    installed = {path.resolve() for path in packages().values()}
+    roots = [Path(folder) for folder in ROOTS.values()]
+    orphans = [name for name in source_files() if name.endswith(".py")
+               and any(root in Path(name).parents for root in roots)
+               and (ROOT / name).parent.resolve() not in installed]
+    assert orphans == []
 
 
 def test_agent_side_does_not_import_coordinator():
