@@ -1,29 +1,41 @@
-"""What an update must pass before it is mixed: a known sender, sane values, a delta norm the fleet vouches for.
+"""What an update must pass before it is mixed: a known sender, its fair rate, sane values, a delta norm the fleet vouches for.
 
 A frame that parses can still be hostile: one update whose weights are all 1e30 (finite, so the
-decoder accepts it) or an honest model scaled by 1000 ruins a FedAsync model at any staleness. So
-``UpdateAdmission.check`` looks at every update after decoding and before any plug-in or strategy
-sees it:
+decoder accepts it), an honest model scaled by 1000, or a flood of bounded updates from one
+registered device ruins a FedAsync model. So ``UpdateAdmission.check`` looks at every update
+after decoding and before any plug-in or strategy sees it:
 
 1. **Sender.** The device must be known: enrolled (``enrollment_file``) or, without enrollment, a
    device that said Hello to this state folder. (The runtime already dropped messages whose
    ``device_id`` differs from their topic.)
-2. **Magnitude.** Every value of the update must satisfy ``|w| <= max_abs_value``.
-3. **Norm.** ``d = ||update - base||_2``, with ``base`` the global model of the update's base
-   version (the current one if the history no longer holds it). The bound adapts to the fleet:
-   ``norm_multiplier`` times the running median of the last ``norm_window`` accepted norms, but
-   never below ``min_norm_ratio * ||base||``; until ``warmup_updates`` norms are known it is
-   ``initial_norm_ratio * ||base||`` (an absolute cap: a first round may change the model a lot,
-   but not by more than the model itself). ``d`` above ``reject_multiplier x bound`` is rejected;
+2. **Rate.** A device's updates count at most as fast as its own rounds could make them
+   (``coordinator/rate_limit.py``); the excess is dropped (``rejected_rate``).
+3. **Magnitude.** Every value of the update must satisfy ``|w| <= max_abs_value``.
+4. **Norm.** ``d = ||update - base||_2``, with ``base`` the global model of the update's base
+   version (the current one if the history no longer holds it). The bound adapts to the fleet,
+   one device one vote: each device's vote is the median of its own last ``device_norms`` delta
+   norms (every norm it sent, accepted, clipped or rejected), and the fleet's reference is the
+   median of the votes of the devices heard within the last ``vote_ttl_s``; the bound is
+   ``norm_multiplier`` times that. Until ``warmup_updates`` norms are known it is
+   ``initial_norm_ratio * ||base||`` (a first round may change the model a lot, but not by more
+   than the model itself). Honest deltas are heavy-tailed (a class shift, a stale base), so a
+   device may once every ``floor_every_updates`` of its updates use a floor of
+   ``min_norm_ratio * ||base||`` instead. ``d`` above ``reject_multiplier x bound`` is rejected;
    above the bound it is clipped (``base + (update - base) * bound / d``), so an honest outlier
    still counts, with bounded weight.
 
-Rejections and clips are counted by reason (``counters``) and go to ``metrics.jsonl`` with the
-update's record. The median of *accepted* (post-clip) norms drifts by at most ``norm_multiplier``
-per window even if every update were hostile, and a stream of honest ones pulls it back.
+Why votes and not a window of updates: a flood of one device's tiny deltas filled the window,
+dragged the bound down to 1e-4 of the honest deltas and, since rejected updates never entered it,
+locked the honest devices out for good, across restarts. A device's many updates are one vote
+here, and rejected norms vote too, so once the flood stops (its vote ages out) or while the honest
+devices are a majority, the bound is theirs again: no sequence of one device's messages leaves it
+locked. Rejections and clips are counted by reason (``counters``), go to ``metrics.jsonl`` with
+the update's record, and are logged: a WARNING per reason at most every ``WARN_INTERVAL_S`` with
+the count since, for as long as they go on.
 """
 import logging
-from collections import Counter, deque
+import math
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Deque, Dict, FrozenSet, Mapping, Optional
@@ -31,6 +43,9 @@ from typing import Any, Deque, Dict, FrozenSet, Mapping, Optional
 import numpy as np
 
 from streamfl.config import bounded
+from streamfl.config import bounded
+from streamfl.coordinator.rate_limit import DeviceRateLimit
+from streamfl.logs import RateLimitedLog
 from streamfl.protocol.messages import Tensors, Update
 from streamfl.protocol.topics import NAME_RE
 
@@ -40,7 +55,14 @@ log = logging.getLogger(__name__)
 UNKNOWN_DEVICE = "unknown_device"
 MAGNITUDE = "magnitude"
 NORM = "norm"
-REASONS = (UNKNOWN_DEVICE, MAGNITUDE, NORM)
+RATE = "rate"
+REASONS = (UNKNOWN_DEVICE, RATE, MAGNITUDE, NORM)
+
+#: At most one WARNING per rejection reason this often (with the count since): for as long as
+#: rejections go on, the log says so, without a line per update.
+WARN_INTERVAL_S = 10.0
+#: Devices whose norms are kept (least recently heard first out): bounded whatever the senders.
+MAX_VOTERS = 100000
 
 
 @dataclass(frozen=True)
@@ -51,38 +73,49 @@ class AdmissionConfig:
       devices' updates are accepted; null = any device that said Hello.
     max_abs_value: largest ``|w|`` accepted (1e4: trained weights of the models here stay below
       ~10; 1e4 leaves three orders of headroom and still stops 1e30-style poison).
-    norm_multiplier: the bound is this many times the running median of accepted delta norms (3:
-      honest deltas of one fleet vary ~2x with staleness and data; more would admit a scaled one).
-    norm_window: how many recent accepted norms the median is taken over.
+    norm_multiplier: the bound is this many times the fleet's reference delta norm (3: honest
+      deltas of one fleet vary ~2x with staleness and data; more would admit a scaled one).
+    vote_ttl_s: a device's vote counts while it sent a norm within this many seconds (600: a
+      board that stopped for ten minutes is not the fleet any more; time, not a count of norms,
+      so that one device's flood cannot age the others' votes out).
+    device_norms: a device's vote is the median of its own last this many delta norms (8: a few
+      rounds, so one odd round does not move it).
     warmup_updates: until this many norms are known, the bound is ``initial_norm_ratio`` times the
       norm of the base model (1.0: no honest round moves the model by more than its own size).
     reject_multiplier: a delta beyond this many bounds is rejected rather than clipped (10).
-    min_norm_ratio: the bound never falls below this times the base model's norm (0.25). Honest
-      deltas are heavy-tailed: on the smartwatch and synthetic scenarios they reach 300x the
-      running median at class shifts and staleness 16, yet stay below 0.15 of the model's norm;
-      the floor keeps them whole, while a model scaled by 2 or more is still clipped or rejected.
+    min_norm_ratio: a device's bound may be this times the base model's norm (0.25) once every
+      ``floor_every_updates`` of its updates. Honest deltas are heavy-tailed: on the smartwatch
+      and synthetic scenarios they reach 300x the running median at class shifts and staleness
+      16, yet stay below 0.15 of the model's norm; the floor keeps such an outlier whole, while a
+      device that sends floor-sized deltas all the time is held to the fleet's bound.
+    floor_every_updates: see ``min_norm_ratio`` (10).
+    max_updates_per_s: a device's updates count at most this often (2/s; null: only its claimed
+      round times limit it). Boards here train a round in 0.2 s to minutes and the agents' round
+      interval defaults to 5 s; 2/s leaves a fast board whole and holds a flood to it.
+    rate_burst: updates a device may send back to back beyond its rate (4: an outbox flushing
+      after an outage).
+    round_time_fraction: a device's next update counts no sooner than this share of the round
+      time its update claims (0.5: timing jitter; a board cannot finish rounds faster than it
+      trains them).
     """
 
     enrollment_file: Optional[str] = None
-    max_abs_value: float = bounded(1e4, 0.0, 1e6, lo_open=True)
-    norm_multiplier: float = bounded(3.0, 1.0, 100.0)
-    norm_window: int = bounded(100, 1, 100000)
-    warmup_updates: int = bounded(10, 1, 100000)
-    initial_norm_ratio: float = bounded(1.0, 0.0, 100.0, lo_open=True)
-    reject_multiplier: float = bounded(10.0, 1.0, 1000.0)
-    min_norm_ratio: float = bounded(0.25, 0.0, 10.0, lo_open=True)
+    max_abs_value: float = bounded(1e4, 0.0, 1e30, lo_open=True)
+    norm_multiplier: float = bounded(3.0, 1.0, 1e6)
+    vote_ttl_s: float = bounded(600.0, 0.0, 1e9, lo_open=True)
+    device_norms: int = bounded(8, 1, 10 ** 4)
+    warmup_updates: int = bounded(10, 1, 10 ** 7)
+    initial_norm_ratio: float = bounded(1.0, 0.0, 1e6, lo_open=True)
+    reject_multiplier: float = bounded(10.0, 1.0, 1e6)
+    min_norm_ratio: float = bounded(0.25, 0.0, 1e6, lo_open=True)
+    floor_every_updates: int = bounded(10, 1, 10 ** 7)
+    max_updates_per_s: Optional[float] = bounded(2.0, 0.0, 1e6, lo_open=True)
+    rate_burst: int = bounded(4, 1, 10 ** 6)
+    round_time_fraction: float = bounded(0.5, 0.0, 1.0)
     #: The enrolled ids read from ``enrollment_file`` (None: no enrollment).
     enrolled: Optional[FrozenSet[str]] = field(default=None, init=False, compare=False)
 
     def __post_init__(self) -> None:
-        for key in ("max_abs_value", "norm_multiplier", "initial_norm_ratio", "min_norm_ratio"):
-            if not getattr(self, key) > 0:
-                raise ValueError("admission.%s must be > 0, got %r" % (key, getattr(self, key)))
-        if not self.reject_multiplier >= 1:
-            raise ValueError("admission.reject_multiplier must be >= 1, got %r" % self.reject_multiplier)
-        for key in ("norm_window", "warmup_updates"):
-            if getattr(self, key) < 1:
-                raise ValueError("admission.%s must be >= 1, got %r" % (key, getattr(self, key)))
         if self.enrollment_file is not None:
             object.__setattr__(self, "enrolled", read_enrollment(Path(self.enrollment_file)))
 
@@ -121,12 +154,24 @@ def _norm(tensors: Mapping[str, np.ndarray]) -> float:
 
 
 class UpdateAdmission:
-    """Checks each update against the sender list, the value cap and the adaptive norm bound."""
+    """Checks each update against the sender list, its rate, the value cap and the adaptive norm bound."""
 
     def __init__(self, config: AdmissionConfig):
         self.config = config
-        self._norms: Deque[float] = deque(maxlen=config.norm_window)
+        #: device -> its recent delta norms, least recently heard device first.
+        self._votes: "OrderedDict[str, Deque[float]]" = OrderedDict()
+        #: device -> when it last voted (None: restored, counted as now at the next check); and
+        #: its own norm count when it last used the floor.
+        self._voted_at: Dict[str, Optional[float]] = {}
+        self._now = 0.0
+        self._floor_at: Dict[str, int] = {}
+        self._own: Counter = Counter()
+        #: Norms recorded so far (the warm-up counts them).
+        self._count = 0
+        self._rate = DeviceRateLimit(config.max_updates_per_s, config.rate_burst,
+                                     config.round_time_fraction)
         self.counters: Counter = Counter()
+        self._log = RateLimitedLog(log, WARN_INTERVAL_S)
 
     def known(self, device_id: str, said_hello: bool) -> bool:
         """True if updates of ``device_id`` may count at all."""
@@ -134,22 +179,45 @@ class UpdateAdmission:
             return device_id in self.config.enrolled
         return said_hello
 
-    def bound(self, base: Tensors) -> float:
-        """The delta norm above which an update is clipped, for a base model ``base``."""
-        base_norm = _norm(base)
-        if len(self._norms) < self.config.warmup_updates:
-            return self.config.initial_norm_ratio * base_norm
-        return max(self._fleet_bound(), self.config.min_norm_ratio * base_norm)
+    def reference(self) -> Optional[float]:
+        """The fleet's reference delta norm (median of the recent devices' votes), None in warm-up."""
+        if self._count < self.config.warmup_updates:
+            return None
+        votes = [float(np.median(norms)) for d, norms in self._votes.items() if self._recent(d)]
+        return float(np.median(votes)) if votes else None
 
-    def _fleet_bound(self) -> float:
-        return self.config.norm_multiplier * float(np.median(np.asarray(self._norms)))
+    def bound(self, base: Tensors, device_id: Optional[str] = None, floor: bool = True) -> float:
+        """The delta norm above which an update (of ``device_id``, trained from ``base``) is clipped;
+        ``floor``: whether the device may use the model-norm floor now."""
+        ref = self.reference()
+        if ref is None:
+            return self.config.initial_norm_ratio * _norm(base)
+        fleet = self.config.norm_multiplier * ref
+        return max(fleet, self.config.min_norm_ratio * _norm(base)) if floor else fleet
 
-    def check(self, update: Update, base: Tensors, said_hello: bool) -> Verdict:
-        """The verdict on ``update`` trained from ``base``; counts it."""
+    def _recent(self, device_id: str) -> bool:
+        at = self._voted_at.get(device_id)
+        return at is None or self._now - at <= self.config.vote_ttl_s
+
+    def _may_use_floor(self, device_id: str) -> bool:
+        last = self._floor_at.get(device_id)
+        return last is None or self._own[device_id] - last >= self.config.floor_every_updates
+
+    def check(self, update: Update, base: Tensors, said_hello: bool, now: float = 0.0) -> Verdict:
+        """The verdict on ``update`` trained from ``base``, received at ``now``; counts it."""
         cfg = self.config
-        if not self.known(update.device_id, said_hello):
+        device = update.device_id
+        self._now = max(self._now, float(now))
+        if None in self._voted_at.values():  # restored votes start their time to live now
+            self._voted_at = {d: self._now if at is None else at for d, at in self._voted_at.items()}
+        if not self.known(device, said_hello):
             return self._reject(UNKNOWN_DEVICE, update, "device %s is %s" % (
-                update.device_id, "not enrolled" if cfg.enrolled is not None else "unknown (no Hello)"))
+                device, "not enrolled" if cfg.enrolled is not None else "unknown (no Hello)"))
+        round_s = float(update.seconds_per_sample) * max(0, int(update.num_samples))
+        if not self._rate.allow(device, round_s, now):
+            return self._reject(RATE, update, "device %s sends faster than its rounds (%.3g s "
+                                "claimed) or max_updates_per_s %s allow" % (device, round_s,
+                                                                             cfg.max_updates_per_s))
         peak = max((max(float(a.max()), -float(a.min())) for a in update.tensors.values() if a.size),
                    default=0.0)
         if peak > cfg.max_abs_value:
@@ -157,43 +225,82 @@ class UpdateAdmission:
                                 % (peak, cfg.max_abs_value))
         delta = {k: np.subtract(a, base[k], dtype=np.float32) for k, a in update.tensors.items()}
         norm = _norm(delta)
-        warm = len(self._norms) >= cfg.warmup_updates
+        ref = self.reference()
         # Within the fleet's bound (the common case) the model-norm floor cannot matter: skip it.
-        bound = self._fleet_bound() if warm else 0.0
-        if not warm or norm > bound:
-            bound = self.bound(base)
-        if norm > cfg.reject_multiplier * bound:
+        bound = limit = cfg.norm_multiplier * ref if ref is not None else 0.0
+        floor = False
+        if ref is None or norm > bound:
+            # Rejection looks at the floor always; the floor clips only when the device may use it.
+            limit = self.bound(base, device, True)
+            floor = ref is None or self._may_use_floor(device)
+            bound = limit if floor else bound
+        self._vote(device, norm)
+        if norm > cfg.reject_multiplier * limit:
             return self._reject(NORM, update, "delta norm %.4g exceeds %g x bound %.4g"
-                                % (norm, cfg.reject_multiplier, bound), norm, bound)
+                                % (norm, cfg.reject_multiplier, limit), norm, limit)
+        if floor and ref is not None and norm > cfg.norm_multiplier * ref:
+            self._floor_at[device] = self._own[device]
         clipped = norm > bound
         if clipped:
             scale = np.float32(bound / norm)
             tensors = {k: base[k] + d * scale for k, d in delta.items()}
             update = replace(update, tensors=tensors)
             self.counters["clipped"] += 1
-            log.info("update %s from %s clipped: delta norm %.4g to bound %.4g", update.update_id,
-                     update.device_id, norm, bound)
-        self._norms.append(min(norm, bound))
+            self._log.event("clipped", logging.INFO, "update %s from %s clipped: delta norm %.4g to "
+                            "bound %.4g", update.update_id, device, norm, bound)
         self.counters["accepted"] += 1
         return Verdict(update, clipped=clipped, delta_norm=norm, bound=bound)
+
+    def _vote(self, device_id: str, norm: float) -> None:
+        norms = self._votes.pop(device_id, None)
+        if norms is None:
+            norms = deque(maxlen=self.config.device_norms)
+        norms.append(norm)
+        self._votes[device_id] = norms
+        self._count += 1
+        self._own[device_id] += 1
+        self._voted_at[device_id] = self._now
+        while len(self._votes) > MAX_VOTERS:
+            gone, _ = self._votes.popitem(last=False)
+            self._voted_at.pop(gone, None)
+            self._floor_at.pop(gone, None)
+            self._own.pop(gone, None)
 
     def _reject(self, reason: str, update: Update, detail: str, norm: Optional[float] = None,
                 bound: Optional[float] = None) -> Verdict:
         self.counters["rejected_" + reason] += 1
-        level = logging.INFO if self.counters["rejected_" + reason] > 10 else logging.WARNING
-        log.log(level, "rejected update %s from %s: %s", update.update_id, update.device_id, detail)
+        self._log.event("rejected_" + reason, logging.WARNING, "rejected update %s from %s: %s",
+                        update.update_id, update.device_id, detail)
         return Verdict(None, reason=reason, delta_norm=norm, bound=bound)
 
     def state(self) -> Dict[str, Any]:
-        """The recent norms, so a restarted coordinator keeps its bound."""
-        return {"norms": [round(n, 6) for n in self._norms]}
+        """The devices' recent norms, so a restarted coordinator keeps its bound."""
+        return {"votes": {d: [round(n, 6) for n in norms] for d, norms in self._votes.items()
+                          if self._recent(d)}}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        norms = state.get("norms") or []
-        self._norms.clear()
-        for value in norms:
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-                self._norms.append(float(value))
+        """Restore ``state()``; anything malformed is dropped (the bound then warms up again).
+        The votes come back as equals (all recent): a saved state can hold no more than the
+        devices' own norms, so it cannot carry a lockout past their next updates."""
+        self._votes.clear()
+        self._voted_at.clear()
+        votes = state.get("votes")
+        if not isinstance(votes, Mapping):
+            self._count = 0
+            return  # e.g. the window of norms saved before votes: the bound warms up again
+        count = 0
+        for device, norms in list(votes.items())[-MAX_VOTERS:]:
+            if not isinstance(device, str) or not isinstance(norms, list):
+                continue
+            kept = deque((float(n) for n in norms[-self.config.device_norms:]
+                          if isinstance(n, (int, float)) and not isinstance(n, bool)
+                          and math.isfinite(n) and n >= 0), maxlen=self.config.device_norms)
+            if kept:
+                self._votes[device] = kept
+                count += len(kept)
+        self._count = count
+        for device in self._votes:
+            self._voted_at[device] = None
 
 
 def admission_counters(admission: UpdateAdmission) -> Dict[str, int]:

@@ -161,7 +161,7 @@ class CoordinatorCore:
         step = Step()
         greeted = self.registry.greeted(update.device_id)
         if not self.admission.known(update.device_id, greeted):
-            return self._reject(update, now, staleness, self.admission.check(update, self._model, greeted))
+            return self._reject(update, now, staleness, self.admission.check(update, self._model, greeted, now))
         info = self.registry.seen(update.device_id, now)
         if update.update_id in self._seen:
             self.counters["duplicates"] += 1
@@ -183,7 +183,8 @@ class CoordinatorCore:
             step.update = self._record(update, now, staleness, False, REJECTED, reason="classes")
             return self._step(step, now)
         base = self.history.get(update.base_version)
-        verdict = self.admission.check(update, base.tensors if base is not None else self._model, greeted)
+        verdict = self.admission.check(update, base.tensors if base is not None else self._model, greeted,
+                                        now)
         if verdict.update is None:
             return self._reject(update, now, staleness, verdict)
         update = verdict.update

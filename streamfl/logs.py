@@ -1,6 +1,7 @@
 """Logging set-up for the command-line programs: one stdout handler (journald takes stdout)."""
 import logging
 import sys
+import time
 
 from streamfl.errors import ConfigError
 
@@ -43,3 +44,27 @@ def setup_logging(level: str = "INFO", stream=None, environ=None) -> None:
     # paho and amqtt are chatty at INFO; their warnings still show.
     for noisy in ("amqtt", "transitions", "asyncio"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+class RateLimitedLog:
+    """Logs a recurring event at its level at most once per ``interval_s`` per key, saying how many
+    were held back since, so a flood of rejections keeps showing without a line per message."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float, clock=time.monotonic):
+        self.logger, self.interval_s, self.clock = logger, float(interval_s), clock
+        self._last = {}
+        self._held = {}
+
+    def event(self, key: str, level: int, msg: str, *args) -> None:
+        now = self.clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval_s:
+            self._held[key] = self._held.get(key, 0) + 1
+            self.logger.debug(msg, *args)
+            return
+        self._last[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            msg += " (and %d more like it in the last %.0f s)"
+            args = args + (held, now - last)
+        self.logger.log(level, msg, *args)

@@ -98,7 +98,7 @@ def test_the_bound_never_falls_below_a_share_of_the_model():
 
 def test_admission_settings_are_checked():
     for bad in ({"max_abs_value": 0}, {"norm_multiplier": -1}, {"reject_multiplier": 0.5},
-                {"norm_window": 0}, {"min_norm_ratio": 0}):
+                {"vote_ttl_s": 0}, {"min_norm_ratio": 0}):
         with pytest.raises(ConfigError, match="admission"):
             build(CoordinatorConfig, {"admission": bad}, "t")
 
