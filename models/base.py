@@ -15,7 +15,7 @@ class ModelSpec:
     window_len: int = bounded(50, 1, 100000)
     num_classes: int = bounded(6, 2, 4096)
     #: Hidden units; 128 as in AdaCLP's one-layer LSTM.
-    hidden: int = bounded(128, 1, 65536)
+    hidden: int = bounded(128, 1, 10 ** 6)
 
     @property
     def arch_id(self) -> str:

@@ -31,8 +31,8 @@ def run_agent(*args, cwd):
 
 
 @pytest.mark.parametrize("text, key", [
-    ("buffer_capacity: 100000000000\n", "buffer_capacity"),
-    ("model: {hidden: 100000000}\n", "model.hidden"),
+    ("buffer_capacity: 100000000\n", "buffer_capacity"),
+    ("model: {hidden: 1000000}\n", "model.hidden"),
     ("mqtt: {tls_ca: /nonexistent/ca.pem}\n", "mqtt.tls_ca"),
     ("dvfs: {board: no-such-board}\n", "dvfs.board"),
 ])
