@@ -45,6 +45,7 @@ import numpy as np
 from streamfl.config import bounded
 from streamfl.config import bounded
 from streamfl.coordinator.rate_limit import DeviceRateLimit
+from streamfl.coordinator.shares import capped
 from streamfl.logs import RateLimitedLog
 from streamfl.protocol.messages import Tensors, Update
 from streamfl.protocol.topics import NAME_RE
@@ -97,6 +98,10 @@ class AdmissionConfig:
     round_time_fraction: a device's next update counts no sooner than this share of the round
       time its update claims (0.5: timing jitter; a board cannot finish rounds faster than it
       trains them).
+    samples_peer_multiple: an update's claimed ``num_samples`` (FedAvg's weight, the CLP trace's
+      weight) counts as at most this many times the median of the other devices' latest (4:
+      devices of one fleet train the same steps and batches, so honest counts differ by less
+      than 2x; a claim of 10^9 would own a FedAvg round).
     """
 
     enrollment_file: Optional[str] = None
@@ -112,6 +117,7 @@ class AdmissionConfig:
     max_updates_per_s: Optional[float] = bounded(2.0, 0.0, 1e6, lo_open=True)
     rate_burst: int = bounded(4, 1, 10 ** 6)
     round_time_fraction: float = bounded(0.5, 0.0, 1.0)
+    samples_peer_multiple: float = bounded(4.0, 1.0, 1e6)
     #: The enrolled ids read from ``enrollment_file`` (None: no enrollment).
     enrolled: Optional[FrozenSet[str]] = field(default=None, init=False, compare=False)
 
@@ -170,6 +176,8 @@ class UpdateAdmission:
         self._count = 0
         self._rate = DeviceRateLimit(config.max_updates_per_s, config.rate_burst,
                                      config.round_time_fraction)
+        #: device -> its latest sample count as counted.
+        self._samples: "OrderedDict[str, int]" = OrderedDict()
         self.counters: Counter = Counter()
         self._log = RateLimitedLog(log, WARN_INTERVAL_S)
 
@@ -248,8 +256,25 @@ class UpdateAdmission:
             self.counters["clipped"] += 1
             self._log.event("clipped", logging.INFO, "update %s from %s clipped: delta norm %.4g to "
                             "bound %.4g", update.update_id, device, norm, bound)
+        samples = self._samples_capped(device, int(update.num_samples))
+        if samples != update.num_samples:
+            self.counters["samples_capped"] += 1
+            self._log.event("samples_capped", logging.WARNING, "update %s from %s claims %d samples: "
+                            "counted as %d (%g x the other devices' median)", update.update_id,
+                            device, update.num_samples, samples, cfg.samples_peer_multiple)
+            update = replace(update, num_samples=samples)
         self.counters["accepted"] += 1
         return Verdict(update, clipped=clipped, delta_norm=norm, bound=bound)
+
+    def _samples_capped(self, device_id: str, samples: int) -> int:
+        """``samples`` capped at ``samples_peer_multiple`` x the other devices' median (as counted)."""
+        others = [n for d, n in self._samples.items() if d != device_id]
+        samples = int(min(samples, capped(float(samples), others, self.config.samples_peer_multiple)))
+        self._samples.pop(device_id, None)
+        self._samples[device_id] = samples
+        while len(self._samples) > MAX_VOTERS:
+            self._samples.popitem(last=False)
+        return samples
 
     def _vote(self, device_id: str, norm: float) -> None:
         norms = self._votes.pop(device_id, None)
@@ -305,7 +330,7 @@ class UpdateAdmission:
 
 def admission_counters(admission: UpdateAdmission) -> Dict[str, int]:
     """Every counter with a stable key set (zeros included), for metrics and the stop summary."""
-    keys = ("accepted", "clipped") + tuple("rejected_" + r for r in REASONS)
+    keys = ("accepted", "clipped", "samples_capped") + tuple("rejected_" + r for r in REASONS)
     return {"admission_" + k: int(admission.counters.get(k, 0)) for k in keys}
 
 

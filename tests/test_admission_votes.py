@@ -85,3 +85,12 @@ def test_a_device_counts_no_faster_than_its_rounds_or_the_rate_limit():
     fast = [adm.check(update("pi-1", 1.0, i, spr=0.03, samples=100), BASE, True, 0.5 * i).update
             for i in range(30)]
     assert sum(u is not None for u in fast) <= 4 + 15 / 1.5 + 1
+
+
+def test_a_claimed_sample_count_counts_at_most_a_multiple_of_the_peers():
+    adm = admission(samples_peer_multiple=4.0)
+    for d in HONEST:
+        assert adm.check(update(d, 1.0, samples=320), BASE, True, 1.0).update.num_samples == 320
+    forged = adm.check(update("mallory", 1.0, samples=10 ** 9), BASE, True, 2.0).update
+    assert forged.num_samples == 4 * 320 and adm.counters["samples_capped"] == 1
+    assert adm.check(update("pi-0", 1.0, samples=300), BASE, True, 3.0).update.num_samples == 300
