@@ -100,7 +100,7 @@ class ClpProbeConfig:
 
     window_m: int = bounded(10, 1, 10000)
     lam: float = bounded(DEFAULT_LAMBDA, 0.0, 10.0)
-    sigma: float = bounded(0.01, 0.0, 10.0)
+    sigma: float = bounded(0.01, 0.0, 1e6)
     growth_lag: int = bounded(1, 1, 10000)
     r_end: int = bounded(DEFAULT_R_END, 0, 10 ** 9)
     segment_rounds: int = bounded(0, 0, 10 ** 9)

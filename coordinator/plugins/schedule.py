@@ -86,7 +86,7 @@ class ScheduleConfig:
     max_devices: Optional[int] = bounded(None, 1, 10 ** 6)
     frame_rounds: int = bounded(30, 1, 10 ** 6)
     skip_rounds: int = bounded(10, 1, 10000)
-    sigma: Optional[float] = bounded(None, 0.0, 1e6)
+    sigma: Optional[float] = bounded(None, 0.0, 1e12)
     batch: int = bounded(DEFAULT_BATCH, 1, 65536)
     class_gradients: Optional[bool] = None
     timeout_factor: float = bounded(2.0, 0.0, 100.0, lo_open=True)
