@@ -9,7 +9,13 @@ itself (write, fsync, rename: ``save_ms``) runs in the publisher thread, at most
 Evaluation and MQTT are excluded. Prints JSON; goal: >= 300 updates/s for a 2.1 MB model
 (ModelSpec(name="lstm", in_channels=900, hidden=128)) with durable publishing, with a memory-copy
 baseline of the same model measured in the same run for comparison across machines.
+
+``admission_us`` is what ``UpdateAdmission.check`` alone costs per update (the rate limit, the
+magnitude cap, the delta norm against the base, one device one vote for the bound, the sample
+count's peer cap), and ``admission_share`` its part of one whole update's cost, both from the same
+run.
 """
+import itertools
 import json
 import os
 import sys
@@ -25,6 +31,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import torch
 
+from streamfl.coordinator.admission import UpdateAdmission
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
 from streamfl.coordinator.persistence import StateStore
@@ -75,9 +82,11 @@ def bench_case(label, spec):
     decoder = Decoder({spec.arch_id: tensor_spec(spec)})
     model_bytes = sum(v.nbytes for v in core.model.values())
 
+    clock = itertools.count()   # one virtual second per update, increasing across the loops
+
     def one_update(i):
         msg = decoder.decode(frames[i % FRAMES])
-        core.on_message(msg, now=float(i))
+        core.on_message(msg, now=float(next(clock)))
 
     def one_durable_update(i):
         one_update(i)
@@ -89,6 +98,7 @@ def bench_case(label, spec):
     assert core.counters["duplicates"] == 0 and core.counters["aggregated"] == n + 1
     assert core.admission.counters["clipped"] == 0
     durable_rate, _ = timed_loop(one_durable_update, SECONDS_PER_CASE)
+    assert core.counters["rejected"] == 0, core.admission.counters
     with tempfile.TemporaryDirectory() as tmp:
         store = StateStore(Path(tmp))
         save_s = []
@@ -97,6 +107,13 @@ def bench_case(label, spec):
             store.save(core.model, core.state())
             save_s.append(time.perf_counter() - t0)
     decode_rate, _ = timed_loop(lambda i: decoder.decode(frames[i % FRAMES]), SECONDS_PER_CASE / 3)
+    admission = UpdateAdmission(config.admission)
+    decoded = [decoder.decode(f) for f in frames]
+    base = core.model
+    admission_rate, _ = timed_loop(lambda i: admission.check(decoded[i % FRAMES], base, True, float(i)),
+                                   SECONDS_PER_CASE / 3)
+    assert admission.counters["accepted"] > 0 and not any(
+        k.startswith("rejected_") and v for k, v in admission.counters.items())
     flat = np.concatenate([v.ravel() for v in core.model.values()])
     dst = np.empty_like(flat)
     copy_rate, _ = timed_loop(lambda i: np.copyto(dst, flat), SECONDS_PER_CASE / 6)
@@ -106,7 +123,10 @@ def bench_case(label, spec):
             "save_ms": round(1e3 * float(np.median(save_s)), 2),
             "decode_only_per_s": round(decode_rate, 1),
             "memcpy_per_s": round(copy_rate, 1),
-            "update_cost_in_memcpys": round(copy_rate / rate, 2)}
+            "update_cost_in_memcpys": round(copy_rate / rate, 2),
+            "admission_us": round(1e6 / admission_rate, 1),
+            "admission_share": round(rate / admission_rate, 3),
+            "admission_cost_in_memcpys": round(copy_rate / admission_rate, 2)}
 
 
 def main() -> int:

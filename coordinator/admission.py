@@ -35,6 +35,7 @@ the count since, for as long as they go on.
 """
 import logging
 import math
+import statistics
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -166,6 +167,8 @@ class UpdateAdmission:
         self.config = config
         #: device -> its recent delta norms, least recently heard device first.
         self._votes: "OrderedDict[str, Deque[float]]" = OrderedDict()
+        #: device -> the median of its recent norms (its vote).
+        self._medians: Dict[str, float] = {}
         #: device -> when it last voted (None: restored, counted as now at the next check); and
         #: its own norm count when it last used the floor.
         self._voted_at: Dict[str, Optional[float]] = {}
@@ -191,8 +194,8 @@ class UpdateAdmission:
         """The fleet's reference delta norm (median of the recent devices' votes), None in warm-up."""
         if self._count < self.config.warmup_updates:
             return None
-        votes = [float(np.median(norms)) for d, norms in self._votes.items() if self._recent(d)]
-        return float(np.median(votes)) if votes else None
+        votes = [m for d, m in self._medians.items() if self._recent(d)]
+        return statistics.median(votes) if votes else None
 
     def bound(self, base: Tensors, device_id: Optional[str] = None, floor: bool = True) -> float:
         """The delta norm above which an update (of ``device_id``, trained from ``base``) is clipped;
@@ -282,11 +285,13 @@ class UpdateAdmission:
             norms = deque(maxlen=self.config.device_norms)
         norms.append(norm)
         self._votes[device_id] = norms
+        self._medians[device_id] = statistics.median(norms)
         self._count += 1
         self._own[device_id] += 1
         self._voted_at[device_id] = self._now
         while len(self._votes) > MAX_VOTERS:
             gone, _ = self._votes.popitem(last=False)
+            self._medians.pop(gone, None)
             self._voted_at.pop(gone, None)
             self._floor_at.pop(gone, None)
             self._own.pop(gone, None)
@@ -308,6 +313,7 @@ class UpdateAdmission:
         The votes come back as equals (all recent): a saved state can hold no more than the
         devices' own norms, so it cannot carry a lockout past their next updates."""
         self._votes.clear()
+        self._medians.clear()
         self._voted_at.clear()
         votes = state.get("votes")
         if not isinstance(votes, Mapping):
@@ -322,6 +328,7 @@ class UpdateAdmission:
                           and math.isfinite(n) and n >= 0), maxlen=self.config.device_norms)
             if kept:
                 self._votes[device] = kept
+                self._medians[device] = statistics.median(kept)
                 count += len(kept)
         self._count = count
         for device in self._votes:
