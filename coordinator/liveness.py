@@ -9,10 +9,13 @@ names the coordinator (``CoordinatorStatus``: run id, client id, host, pid, star
 random ``instance`` per process).
 
 **At start** (``check_fleet``, before the coordinator connects): a *probe* connection with a
-client id of its own (``<client id>-probe-<random>``, clean session, no will, publishes nothing
-unless taking over) reads the retained status. A probe, not the real client id: connecting with
-the real one would take over the live coordinator's session at once, kicking it off and taking the
-QoS 1 messages queued for it. The probe answers:
+client id of its own (``<client id>-probe-<random>``, clean session, no will) reads the retained
+status. A probe, not the real client id: connecting with the real one would take over the live
+coordinator's session at once, kicking it off and taking the QoS 1 messages queued for it. To know
+when the retained status would have arrived, the probe publishes one empty message on a topic of
+its own (``coordinator/probe/<probe id>``, which it also reads) after subscribing: a broker sends
+a subscription's retained messages before it handles the next packet, so the echo comes after
+them (a broker whose ACL refuses that topic costs ``probe_wait_s`` instead). The probe answers:
 
 - no status, or an offline one: start;
 - online with this state folder's own run id: a previous process of this very coordinator that did
@@ -59,9 +62,9 @@ class ExclusiveConfig:
 
     take_over: start even though another coordinator of the fleet is online, which then steps down
       (the ``--take-over`` flag). Off: such a start fails with exit code 2, naming the live one.
-    probe_wait_s: how long the start-up probe waits for the retained status after connecting.
-      2 s: a broker sends a retained message right after the subscription's acknowledgement, within
-      milliseconds on a LAN; the wait is paid in full only when there is no status at all.
+    probe_wait_s: how long the start-up probe waits, after connecting, for its echo (which comes
+      after the retained status, in milliseconds on a LAN). 2 s: paid in full only where the
+      broker's ACL refuses the probe's echo topic.
     connect_wait_s: how long the probe waits for the broker; past it the check is skipped with a
       warning. 10 s, as long as the coordinator waits before telling systemd it is ready.
     """
@@ -118,15 +121,25 @@ class _Probe:
                                        close_timeout_s=2.0)
         self.decoder = Decoder({})
         self.status: Optional[CoordinatorStatus] = None
-        self.arrived = threading.Event()
+        #: Set once the echo came back: a retained status would have come before it.
+        self.answered = threading.Event()
+        self.echo_topic = "%s/coordinator/probe/%s" % (topics.prefix, probe_id)
         self.transport.on_message = self._on_message
+        self.transport.on_connect = self._on_connect
         self.transport.subscribe(topics.coordinator_status, qos=1)
+        self.transport.subscribe(self.echo_topic, qos=1)
+
+    def _on_connect(self, session_present: bool) -> None:
+        # Called on the network thread after the transport sent the SUBSCRIBE: the echo follows it.
+        self.transport.publish(self.echo_topic, b"", qos=1)
 
     def _on_message(self, topic: str, payload: bytes) -> None:
+        if topic == self.echo_topic:
+            self.answered.set()
+            return
         msg = self.decoder.try_decode(payload, source=topic)
-        if isinstance(msg, CoordinatorStatus) and not self.arrived.is_set():
+        if isinstance(msg, CoordinatorStatus) and self.status is None:
             self.status = msg
-            self.arrived.set()
 
 
 def check_fleet(settings: MqttSettings, fleet: str, mine: CoordinatorStatus,
@@ -143,7 +156,8 @@ def check_fleet(settings: MqttSettings, fleet: str, mine: CoordinatorStatus,
                         "coordinator of fleet %s: starting without that check", settings.host,
                         settings.port, config.connect_wait_s, fleet)
             return None
-        probe.arrived.wait(config.probe_wait_s)
+        if not probe.answered.wait(config.probe_wait_s):
+            log.debug("the probe's echo did not come back within %g s", config.probe_wait_s)
         other = probe.status
         if other is None or not other.online:
             log.info("no other coordinator of fleet %s is online%s", fleet,
