@@ -3,8 +3,9 @@
 Flags override the YAML file. A configuration error prints one line on stderr and exits with code 2
 so systemd does not restart into it (RestartPreventExitStatus=2), and so does a value this board
 cannot start with (``streamfl.agent.preflight``: a buffer larger than memory, a missing TLS file),
-checked by ``--check-config`` too; an error a flag causes names the flag. SIGTERM/SIGINT stop cleanly
-(exit 0). Logs go to stdout, which journald captures.
+checked by ``--check-config`` too; an error a flag causes names the flag. A state folder it cannot
+write or a checkpoint it cannot read exits 2 as well, naming the path (``streamfl.agent.state``).
+SIGTERM/SIGINT stop cleanly (exit 0). Logs go to stdout, which journald captures.
 
 The state directory (checkpoint, outbox) defaults to /var/lib/streamfl-agent when this user may
 write there (the systemd unit's StateDirectory=), else ~/.local/state/streamfl-agent.
@@ -105,8 +106,8 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
         return _run(cfg, settings, state_dir, environ)
     except ConfigError as exc:
         return fail(exc, ConfigError.exit_code)
-    except StreamflError as exc:
-        return fail(exc, 1)
+    except StreamflError as exc:  # a state file it cannot read (StateFileError) exits 2 as well
+        return fail(exc, getattr(exc, "exit_code", 1))
 
 
 def _dvfs(cfg, state_dir: Path):

@@ -2,8 +2,9 @@
 
 Flags override the YAML config; a configuration error prints one line (naming the flag when a flag
 caused it) and exits 2 (so systemd does not restart into it); ``--check-config`` prints the
-effective configuration and exits 0, or that line and 2. SIGTERM/SIGINT stop cleanly (state
-persisted, offline status published) and exit 0. Logs go to stdout for journald. Under systemd
+effective configuration and exits 0, or that line and 2. A state file that cannot be read or is
+corrupt (``streamfl.coordinator.persistence``) exits 2 too, naming it. SIGTERM/SIGINT stop
+cleanly (state persisted, offline status published) and exit 0. Logs go to stdout for journald. Under systemd
 ``Type=notify`` it reports READY and pings the watchdog while its worker threads are alive.
 """
 import argparse

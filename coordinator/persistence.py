@@ -12,18 +12,27 @@ an fsync per aggregation would cost more than the aggregation itself.
 A third file, ``plugins.safetensors``, holds the plug-ins' arrays (``state_tensors``: FedCurv's
 per-device contributions, say), keyed ``plugin/key``. They can be O(devices x model), so the
 ``Persister`` rewrites it at most every ``plugin_interval_s`` (and at a clean shutdown); what it
-holds is self-contained, so an older file beside a newer model is still consistent. A missing or
-corrupt file loses only those arrays (logged; the plug-ins refill them), never the model.
+holds is self-contained, so an older file beside a newer model is still consistent. A missing
+file loses only those arrays (the plug-ins start without them).
+
+A state file that cannot be read, or whose content is damaged, stops the start with a
+``StateFileError`` naming it (the CLI exits 2, so systemd does not restart into it): starting over
+would fork the run's versions or silently drop what the file holds. The one exception is a damaged
+``plugins.safetensors``: it is moved aside (``plugins.safetensors.corrupt-<unix time>``, kept for
+inspection) and the plug-ins start without its arrays, logged as an ERROR, since nothing in it can
+be read back anyway and the model and the rest of the state are whole. A file that exists but
+cannot be read (permissions, an I/O error) is never moved: its content may be fine.
 """
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from streamfl.errors import ConfigError, StorageError
+from streamfl.errors import ConfigError, StateFileError, StorageError
 from streamfl.models import load_checkpoint, save_checkpoint, tensor_spec
 from streamfl.models.serialize import atomic_write_bytes
 from streamfl.protocol.messages import Tensors
@@ -38,6 +47,10 @@ STATE_FORMAT = 1
 PLUGIN_TENSORS = "plugin_tensors"
 #: Seconds between rewrites of plugins.safetensors (its arrays can be O(devices x model)).
 PLUGIN_INTERVAL_S = 30.0
+#: The types ``CoordinatorCore.restore`` reads each top-level key of ``state.json`` as (when set).
+_STATE_KEYS = {"version": int, "arch_id": str, "run_id": str, "counters": dict, "admission": dict,
+               "plugins": dict, "strategy": str, "strategy_state": dict,
+               "recent_update_ids": list, "known_devices": list}
 
 
 class StateStore:
@@ -73,17 +86,23 @@ class StateStore:
     def load(self, spec) -> Optional[Tuple[Tensors, Dict[str, Any]]]:
         """``(tensors, state)`` saved for model ``spec``, or None for a fresh directory.
 
-        ConfigError if the directory belongs to another architecture; StorageError if it is corrupt
-        (never silently starts over: move the directory away to start fresh).
+        ConfigError if the directory belongs to another architecture; StateFileError naming the
+        file if one cannot be read or is corrupt (never silently starts over: move the directory
+        away to start fresh).
         """
         has_model = self.model_path.exists()
         has_state = self.state_path.exists()
         if not has_model and not has_state:
             return None
         if not has_model:
-            raise StorageError("state directory %s has %s but no %s: corrupt or incomplete state; move "
-                               "the directory away to start over" % (self.state_dir, STATE_FILE, MODEL_FILE))
-        tensors, meta = load_checkpoint(self.model_path)
+            raise StateFileError("state directory %s has %s but no %s: corrupt or incomplete state; "
+                                 "move the directory away to start over"
+                                 % (self.state_dir, STATE_FILE, MODEL_FILE))
+        try:
+            tensors, meta = load_checkpoint(self.model_path)
+        except StorageError as exc:
+            raise StateFileError("%s; move the state directory %s away to start over"
+                                 % (exc, self.state_dir)) from exc
         state = self._read_state() if has_state else None
         if state is None:
             log.warning("%s is missing: recovering version and arch id from %s", self.state_path,
@@ -96,7 +115,8 @@ class StateStore:
                               % (self.state_dir, arch_id, spec.arch_id))
         version = meta.get("version", state.get("version"))
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-            raise StorageError("state in %s has an invalid version %r" % (self.state_dir, version))
+            raise StateFileError("%s has an invalid version %r; move the state directory away to "
+                                 "start over" % (self.model_path, version))
         if state.get("version") != version:
             log.warning("%s says version %s but the model checkpoint is version %d (crash between the "
                         "two writes): continuing at %d", self.state_path, state.get("version"),
@@ -106,13 +126,23 @@ class StateStore:
         return tensors, dict(state, **{PLUGIN_TENSORS: self._read_plugins()})
 
     def _read_plugins(self) -> Dict[str, Dict[str, np.ndarray]]:
-        """The plug-ins' arrays ({} without the file, or with a corrupt one: logged)."""
+        """The plug-ins' arrays ({} without the file, or with a damaged one, moved aside and logged);
+        StateFileError if it exists but cannot be read."""
         if not self.plugins_path.exists():
             return {}
         try:
             flat, _ = load_checkpoint(self.plugins_path)
         except StorageError as exc:
-            log.error("%s: the plug-ins start without their saved arrays", exc)
+            if isinstance(exc.__cause__, OSError):
+                raise StateFileError("%s; fix its permissions, or move it away to start the plug-ins "
+                                     "without their saved arrays" % exc) from exc
+            aside = self.plugins_path.with_name("%s.corrupt-%d" % (PLUGINS_FILE, int(time.time())))
+            try:
+                os.replace(str(self.plugins_path), str(aside))
+            except OSError as move:
+                raise StateFileError("%s, and it cannot be moved aside (%s): move it away to start the "
+                                     "plug-ins without their saved arrays" % (exc, move.strerror or move)) from exc
+            log.error("%s: moved aside to %s; the plug-ins start without their saved arrays", exc, aside)
             return {}
         out: Dict[str, Dict[str, np.ndarray]] = {}
         for key, a in flat.items():
@@ -124,27 +154,31 @@ class StateStore:
         try:
             raw = self.state_path.read_bytes()
         except OSError as exc:
-            raise StorageError("cannot read %s: %s" % (self.state_path, exc.strerror or exc)) from exc
+            raise StateFileError("cannot read %s: %s" % (self.state_path, exc.strerror or exc)) from exc
         try:
             state = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise StorageError("%s is corrupt (%s); move the state directory away to start over"
-                               % (self.state_path, exc)) from exc
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise StateFileError("%s is corrupt (%s); move the state directory away to start over"
+                                 % (self.state_path, exc)) from exc
         if not isinstance(state, dict) or "version" not in state or "arch_id" not in state:
-            raise StorageError("%s is corrupt: expected an object with version and arch_id; move the "
-                               "state directory away to start over" % self.state_path)
+            raise StateFileError("%s is corrupt: expected an object with version and arch_id; move the "
+                                 "state directory away to start over" % self.state_path)
+        for key, kinds in _STATE_KEYS.items():
+            if state.get(key) is not None and not isinstance(state[key], kinds):
+                raise StateFileError("%s is corrupt: %r is a %s; move the state directory away to "
+                                     "start over" % (self.state_path, key, type(state[key]).__name__))
         return state
 
     def _check_tensors(self, tensors: Tensors, spec) -> None:
         expected = tensor_spec(spec)
         if set(tensors) != set(expected):
-            raise StorageError("%s does not hold the tensors of %s (missing %s, unexpected %s)" % (
+            raise StateFileError("%s does not hold the tensors of %s (missing %s, unexpected %s)" % (
                 self.model_path, spec.arch_id, sorted(set(expected) - set(tensors)),
                 sorted(set(tensors) - set(expected))))
         for name, (shape, _dtype) in expected.items():
             arr = tensors[name]
             if tuple(arr.shape) != tuple(shape) or not np.all(np.isfinite(arr)):
-                raise StorageError("%s: tensor %s is corrupt (shape %s, expected %s, or not finite)" % (
+                raise StateFileError("%s: tensor %s is corrupt (shape %s, expected %s, or not finite)" % (
                     self.model_path, name, tuple(arr.shape), tuple(shape)))
             if arr.dtype != np.float32:
                 tensors[name] = arr.astype(np.float32)

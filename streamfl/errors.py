@@ -41,3 +41,10 @@ class TransportError(StreamflError):
 
 class StorageError(StreamflError):
     """A state directory, checkpoint or outbox could not be read or written (full disk, permissions)."""
+
+
+class StateFileError(StorageError):
+    """A file of a state folder is corrupt or cannot be read: starting on it would lose or fork what
+    it holds, and a restart finds it the same, so CLIs exit with code 2 naming the file."""
+
+    exit_code = 2
