@@ -8,29 +8,23 @@ broadcast rate), which the device already has: ``lr_for(base_lr)`` is the rate t
 
 Why a factor and not the rate itself: a coordinator plug-in does not see the broadcast ``hparams``
 (``FleetView`` has no such field), while the device reads them from the same global model, so the
-rate is exact without the plug-in guessing ``lr0``. Both numbers are bounded here: finite, the
-factor in (0, 1], ``lr0`` in (0, ``MAX_LR``]; the device still clamps the rate to its own
-``hparam_limits``.
+rate is exact without the plug-in guessing ``lr0``. Both numbers have declared ranges (``BOUNDS``,
+checked by the codec): the factor in [``MIN_SCALE``, 1], ``lr0`` in [``MIN_LR``, ``MAX_LR``]; the
+device still clamps the rate to its own ``hparam_limits``.
 """
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
 from streamfl.errors import ProtocolError
-from streamfl.protocol.extras import Extra, Tensors, check_keys, get_float, register_extra
+from streamfl.protocol.extras import Bound, Extra, Tensors, check_keys, get_float, register_extra
 
 #: The largest ``lr0`` a model may announce (the coordinator's settings are bounded alike).
 MAX_LR = 10.0
 #: The smallest factor the coordinator sends: the wire refuses 0 (a rate of 0 trains nothing).
 MIN_SCALE = 1e-12
-
-
-def _number(kind: str, fields: Mapping[str, Any], key: str, high: float) -> float:
-    """A finite number in (0, high] (bools and strings refused by ``get_float``)."""
-    value = get_float(kind, fields, key)
-    if not 0 < value <= high:
-        raise ProtocolError("schema", "extras.%s.%s: expected a number in (0, %g], got %r"
-                            % (kind, key, high, value))
-    return value
+#: The smallest ``lr0`` a model may announce: a rate must be > 0, and below 1e-12 a float32 weight
+#: of any size no longer moves.
+MIN_LR = 1e-12
 
 
 @register_extra
@@ -40,6 +34,10 @@ class AdaptiveLr(Extra):
     floor) and ``lr0`` (None: the model's ``hparams.lr``)."""
 
     KIND = "adaptive_lr"
+    BOUNDS = {
+        "scale": Bound(MIN_SCALE, 1.0),     # min(1, r^_t / t), floored at MIN_SCALE by the coordinator
+        "lr0": Bound(MIN_LR, MAX_LR),       # a learning rate, > 0 (MIN_LR), at most MAX_LR
+    }
 
     scale: float
     lr0: Optional[float] = None
@@ -62,8 +60,8 @@ class AdaptiveLr(Extra):
             raise ProtocolError("schema", "extras.%s: carries no tensors" % k)
         if "scale" not in fields:
             raise ProtocolError("schema", "extras.%s.scale: missing" % k)
-        lr0 = _number(k, fields, "lr0", MAX_LR) if "lr0" in fields else None
-        return cls(scale=_number(k, fields, "scale", 1.0), lr0=lr0)
+        lr0 = get_float(k, fields, "lr0") if "lr0" in fields else None
+        return cls(scale=get_float(k, fields, "scale"), lr0=lr0)
 
 
-__all__ = ["AdaptiveLr", "MAX_LR", "MIN_SCALE"]
+__all__ = ["AdaptiveLr", "MAX_LR", "MIN_SCALE", "MIN_LR"]

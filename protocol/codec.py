@@ -58,9 +58,10 @@ DEFAULT_MAX_HEADER_DEPTH = 32
 DEFAULT_WARN_INTERVAL_S = 10.0
 #: ``{tensor name: (shape, dtype)}`` of one architecture, as ``streamfl.models.tensor_spec`` returns.
 TensorSpec = Mapping[str, Tuple[Sequence[int], str]]
-#: The ``ProtocolError.reason`` values ``Decoder`` raises and counts.
+#: The ``ProtocolError.reason`` values ``Decoder`` raises and counts. ``bounds``: a typed extra
+#: carries a number outside its payload type's declared range (``Extra.BOUNDS``).
 REASONS = ("malformed", "oversize", "unknown_type", "bad_version", "schema", "non_finite",
-           "arch_mismatch")
+           "arch_mismatch", "bounds")
 
 _PREFIX = struct.Struct(">3sBI")
 #: header "dtype" -> numpy dtype of the model tensors on the wire

@@ -3,7 +3,8 @@ the device scheduler's request and the devices' scheduling statistics.
 
 Each is registered with the codec (``register_extra``) so that every side decodes it to the same
 class; the plug-ins that produce and consume them live in ``coordinator/plugins`` and
-``agent/plugins``. Formulas: DESIGN.md section 8 (AdaCLP eq. 1-6; FedCurv's U/V sums).
+``agent/plugins``. Each declares the range of every number it carries (``BOUNDS``, checked by the
+codec; the one-line reasons sit next to them). Formulas: AdaCLP eq. 1-6; FedCurv's U/V sums.
 """
 import math
 from dataclasses import asdict, dataclass
@@ -13,8 +14,30 @@ import numpy as np
 
 from streamfl.errors import ProtocolError
 from streamfl.protocol.extras import (
-    Extra, Tensors, check_keys, get_bool, get_float, get_int, register_extra,
+    MAX_EXACT_INT, Bound, Extra, Tensors, check_keys, get_bool, get_float, get_int, register_extra,
 )
+
+#: A Fisher trace (AdaCLP eq. 1) is a sum of squared gradients over the model: >= 0. Honest traces
+#: of the models here are tens to thousands (an MLP's about 24); 1e8 leaves four orders of margin
+#: and still keeps one forged trace from moving a fleet's F_G by more than that (a trace of 1e9
+#: flipped a fleet's CLP flag).
+FISHER_TRACE = Bound(0.0, 1e8)
+#: A Fisher diagonal element is a mean of squared gradients of one weight: >= 0; a gradient
+#: element of 100 squares to 1e4, the same cap admission puts on a weight (max_abs_value 1e4).
+FISHER_DIAGONAL = Bound(0.0, 1e4)
+#: Sums of devices' diagonals (FedCurv's U) or of periods' T-FDMs (ST-EWC's P): 10^4 devices or
+#: periods at the diagonal's cap.
+FISHER_SUM = Bound(0.0, 1e8)
+#: Sums of diagonal times weights (V, Q): the sum's cap times admission's weight cap (1e4), either sign.
+FISHER_WEIGHT_SUM = Bound(-1e12, 1e12)
+#: A penalty strength (FedCurv's lambda2, ST-EWC's lambda1): >= 0; the defaults are 1 and 10 and
+#: 1e3 already holds a model still, so 1e4 only stops a forged pull from blowing up training.
+LAMBDA = Bound(0.0, 1e4)
+#: Windows a device estimates a Fisher on (one backward each): at least one; a million is more
+#: than a board's buffer holds, so it bounds the work a model can order.
+FISHER_WINDOWS = Bound(1, 10 ** 6)
+#: Versions, periods, segments, frames, sessions: counters from 0, exact as JSON numbers.
+COUNTER = Bound(0, MAX_EXACT_INT)
 
 
 @register_extra
@@ -27,6 +50,15 @@ class ClpState(Extra):
     """
 
     KIND = "clp"
+    BOUNDS = {
+        "version": COUNTER,                 # the coordinator's model version
+        "fisher_global": FISHER_TRACE,      # F_G, a decayed mean of the devices' traces
+        "fisher_global_prev": FISHER_TRACE,  # F_G one aggregation back
+        "segment": COUNTER,                 # segments counted from 0
+        "segment_start_version": COUNTER,   # a model version
+        "fisher_segment_start": FISHER_TRACE,  # F_G when the segment started
+        "fisher_reference": FISHER_TRACE,   # F_G's warm-up mean
+    }
 
     version: int
     fisher_global: Optional[float]
@@ -70,12 +102,10 @@ class ClpState(Extra):
 @register_extra
 @dataclass(frozen=True)
 class FisherTrace(Extra):
-    """A device's Fisher-information trace at its trained model (AdaCLP eq. 1), in its update.
-
-    Any finite number parses; the coordinator's probe treats a negative one as missing (logged).
-    """
+    """A device's Fisher-information trace at its trained model (AdaCLP eq. 1), in its update."""
 
     KIND = "fisher_trace"
+    BOUNDS = {"value": FISHER_TRACE}  # a sum of squared gradients (FISHER_TRACE)
 
     value: float
 
@@ -104,6 +134,14 @@ class CurvatureTerms(Extra):
     takes, and, once any device reported one, ``U = sum_k F_k`` and ``V = sum_k F_k * theta_k``."""
 
     KIND = "curvature"
+    GROUPS = ("U", "V")
+    BOUNDS = {
+        "lambda2": LAMBDA,                  # the penalty's strength
+        "fisher_samples": FISHER_WINDOWS,   # windows a device's diagonal takes
+        "fisher_every": Bound(1, 10 ** 6),  # rounds between estimates: 1 (every round) and up
+        "U": FISHER_SUM,                    # sum_k F_k
+        "V": FISHER_WEIGHT_SUM,             # sum_k F_k * theta_k
+    }
 
     lambda2: float
     fisher_samples: int
@@ -130,15 +168,11 @@ class CurvatureTerms(Extra):
     def parse(cls, fields: Mapping[str, Any], groups: Mapping[str, Tensors]) -> "CurvatureTerms":
         k = cls.KIND
         check_keys(k, fields, ("lambda2", "fisher_samples", "fisher_every"))
-        lambda2 = get_float(k, fields, "lambda2")
-        if lambda2 < 0:
-            raise ProtocolError("schema", "extras.%s.lambda2 must be >= 0, got %r" % (k, lambda2))
-        got = _groups(k, groups, ("U", "V"))
+        got = _groups(k, groups, cls.GROUPS)
         if len(got) == 1:
             raise ProtocolError("schema", "extras.%s: U and V travel together" % k)
-        return cls(lambda2=lambda2, fisher_samples=get_int(k, fields, "fisher_samples", minimum=1),
-                   U=got.get("U"), V=got.get("V"),
-                   fisher_every=get_int(k, fields, "fisher_every", default=1, minimum=1))
+        return cls(lambda2=get_float(k, fields, "lambda2"), fisher_samples=get_int(k, fields, "fisher_samples"),
+                   U=got.get("U"), V=got.get("V"), fisher_every=get_int(k, fields, "fisher_every", default=1))
 
 
 @register_extra
@@ -147,6 +181,8 @@ class CurvatureDiagonal(Extra):
     """A device's diagonal Fisher ``F_k`` at its trained model (FedCurv), in its update."""
 
     KIND = "curvature_diagonal"
+    GROUPS = ("F",)
+    BOUNDS = {"F": FISHER_DIAGONAL}  # mean squared gradients (FISHER_DIAGONAL); 1e30 NaN'd a fleet
 
     F: Tensors
 
@@ -156,14 +192,10 @@ class CurvatureDiagonal(Extra):
     @classmethod
     def parse(cls, fields: Mapping[str, Any], groups: Mapping[str, Tensors]) -> "CurvatureDiagonal":
         check_keys(cls.KIND, fields, ())
-        got = _groups(cls.KIND, groups, ("F",))
+        got = _groups(cls.KIND, groups, cls.GROUPS)
         if "F" not in got:
             raise ProtocolError("schema", "extras.%s: missing tensor group F" % cls.KIND)
-        F = {name: np.asarray(a, dtype=np.float32) for name, a in got["F"].items()}
-        if not all(np.isfinite(a).all() and (a >= 0).all() for a in F.values()):
-            # A NaN or negative diagonal would poison every device's U and V.
-            raise ProtocolError("schema", "extras.%s.F: expected finite values >= 0" % cls.KIND)
-        return cls(F=F)
+        return cls(F={name: np.asarray(a, dtype=np.float32) for name, a in got["F"].items()})
 
 
 #: Most classes a scheduling report may list (a report is bounded whatever its sender claims).
@@ -171,7 +203,7 @@ MAX_REPORT_CLASSES = 4096
 
 
 def _float_list(kind: str, fields: Mapping[str, Any], key: str, integers: bool = False) -> Tuple[Any, ...]:
-    """A list of finite numbers >= 0 (integers when ``integers``), at most MAX_REPORT_CLASSES long."""
+    """A list of finite numbers (integers when ``integers``), at most MAX_REPORT_CLASSES long."""
     value = fields.get(key, [])
     if not isinstance(value, list) or len(value) > MAX_REPORT_CLASSES:
         raise ProtocolError("schema", "extras.%s.%s: expected a list of at most %d numbers"
@@ -180,11 +212,11 @@ def _float_list(kind: str, fields: Mapping[str, Any], key: str, integers: bool =
     for x in value:
         ok = type(x) is int if integers else type(x) in (int, float)
         try:
-            ok = ok and math.isfinite(x) and x >= 0
-        except OverflowError:
+            ok = ok and (integers or math.isfinite(x))
+        except OverflowError:  # an integer beyond float range
             ok = False
         if not ok:
-            raise ProtocolError("schema", "extras.%s.%s: expected %s >= 0, got %r"
+            raise ProtocolError("schema", "extras.%s.%s: expected %s, got %r"
                                 % (kind, key, "integers" if integers else "finite numbers", x))
         out.append(int(x) if integers else float(x))
     return tuple(out)
@@ -221,6 +253,17 @@ class ScheduleStats(Extra):
     loss, and its channel's P|H|^2/N0 in Hz where the board knows it."""
 
     KIND = "schedule_stats"
+    BOUNDS = {
+        "counts": Bound(0, 10 ** 7),        # windows per class in a board's buffer (thousands)
+        "prev_counts": Bound(0, 10 ** 7),   # the same at the previous frame
+        "frame": COUNTER,                   # frames counted from 0
+        "class_grad_norms": Bound(0.0, 1e6),  # L2 norms (eq. 18); honest ones are below 1e3
+        "grad_var": Bound(0.0, 1e12),       # a variance of gradients: the norm's cap squared
+        "grad_norm": Bound(0.0, 1e6),       # an L2 norm of the round's gradient
+        "loss": Bound(0.0, 1e6),            # a cross-entropy: ln(classes) at start, >= 0
+        # P|H|^2/N0 in Hz: a 1 W radio 1 m from its receiver over -174 dBm/Hz noise is ~3e16
+        "snr_hz": Bound(0.0, 1e18),
+    }
 
     counts: Tuple[int, ...]
     prev_counts: Tuple[int, ...]
@@ -252,11 +295,7 @@ class ScheduleStats(Extra):
         if len(prev) != len(counts) or (norms and len(norms) != len(counts)):
             raise ProtocolError("schema", "extras.%s: counts, prev_counts and class_grad_norms differ "
                                           "in length" % k)
-        optional = {}
-        for key in ("grad_var", "grad_norm", "loss", "snr_hz"):
-            value = get_float(k, fields, key, optional=True)
-            if value is not None and value < 0:
-                raise ProtocolError("schema", "extras.%s.%s must be >= 0, got %r" % (k, key, value))
-            optional[key] = value
+        optional = {key: get_float(k, fields, key, optional=True)
+                    for key in ("grad_var", "grad_norm", "loss", "snr_hz")}
         return cls(counts=counts, prev_counts=prev, frame=get_int(k, fields, "frame"),
                    class_grad_norms=norms, **optional)

@@ -7,8 +7,9 @@ model carrying it is theta*_t). ``PeriodFisher`` is a device's local T-FDM ``F_k
 its sample count ``n_k,t`` (eq. 9 weighs by it). ``DriftSignal`` is a device's input-drift count,
 the signal a real fleet's coordinator can cut periods on.
 
-Every tensor group is checked here, at the boundary: finite and, for Fisher values, >= 0. A frame
-that parses is still only as trusted as its sender; the coordinator clips what it folds in.
+Every number and every tensor group has a declared range (``BOUNDS``), checked at the boundary by
+the codec: Fisher values >= 0 and bounded, sample counts and lambda1 bounded. A frame that parses is
+still only as trusted as its sender; the coordinator clips what it folds in.
 """
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
@@ -16,19 +17,16 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 
 from streamfl.errors import ProtocolError
-from streamfl.protocol.extras import Extra, Tensors, check_keys, get_float, get_int, register_extra
+from streamfl.protocol.extras import (
+    MAX_EXACT_INT, Bound, Extra, Tensors, check_keys, get_float, get_int, register_extra,
+)
+from streamfl.protocol.payloads import COUNTER, FISHER_DIAGONAL, FISHER_SUM, FISHER_WEIGHT_SUM, \
+    FISHER_WINDOWS, LAMBDA
 
 
-def _checked(kind: str, group: str, tensors: Mapping[str, Any], nonnegative: bool) -> Tensors:
-    """float32 copies of a tensor group; ProtocolError if any value is not finite (or negative)."""
-    out = {}
-    for name, a in tensors.items():
-        a = np.asarray(a, dtype=np.float32)
-        if not np.isfinite(a).all() or (nonnegative and (a < 0).any()):
-            raise ProtocolError("schema", "extras.%s.%s.%s: expected finite values%s"
-                                % (kind, group, name, " >= 0" if nonnegative else ""))
-        out[name] = a
-    return out
+def _float32(tensors: Mapping[str, Any]) -> Tensors:
+    """A tensor group as float32 arrays (its range is checked against ``BOUNDS`` after ``parse``)."""
+    return {name: np.asarray(a, dtype=np.float32) for name, a in tensors.items()}
 
 
 def _only(kind: str, groups: Mapping[str, Tensors], names) -> None:
@@ -45,6 +43,16 @@ class PeriodTerms(Extra):
     None when none is being collected) and, after the first consolidation, ``P`` and ``Q``."""
 
     KIND = "periods"
+    GROUPS = ("P", "Q")
+    BOUNDS = {
+        "period": COUNTER,                  # periods counted from 0
+        "lambda1": LAMBDA,                  # the temporal pull's strength
+        "fisher_samples": FISHER_WINDOWS,   # windows a device's T-FDM takes
+        # an earlier period than ``period`` (checked in parse), so one below the counter's cap
+        "consolidating": Bound(0, MAX_EXACT_INT - 1),
+        "P": FISHER_SUM,                    # sum_t F^t over consolidated periods
+        "Q": FISHER_WEIGHT_SUM,             # sum_t F^t * theta*_t
+    }
 
     period: int
     lambda1: float
@@ -66,28 +74,23 @@ class PeriodTerms(Extra):
     def parse(cls, fields: Mapping[str, Any], groups: Mapping[str, Tensors]) -> "PeriodTerms":
         k = cls.KIND
         check_keys(k, fields, ("period", "lambda1", "fisher_samples", "consolidating"))
-        _only(k, groups, ("P", "Q"))
+        _only(k, groups, cls.GROUPS)
         if ("P" in groups) != ("Q" in groups):
             raise ProtocolError("schema", "extras.%s: P and Q travel together" % k)
-        lambda1 = get_float(k, fields, "lambda1")
-        if lambda1 < 0:
-            raise ProtocolError("schema", "extras.%s.lambda1 must be >= 0, got %r" % (k, lambda1))
-        period = get_int(k, fields, "period", minimum=0)
+        period = get_int(k, fields, "period")
         consolidating = fields.get("consolidating")
         if consolidating is not None:
-            consolidating = get_int(k, fields, "consolidating", minimum=0)
+            consolidating = get_int(k, fields, "consolidating")
             if consolidating >= period:
                 raise ProtocolError("schema", "extras.%s.consolidating must be an earlier period "
                                               "than %d, got %d" % (k, period, consolidating))
         P = Q = None
         if "P" in groups:
-            P = _checked(k, "P", groups["P"], nonnegative=True)
-            Q = _checked(k, "Q", groups["Q"], nonnegative=False)
+            P, Q = _float32(groups["P"]), _float32(groups["Q"])
             if {n: a.shape for n, a in P.items()} != {n: a.shape for n, a in Q.items()}:
                 raise ProtocolError("schema", "extras.%s: P and Q differ in tensors or shapes" % k)
-        return cls(period=period, lambda1=lambda1,
-                   fisher_samples=get_int(k, fields, "fisher_samples", minimum=1),
-                   consolidating=consolidating, P=P, Q=Q)
+        return cls(period=period, lambda1=get_float(k, fields, "lambda1"),
+                   fisher_samples=get_int(k, fields, "fisher_samples"), consolidating=consolidating, P=P, Q=Q)
 
 
 @register_extra
@@ -97,6 +100,14 @@ class PeriodFisher(Extra):
     ``samples`` windows of its data (``n_k,t``: eq. 9's weight), in its update."""
 
     KIND = "period_fisher"
+    GROUPS = ("F",)
+    BOUNDS = {
+        "period": COUNTER,                  # the period this T-FDM is for
+        # n_k,t, eq. 9's weight: windows the T-FDM took, >= 1 (a weight of 0 divides by 0); a board
+        # uses fisher_samples of them (100), so 10^7 is generous; 10^9 owned a fleet's P
+        "samples": Bound(1, 10 ** 7),
+        "F": FISHER_DIAGONAL,               # F_k^t, mean squared gradients
+    }
 
     period: int
     samples: int
@@ -112,12 +123,11 @@ class PeriodFisher(Extra):
     def parse(cls, fields: Mapping[str, Any], groups: Mapping[str, Tensors]) -> "PeriodFisher":
         k = cls.KIND
         check_keys(k, fields, ("period", "samples"))
-        _only(k, groups, ("F",))
+        _only(k, groups, cls.GROUPS)
         if "F" not in groups:
             raise ProtocolError("schema", "extras.%s: missing tensor group F" % k)
-        return cls(period=get_int(k, fields, "period", minimum=0),
-                   samples=get_int(k, fields, "samples", minimum=1),
-                   F=_checked(k, "F", groups["F"], nonnegative=True))
+        return cls(period=get_int(k, fields, "period"), samples=get_int(k, fields, "samples"),
+                   F=_float32(groups["F"]))
 
 
 @register_extra
@@ -127,6 +137,13 @@ class DriftSignal(Extra):
     started, and the last shift statistic; in updates and in the telemetry of a skipping device."""
 
     KIND = "drift"
+    BOUNDS = {
+        "drifts": COUNTER,                  # drifts detected since the device started
+        # a distance in units of the reference's spread (floored at 1e-12): a stationary stream
+        # gives about 0.25, a drift over 0.6; 1e18 is a jump of 10^6 sensor units from a constant
+        # reference, beyond any sensor's range; only logged, never summed
+        "shift": Bound(0.0, 1e18),
+    }
 
     drifts: int
     shift: float = 0.0
@@ -140,6 +157,4 @@ class DriftSignal(Extra):
         check_keys(k, fields, ("drifts", "shift"))
         _only(k, groups, ())
         shift = get_float(k, fields, "shift", optional=True)
-        if shift is not None and shift < 0:
-            raise ProtocolError("schema", "extras.%s.shift must be >= 0, got %r" % (k, shift))
-        return cls(drifts=get_int(k, fields, "drifts", minimum=0), shift=shift or 0.0)
+        return cls(drifts=get_int(k, fields, "drifts"), shift=shift or 0.0)

@@ -11,20 +11,32 @@
 - ``ImportanceTerms`` (global model, ``importance``): the importance-sampling baseline runs, with
   its budget (the mean admission probability) and how many random slots an eviction compares.
 
-Every list is bounded (``MAX_STATES``) and every number checked: a report is hostile until parsed,
-and the coordinator bounds what it does with the values as well.
+Every list is bounded in length (``MAX_STATES``) and every number in range (``BOUNDS``, checked
+by the codec): a report is hostile until parsed, and the coordinator bounds what it does with the
+values as well.
 """
 import math
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from streamfl.errors import ProtocolError
-from streamfl.protocol.extras import Extra, Tensors, check_keys, get_bool, get_float, get_int, register_extra
+from streamfl.protocol.extras import (
+    MAX_EXACT_INT, Bound, Extra, Tensors, check_keys, get_bool, get_float, get_int, register_extra,
+)
 
 #: Most states a model or report may list (the agent tracks at most as many).
 MAX_STATES = 1024
 #: Bound on a reported heterogeneity score (eq. 12 is a few units for any sane inputs).
 MAX_SCORE = 1e6
+#: The smallest availability q_n a report may claim: a tenth of the paper's clip (0.01, the
+#: agents' and the coordinator's default floor), so an agent configured with a lower floor still
+#: reports; eq. 14's 1/q_n is then at most 1000.
+MIN_AVAILABILITY = 1e-3
+#: A sampling budget alpha_n (a mean admission probability) is in (0, 1): eq. 10 divides by
+#: 1 - alpha_n, eq. 12 by alpha_n; within [1e-3, 0.999] neither factor exceeds 1000.
+BUDGET = Bound(1e-3, 0.999)
+#: State ids are labels, not quantities: any non-negative integer exact in JSON.
+STATE_ID = Bound(0, MAX_EXACT_INT)
 
 
 def _no_tensors(kind: str, groups: Mapping[str, Tensors]) -> None:
@@ -32,33 +44,27 @@ def _no_tensors(kind: str, groups: Mapping[str, Tensors]) -> None:
         raise ProtocolError("schema", "extras.%s: carries no tensors" % kind)
 
 
-def _bounded(kind: str, fields: Mapping[str, Any], key: str, lo: float, hi: float,
-             open_lo: bool = False) -> float:
-    """A finite number in [lo, hi] ((lo, hi] with ``open_lo``)."""
-    value = get_float(kind, fields, key)
-    if value > hi or value < lo or (open_lo and value == lo):
-        raise ProtocolError("schema", "extras.%s.%s: expected a number in %s%g, %g], got %r"
-                            % (kind, key, "(" if open_lo else "[", lo, hi, value))
-    return value
-
-
 def _states(kind: str, fields: Mapping[str, Any], key: str, values: str,
             integers: bool) -> Tuple[Tuple[int, ...], Tuple[Any, ...]]:
-    """Parallel lists ``key`` (distinct state ids >= 0) and ``values`` (numbers >= 0), bounded."""
+    """Parallel lists ``key`` (distinct integer state ids) and ``values`` (finite numbers, integers
+    when ``integers``), at most ``MAX_STATES`` long; their ranges are in ``BOUNDS``."""
     ids, vals = fields.get(key, []), fields.get(values, [])
     if not isinstance(ids, list) or not isinstance(vals, list) or len(ids) != len(vals) \
             or len(ids) > MAX_STATES:
         raise ProtocolError("schema", "extras.%s.%s/%s: expected two lists of equal length <= %d"
                             % (kind, key, values, MAX_STATES))
     for s in ids:
-        if type(s) is not int or s < 0:
-            raise ProtocolError("schema", "extras.%s.%s: expected state ids >= 0, got %r" % (kind, key, s))
+        if type(s) is not int:
+            raise ProtocolError("schema", "extras.%s.%s: expected integer state ids, got %r" % (kind, key, s))
     if len(set(ids)) != len(ids):
         raise ProtocolError("schema", "extras.%s.%s: a state is listed twice" % (kind, key))
     for v in vals:
-        ok = type(v) is int if integers else type(v) in (int, float)
-        if not ok or not math.isfinite(v) or v < 0:
-            raise ProtocolError("schema", "extras.%s.%s: expected %s >= 0, got %r"
+        try:
+            ok = type(v) is int if integers else type(v) in (int, float) and math.isfinite(v)
+        except OverflowError:  # an integer beyond float range
+            ok = False
+        if not ok:
+            raise ProtocolError("schema", "extras.%s.%s: expected %s, got %r"
                                 % (kind, values, "integers" if integers else "finite numbers", v))
     return tuple(ids), tuple(int(v) if integers else float(v) for v in vals)
 
@@ -69,6 +75,15 @@ class SfedpoTerms(Extra):
     """SFedPO's settings for the fleet, in the global model (module docstring)."""
 
     KIND = "sfedpo"
+    BOUNDS = {
+        "budget": BUDGET,                   # alpha_n (BUDGET)
+        "a1": Bound(0.0, 100.0),            # eq. 10's weight on d_m, >= 0 (0.15 by default)
+        "b1": Bound(-100.0, 100.0),         # eq. 10's offset, either sign (0.25 by default)
+        "g": Bound(0.0, 100.0),             # eq. 12's G, >= 0 (1 by default)
+        "l_eta_sigma2": Bound(0.0, 100.0),  # eq. 12's L eta sigma^2, a product of non-negatives
+        "states": STATE_ID,                 # the state ids the weights are for
+        "weights": Bound(0.0, 1.0),         # w_m: population frequencies, each in [0, 1]
+    }
 
     dds: bool = True
     saw: bool = True
@@ -96,14 +111,10 @@ class SfedpoTerms(Extra):
         check_keys(k, fields, ("dds", "saw", "budget", "a1", "b1", "g", "l_eta_sigma2", "states", "weights"))
         _no_tensors(k, groups)
         states, weights = _states(k, fields, "states", "weights", integers=False)
-        budget = _bounded(k, fields, "budget", 0.0, 1.0, open_lo=True)
-        if budget == 1.0:
-            raise ProtocolError("schema", "extras.%s.budget: expected a number below 1" % k)
         return cls(dds=get_bool(k, fields, "dds", True), saw=get_bool(k, fields, "saw", True),
-                   budget=budget, a1=_bounded(k, fields, "a1", 0.0, 100.0),
-                   b1=_bounded(k, fields, "b1", -100.0, 100.0), g=_bounded(k, fields, "g", 0.0, 100.0),
-                   l_eta_sigma2=_bounded(k, fields, "l_eta_sigma2", 0.0, 100.0),
-                   states=states, weights=weights)
+                   budget=get_float(k, fields, "budget"), a1=get_float(k, fields, "a1"),
+                   b1=get_float(k, fields, "b1"), g=get_float(k, fields, "g"),
+                   l_eta_sigma2=get_float(k, fields, "l_eta_sigma2"), states=states, weights=weights)
 
 
 @register_extra
@@ -112,6 +123,15 @@ class SfedpoReport(Extra):
     """A device's SAW inputs with its update: s_n, q_n, its state counts (module docstring)."""
 
     KIND = "sfedpo_report"
+    BOUNDS = {
+        "score": Bound(0.0, MAX_SCORE),     # s_n, eq. 12 (the agent clamps it to the same)
+        "availability": Bound(MIN_AVAILABILITY, 1.0),  # q_n, a probability (MIN_AVAILABILITY)
+        "states": STATE_ID,                 # the state ids counted
+        # windows seen per state since start: 1000 windows a second for 30 years is 1e12; the
+        # coordinator uses shares of them, one device one vote
+        "counts": Bound(0, 10 ** 12),
+        "admission_rate": Bound(0.0, 1.0),  # a share of windows admitted
+    }
 
     score: float
     availability: float
@@ -131,13 +151,9 @@ class SfedpoReport(Extra):
         check_keys(k, fields, ("score", "availability", "shared_ids", "states", "counts", "admission_rate"))
         _no_tensors(k, groups)
         states, counts = _states(k, fields, "states", "counts", integers=True)
-        rate = None
-        if fields.get("admission_rate") is not None:
-            rate = _bounded(k, fields, "admission_rate", 0.0, 1.0)
-        return cls(score=_bounded(k, fields, "score", 0.0, MAX_SCORE),
-                   availability=_bounded(k, fields, "availability", 0.0, 1.0, open_lo=True),
+        return cls(score=get_float(k, fields, "score"), availability=get_float(k, fields, "availability"),
                    shared_ids=get_bool(k, fields, "shared_ids", False), states=states, counts=counts,
-                   admission_rate=rate)
+                   admission_rate=get_float(k, fields, "admission_rate", optional=True))
 
 
 @register_extra
@@ -146,6 +162,11 @@ class ImportanceTerms(Extra):
     """The importance-sampling baseline runs: its admission budget and eviction sample size."""
 
     KIND = "importance"
+    BOUNDS = {
+        # the mean admission probability: (0, 1], 1 keeping every window; the floor as BUDGET's
+        "budget": Bound(BUDGET.lo, 1.0),
+        "candidates": Bound(1, 1024),       # random slots one eviction compares (8 by default)
+    }
 
     budget: float = 0.5
     candidates: int = 8
@@ -158,10 +179,8 @@ class ImportanceTerms(Extra):
         k = cls.KIND
         check_keys(k, fields, ("budget", "candidates"))
         _no_tensors(k, groups)
-        candidates = get_int(k, fields, "candidates", 8, minimum=1)
-        if candidates > 1024:
-            raise ProtocolError("schema", "extras.%s.candidates: expected at most 1024" % k)
-        return cls(budget=_bounded(k, fields, "budget", 0.0, 1.0, open_lo=True), candidates=candidates)
+        return cls(budget=get_float(k, fields, "budget"), candidates=get_int(k, fields, "candidates", 8))
 
 
-__all__ = ["SfedpoTerms", "SfedpoReport", "ImportanceTerms", "MAX_STATES", "MAX_SCORE"]
+__all__ = ["SfedpoTerms", "SfedpoReport", "ImportanceTerms", "MAX_STATES", "MAX_SCORE", "MIN_AVAILABILITY",
+           "BUDGET"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping
 
 from streamfl.errors import ProtocolError
-from streamfl.protocol.extras import Extra, Tensors, check_keys, get_int, register_extra
+from streamfl.protocol.extras import MAX_EXACT_INT, Bound, Extra, Tensors, check_keys, get_int, register_extra
 
 #: Bound on the auxiliary rounds a model may announce (the paper uses 1).
 MAX_AUX_ROUNDS = 64
@@ -24,6 +24,11 @@ class SessionTerms(Extra):
     session's model; 1..``aux_rounds``: an auxiliary model) and ``aux_rounds`` (V)."""
 
     KIND = "session"
+    BOUNDS = {
+        "session": Bound(0, MAX_EXACT_INT),  # sessions counted from 0
+        "aux_round": Bound(0, MAX_AUX_ROUNDS),  # 0, or which auxiliary round (<= aux_rounds: parse)
+        "aux_rounds": Bound(1, MAX_AUX_ROUNDS),  # V: at least the pilot (the paper uses 1)
+    }
 
     session: int
     aux_round: int = 0
@@ -43,16 +48,12 @@ class SessionTerms(Extra):
         check_keys(k, fields, ("session", "aux_round", "aux_rounds"))
         if groups:
             raise ProtocolError("schema", "extras.%s: carries no tensors" % k)
-        aux_rounds = get_int(k, fields, "aux_rounds", default=1, minimum=1)
-        if aux_rounds > MAX_AUX_ROUNDS:
-            raise ProtocolError("schema", "extras.%s.aux_rounds must be <= %d, got %d"
-                                % (k, MAX_AUX_ROUNDS, aux_rounds))
-        aux_round = get_int(k, fields, "aux_round", minimum=0)
+        aux_rounds = get_int(k, fields, "aux_rounds", default=1)
+        aux_round = get_int(k, fields, "aux_round")
         if aux_round > aux_rounds:
             raise ProtocolError("schema", "extras.%s.aux_round %d is beyond aux_rounds %d"
                                 % (k, aux_round, aux_rounds))
-        return cls(session=get_int(k, fields, "session", minimum=0), aux_round=aux_round,
-                   aux_rounds=aux_rounds)
+        return cls(session=get_int(k, fields, "session"), aux_round=aux_round, aux_rounds=aux_rounds)
 
 
 __all__ = ["SessionTerms", "MAX_AUX_ROUNDS"]

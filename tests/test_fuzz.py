@@ -55,6 +55,7 @@ SLACK_BYTES = 2 ** 20
 def _messages():
     u, v, f = (make_tensors(SPEC, seed=s) for s in (1, 2, 3))
     f = {k: np.abs(a) for k, a in f.items()}  # a Fisher diagonal is >= 0
+    u = {k: np.abs(a) for k, a in u.items()}  # and so is U, a sum of them (a declared bound)
     return [
         make_hello(dvfs_levels={"cpu": [0, 1, 2], "gpu": [3]}),
         Offline(device_id="d1", reason="lost"),
@@ -351,7 +352,7 @@ def test_large_valid_frames_allocate_at_most_the_frame():
     big = dataclasses.replace(SPEC, hidden=512)
     specs = {big.arch_id: tensor_spec(big)}
     gm = make_global_model(big, value=None, extras={"curvature": CurvatureTerms(
-        lambda2=0.5, fisher_samples=20, U=make_tensors(big, seed=1), V=make_tensors(big, seed=2))})
+        lambda2=0.5, fisher_samples=20, U=make_tensors(big, seed=1, positive=True), V=make_tensors(big, seed=2))})
     for f16, writable, factor in ((False, False, 0), (False, True, 1), (True, False, 2)):
         frame = encode(gm, float16=f16)
         _, _, data = split(frame)
