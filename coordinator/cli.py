@@ -182,7 +182,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             broker.stop()
     if server.taken_over_by is not None:  # exit 2: systemd must not restart into a fight over the fleet
         from streamfl.coordinator.liveness import describe
-        print("streamfl-coordinator: another coordinator took fleet %s over (%s): stopped"
+        print("streamfl-coordinator: another coordinator keeps fleet %s (%s): this one stepped down"
               % (config.fleet, describe(server.taken_over_by)), file=sys.stderr)
         return 2
     return 0

@@ -130,7 +130,7 @@ def test_take_over_starts_the_second_and_the_first_steps_down(coordinators, watc
     assert new.took_over == old.instance and new.run_id != old.run_id
     wait_until(lambda: not first.alive, 30, "the first coordinator to step down")
     assert first.popen.returncode == 2, first.tail()
-    assert "another coordinator took fleet %s over" % FLEET in first.log_text(), first.tail()
+    assert "another coordinator keeps fleet %s" % FLEET in first.log_text(), first.tail()
     assert new.run_id in first.log_text()
     assert "taking over fleet %s" % FLEET in second.log_text(), second.tail()
     # From now on the broker holds the newcomer's status and model, and nothing of the first's.
