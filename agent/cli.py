@@ -3,9 +3,11 @@
 Flags override the YAML file. A configuration error prints one line on stderr and exits with code 2
 so systemd does not restart into it (RestartPreventExitStatus=2), and so does a value this board
 cannot start with (``streamfl.agent.preflight``: a buffer larger than memory, a missing TLS file),
-checked by ``--check-config`` too; an error a flag causes names the flag. A state folder it cannot
-write or a checkpoint it cannot read exits 2 as well, naming the path (``streamfl.agent.state``).
-SIGTERM/SIGINT stop cleanly (exit 0). Logs go to stdout, which journald captures.
+checked by ``--check-config`` too; an error a flag causes names the flag. An MQTT user name other
+than the device id is a warning at start and under ``--check-config`` (the shipped ACL would drop
+every publish: ``preflight.identity_warnings``). A state folder it cannot write or a checkpoint it
+cannot read exits 2 as well, naming the path (``streamfl.agent.state``). SIGTERM/SIGINT stop
+cleanly (exit 0). Logs go to stdout, which journald captures.
 
 The state directory (checkpoint, outbox) defaults to /var/lib/streamfl-agent when this user may
 write there (the systemd unit's StateDirectory=), else ~/.local/state/streamfl-agent.
@@ -22,7 +24,7 @@ import yaml
 
 import streamfl
 from streamfl.agent.cli_common import PROG, SYSTEM_STATE_DIR, default_state_dir, fail
-from streamfl.agent.preflight import check_startup
+from streamfl.agent.preflight import check_startup, identity_warnings
 from streamfl.config import given_flags, load_with_flags, nest, to_dict
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.logs import setup_logging
@@ -98,6 +100,8 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
     except ConfigError as exc:
         return fail(exc, ConfigError.exit_code)
     if args.check_config:
+        for warning in identity_warnings(cfg):
+            sys.stderr.write("%s: warning: %s\n" % (PROG, warning))
         sys.stdout.write(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         return 0
     setup_logging(args.log_level, environ=environ)
@@ -142,6 +146,8 @@ def _run(cfg, settings, state_dir: Path, environ: Mapping[str, str]) -> int:
     log.info("streamfl-agent %s: device %s, fleet %s, broker %s:%d, sensor %s, state %s",
              streamfl.__version__, cfg.device_id, cfg.fleet, settings.host, settings.port,
              cfg.sensor.kind, state_dir)
+    for warning in identity_warnings(cfg):
+        log.warning("%s", warning)
     daemon.run()
     return 0
 

@@ -4,11 +4,18 @@ naming the key (exit 2: systemd does not restart into it) under ``--check-config
 
 Memory is judged against ``MemAvailable`` in /proc/meminfo (a cgroup limit such as systemd's
 MemoryMax= is not read); where it cannot be read, only ``max_buffer_bytes`` bounds the buffer.
+
+``identity_warnings`` finds what loads and starts but cannot work under the shipped broker set-up:
+an MQTT user name (or client certificate CN) other than the device id. The shipped ACL
+(``configs/mosquitto/acl``) lets a device write only the topics named by its user name, and
+mosquitto drops a denied publish without telling the client (MQTT 3.1.1 has no negative PUBACK),
+so such an agent would train and send forever while the coordinator hears nothing. It is a
+warning, not an error: a broker with another ACL may map names differently.
 """
 import logging
 import os
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 from streamfl.errors import ConfigError, StreamflError
 
@@ -113,3 +120,39 @@ def _check_board(dcfg) -> None:
         board_profile(dcfg)
     except StreamflError as exc:
         raise ConfigError("%s: %s" % (key, exc)) from None
+
+
+def certificate_common_name(path) -> Optional[str]:
+    """The subject CN of the PEM certificate at ``path``; None where there is none or the file
+    cannot be read (loading the TLS files reports that)."""
+    try:
+        from cryptography import x509
+        from cryptography.x509.oid import NameOID
+        cert = x509.load_pem_x509_certificate(Path(path).read_bytes())
+        names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    except (OSError, ValueError, TypeError, ImportError) as exc:
+        log.debug("cannot read the CN of %s: %s", path, exc)
+        return None
+    return str(names[0].value) if names else None
+
+
+def identity_warnings(cfg) -> List[str]:
+    """Why the broker's identity ACL would drop this agent's publishes: its ``mqtt.username``, or
+    without one its client certificate's CN (the user name under mosquitto's
+    ``use_identity_as_username``), differs from its ``device_id``. Empty when they agree or
+    neither is set."""
+    acl = ("under the shipped identity ACL (configs/mosquitto/acl: a device writes only the topics "
+           "of its own user name) the broker silently drops this agent's status, updates and "
+           "telemetry; make the two equal (device_id / --device-id, or the broker account)")
+    username = cfg.mqtt.username
+    if username:
+        if username != cfg.device_id:
+            return ["MQTT user name %r differs from device_id %r: %s" % (username, cfg.device_id, acl)]
+        return []
+    if cfg.mqtt.tls_cert is not None:
+        cn = certificate_common_name(cfg.mqtt.tls_cert)
+        if cn is not None and cn != cfg.device_id:
+            return ["client certificate %s is for %r (CN), not device_id %r: where the broker takes "
+                    "the CN as the user name (use_identity_as_username, the README's certificate "
+                    "set-up) %s" % (cfg.mqtt.tls_cert, cn, cfg.device_id, acl)]
+    return []
