@@ -91,11 +91,12 @@ class ClpProbeConfig:
       absolute scale that depends on the model, the loss and the class count, which the paper
       leaves open; the trace of the run's own early training is the one scale every model has.
       50 spans the first few rounds of every device of a 10-40 device fleet.
-    max_peer_multiple: a device's Fisher trace counts clipped into [median / m, m x median] of the
-      other devices' latest traces (m = 4). The paper's devices are honest; forged traces from
-      one device moved F_G from 24 to 2.4e9 and flipped the fleet's CLP flag. Honest traces of
-      one fleet differ by about 2x across class mixes (more at a class switch, where the clip
-      only slows F_G's rise); 4 leaves them whole while one device can move F_G by at most 4x.
+    max_peer_multiple: a device's Fisher trace counts capped at m x the median of the other
+      devices' latest traces (m = 4). The paper's devices are honest; forged traces from one
+      device moved F_G from 24 to 2.4e9 and flipped the fleet's CLP flag. Honest traces of one
+      fleet stay within about 2x above their peers' median (they fall well below it on devices
+      whose data is learned, so there is no floor); 4 leaves them whole while one device can
+      raise F_G by at most 4x.
     """
 
     window_m: int = bounded(10, 1, 10000)

@@ -51,9 +51,11 @@ class ClpProbePlugin(CoordinatorPlugin):
         self.probe.on_aggregation(aggregation.version, aggregation.base_version, trace)
 
     def _bounded(self, update: Update) -> Optional[float]:
-        """The update's trace clipped into ``[median / m, m * median]`` of the other devices'
-        latest (clipped) traces, m = ``max_peer_multiple``: one device can move F_G, and so the
-        CLP flag, by a bounded factor only, however it forges its traces."""
+        """The update's trace capped at ``m * median`` of the other devices' latest (capped)
+        traces, m = ``max_peer_multiple``: one device can raise F_G, and so flip the CLP flag, by
+        a bounded factor only, however it forges its traces. (No floor: honest traces of one
+        fleet run 5x below their peers' median, and a low trace can only pull F_G down by the
+        device's share of the window.)"""
         trace = fisher_trace_of(update)
         if trace is None:
             return None
@@ -61,7 +63,7 @@ class ClpProbePlugin(CoordinatorPlugin):
         if others:
             m = self.config.max_peer_multiple
             ref = float(np.median(others))
-            clipped = min(max(trace, ref / m), m * ref)
+            clipped = min(trace, m * ref)
             if clipped != trace:
                 self.clipped_traces += 1
                 log.log(logging.WARNING if self.clipped_traces == 1 or self.clipped_traces % 100 == 0
