@@ -32,7 +32,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Deque, Dict, Optional, Sequence, Tuple
+from typing import Callable, Deque, Dict, Optional, Tuple
 
 from streamfl.config import bounded
 from streamfl.errors import ConfigError, ProtocolError

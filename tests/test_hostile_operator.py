@@ -34,7 +34,7 @@ from streamfl.models import tensor_spec
 from streamfl.operator import operator_payload, send_operator_command
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import Command, GlobalModel
-from streamfl.protocol.signing import generate_key_pair, make_signer
+from streamfl.protocol.signing import generate_key_pair
 from streamfl.protocol.topics import Topics
 from streamfl.protocol.transport.base import MqttSettings
 from streamfl.protocol.transport.paho import PahoTransport
