@@ -18,10 +18,11 @@ withheld from the strategy (under FedAsync they would mix the old session back i
 them as stale anyway). So every boundary withholds updates for a while (the auxiliary rounds, then
 the updates still trained from the old model), and no boundary, an operator's or the membership's,
 comes before the session trained its own model for ``min_session_s``: an operator's ``new-session``
-inside that time is deferred to its end (logged; more of them meanwhile make still one), so no
-stream of commands or of devices coming and going can withhold more than about ``W / (W +
-min_session_s)`` of the updates, ``W`` being a boundary's withholding time. Every global model carries the session (``SessionTerms``), every update
-record its ``session``, and each boundary and switch is a ``session`` metrics event.
+inside that time is deferred to its end (logged; several make one), so no stream of commands nor
+of devices coming and going withholds more than about ``W / (W + min_session_s)`` of the updates,
+``W`` being a boundary's withholding time. Every global model carries the session
+(``SessionTerms``), every update record its ``session``, and each boundary and switch is a
+``session`` metrics event (a deferred ``new-session`` too).
 """
 import logging
 from dataclasses import dataclass
@@ -217,8 +218,10 @@ class SessionsPlugin(CoordinatorPlugin):
                 and now - self._own_since >= self.config.min_session_s)
 
     def _age_text(self, now: float) -> str:
-        if self.aux_round > 0 or self._own_since is None:
+        if self.aux_round > 0:
             return "is still in its auxiliary rounds"
+        if self._own_since is None:
+            return "has just been restored"
         return "has trained its own model for %.0f s" % (now - self._own_since)
 
     def _present(self, now: float) -> List[str]:
