@@ -95,6 +95,10 @@ class AgentConfig:
     #: the fleet (one WARNING naming both runs, then only counted). 300 s: two live coordinators
     #: alternate every few seconds, while a coordinator moved back after a reset takes minutes.
     run_alternation_window_s: float = bounded(300.0, 0.0, 86400.0)
+    #: After a round diverges, the next waits for a global model other than the one it diverged
+    #: on, or this many round intervals without one (``agent/divergence.py``): 10, a tenth of
+    #: the energy of retrying every round, while a new model is followed at once.
+    diverged_retry_rounds: int = bounded(10, 1, 10000)
 
     def __post_init__(self) -> None:
         if not NAME_RE.match(self.fleet or ""):
@@ -129,6 +133,7 @@ class AgentConfig:
              "must be >= 0 (0 = only at exit)"),
             ("max_frame_bytes", self.max_frame_bytes >= 1024, "must be at least 1024"),
             ("max_skip_rounds", self.max_skip_rounds >= 0, "must be >= 0"),
+            ("diverged_retry_rounds", self.diverged_retry_rounds >= 1, "must be at least 1"),
             ("run_alternation_window_s", 0 <= self.run_alternation_window_s <= 86400,
              "must be in [0, 86400] (0 = never report alternating runs)"),
         ]

@@ -22,10 +22,12 @@ import streamfl
 from streamfl.agent.buffer import Buffer
 from streamfl.agent.buffer_policies import ReplacementPolicy, make_buffer_policy
 from streamfl.agent.config import AgentConfig
+from streamfl.agent.divergence import DivergenceCause, DivergenceWatch, describe_pulls
 from streamfl.agent.hparams import clamp_hparams, hparam_limits
 from streamfl.agent.model_gate import RESYNC, STALE, UNNAMED, ModelGate
 from streamfl.agent.orders import Orders
 from streamfl.agent.plugins import AgentPlugin, ReportContext, RoundContext, make_plugins
+from streamfl.agent.quadratic import largest_curvature
 from streamfl.agent.trainer import LocalTrainer
 from streamfl.dvfs.policies.base import DomainView, PolicyInput
 from streamfl.dvfs.policies.factory import make_policy
@@ -45,7 +47,13 @@ class RoundInterrupted(StreamflError):
 
 
 class DivergedError(StreamflError):
-    """Local training produced a non-finite loss or weights; the next round restarts from the global."""
+    """Local training produced a non-finite loss or weights; the next round restarts from the
+    global model, once one other than this round's has arrived (``agent/divergence.py``)."""
+
+    def __init__(self, message: str, cause: Optional[DivergenceCause] = None):
+        super().__init__(message)
+        #: What the round trained with (None where no core made it).
+        self.cause = cause
 
 
 @dataclass
@@ -118,6 +126,8 @@ class AgentCore:
         self.rounds = 0
         #: The coordinator's skip and train orders in force.
         self.orders = Orders(config.max_skip_rounds, config.round_interval_s)
+        #: Diverged rounds: reported once with their cause, not retried on the same global model.
+        self.divergence = DivergenceWatch(config.round_interval_s * config.diverged_retry_rounds)
         self.rejected_models = 0
         self.last_update: Optional[Update] = None
         #: Windows the last round's plug-in statistics ran on, besides training: ``batched`` (in
@@ -217,9 +227,11 @@ class AgentCore:
 
     def ready(self, now: float) -> bool:
         """True when a round can start: enough windows, a global model, the orders allow it
-        (no skip in force, the commanded model arrived) and every plug-in agrees."""
+        (no skip in force, the commanded model arrived), the last round did not diverge on the
+        model held (``DivergenceWatch.allows``) and every plug-in agrees."""
         version = None if self.global_model is None else self.global_model.version
         return (self.orders.allow(now, version) and self.global_model is not None
+                and self.divergence.allows((self.global_model.run_id, version), now)
                 and len(self.buffer) >= self.config.min_buffer
                 and all(plugin.should_train(now) for plugin in self.plugins))
 
@@ -301,9 +313,10 @@ class AgentCore:
         if plan.start_tensors is not None:
             arrays_to_model(self.model, plan.start_tensors)
         self.base_version = plan.base_version
+        held = self.global_model  # the model whose pulls and lr this round trains with
         self.model.set_dropout(plan.dropout)
-        penalties = [plugin.penalty(self.model) for plugin in self.plugins]
-        self.trainer.penalties = [p for p in penalties if p is not None]
+        penalties = [(plugin.name, plugin.penalty(self.model)) for plugin in self.plugins]
+        self.trainer.penalties = [p for _, p in penalties if p is not None]
         t0 = self._timer()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed((self.seed * 1000003 + plan.round_index) & 0x7FFFFFFFFFFFFFFF)
@@ -324,9 +337,10 @@ class AgentCore:
         tensors = model_to_arrays(self.model)
         if not (np.isfinite(result.mean_loss) and all(np.isfinite(t).all() for t in tensors.values())):
             self.base_version = -1  # never send or continue from a diverged model
-            raise DivergedError("round %d diverged (loss %s) at lr %g; the next round restarts "
-                                "from global model v%d" % (plan.round_index, result.mean_loss, plan.lr,
-                                                           plan.base_version))
+            cause = self._divergence_cause(plan, result.mean_loss, penalties, held)
+            self.divergence.diverged(cause)
+            raise DivergedError("diverged: %s" % cause.describe(), cause)
+        self.divergence.succeeded(plan.round_index, plan.base_version)
         update = Update(device_id=self.device_id, update_id=uuid.uuid4().hex,
                         base_version=plan.base_version, arch_id=self.arch_id,
                         tensors=tensors, num_samples=result.num_samples,
@@ -341,6 +355,17 @@ class AgentCore:
                  plan.base_version, result.num_samples, result.mean_loss,
                  update.seconds_per_sample * 1e3)
         return update
+
+    def _divergence_cause(self, plan: RoundPlan, loss: float, penalties: Sequence[Tuple[str, Any]],
+                          gm: Optional[GlobalModel]) -> DivergenceCause:
+        """What a diverged round trained with: its pulls, as built and as applied, its lr, and
+        the global model it held."""
+        pulls, terms = describe_pulls(penalties, plan.lr)
+        return DivergenceCause(
+            round_index=plan.round_index, loss=float(loss), lr=plan.lr, base_version=plan.base_version,
+            model_version=None if gm is None else gm.version, run_id="" if gm is None else gm.run_id,
+            pulls=pulls, applied=plan.lr * largest_curvature(self.trainer.applied.values()),
+            capped=self.trainer.capped, terms=terms)
 
     def _statistics(self, plan: RoundPlan, tensors: Dict[str, np.ndarray],
                     lock: ContextManager, loss: Optional[float] = None,
@@ -411,7 +436,7 @@ class AgentCore:
 
     def stats(self) -> Dict[str, Any]:
         """State for telemetry and tests."""
-        return {"rounds": self.rounds, "base_version": self.base_version,
+        return {"rounds": self.rounds, "base_version": self.base_version, **self.divergence.status(),
                 "global_version": self.global_model.version if self.global_model else None,
                 "buffer": self.buffer.stats(), "hparams": dict(self.hparams),
                 "rejected_models": self.rejected_models, "skipping": self.skipping,

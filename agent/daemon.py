@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional
 
 from streamfl.agent.config import AgentConfig
-from streamfl.agent.core import AgentCore, RoundInterrupted, RoundMeasurement
+from streamfl.agent.core import AgentCore, DivergedError, RoundInterrupted, RoundMeasurement
 from streamfl.agent.dvfs import AgentDvfs
 from streamfl.agent.model_wait import ModelWait
 from streamfl.notify import SystemdNotifier
@@ -74,6 +74,7 @@ class AgentDaemon:
         self._restored = False
         self._previous_on_message = None
         self._counts = {"rounds": 0, "updates_sent": 0, "updates_queued": 0, "round_errors": 0,
+                        "diverged_rounds": 0,
                         "windows": 0, "models_received": 0, "commands_received": 0,
                         "unexpected_messages": 0, "telemetry_sent": 0, "checkpoints": 0,
                         "checkpoint_errors": 0, "connects": 0, UNSIGNED: 0, BAD_SIGNATURE: 0}
@@ -262,6 +263,14 @@ class AgentDaemon:
         except RoundInterrupted as exc:
             log.info("round interrupted: %s", exc)
             return
+        except DivergedError as exc:
+            # The core logged it (once, with its cause) and holds the next round until a new
+            # global model comes (agent/divergence.py); the service status shows it meanwhile.
+            self._counts["diverged_rounds"] += 1
+            log.debug("%s", exc)
+            self.notifier.status("training diverges (%d rounds): %s" % (
+                self.core.divergence.streak, exc))
+            return
         except StreamflError as exc:
             self._counts["round_errors"] += 1
             log.error("training round failed: %s", exc)
@@ -318,7 +327,8 @@ class AgentDaemon:
             tel = Telemetry(device_id=self.device_id, time_s=float(self._wall_clock()),
                             buffer_fill=len(self.core.buffer),
                             buffer_capacity=self.core.buffer.capacity, rounds=self.core.rounds,
-                            extras=self.core.report_extras(self._clock()), **board)
+                            extras=self.core.report_extras(self._clock()),
+                            **self.core.divergence.status(), **board)
         ok = self.transport.publish(self.telemetry_topic, encode(tel), qos=0)
         if ok:
             self._counts["telemetry_sent"] += 1

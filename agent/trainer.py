@@ -2,17 +2,19 @@
 
 ``LocalTrainer.run`` takes minibatches already sampled from the buffer and returns what the round
 measured; penalty hooks add terms such as ST-EWC's spatial/temporal penalties (st-ewc.txt): a
-``QuadraticPull`` (``agent/quadratic.py``) straight to the gradients, any other penalty to the loss.
+``QuadraticPull`` (``agent/quadratic.py``) straight to the gradients, merged and bounded for the
+round's lr (``quadratic.bound``: no pull may make SGD overshoot its target), any other penalty to
+the loss.
 """
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from streamfl.agent.quadratic import QuadraticPull
+from streamfl.agent.quadratic import Merged, QuadraticPull, bound, stability_of
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,12 @@ class LocalTrainer:
         self.momentum = float(momentum)
         self.weight_decay = float(weight_decay)
         self.penalties: List[Penalty] = []
+        #: The merged pull the last round applied, after ``bound`` (empty: none), and how many of
+        #: its elements the cap lowered: what a divergence report quotes.
+        self.applied: Merged = {}
+        self.capped = 0
         self._loss_fn = nn.CrossEntropyLoss()
+        self._warned_non_finite = False
 
     def run(self, batches: Iterable[Tuple[np.ndarray, np.ndarray]], lr: float) -> TrainResult:
         """One SGD step per ``(X [B, T, C], y [B])`` batch with learning rate ``lr``."""
@@ -55,7 +62,7 @@ class LocalTrainer:
                               weight_decay=self.weight_decay)
         model.train()
         # Quadratic pulls go in as one fused gradient per parameter, other penalties as loss terms.
-        pulls = QuadraticPull.merge([p for p in self.penalties if isinstance(p, QuadraticPull)], model)
+        pulls = self._bounded_pulls(float(lr))
         terms = [p for p in self.penalties if not isinstance(p, QuadraticPull)]
         counts = np.zeros(self.num_classes, dtype=np.int64)
         losses: List[float] = []
@@ -77,7 +84,27 @@ class LocalTrainer:
         if not losses:
             return TrainResult(steps=0, num_samples=0, mean_loss=float("nan"))
         mean = float(np.mean(losses))
-        if not np.isfinite(mean):
-            log.warning("local training diverged (mean loss %s); lower the learning rate", mean)
+        if not np.isfinite(mean):  # the core reports it once, with its cause (agent/divergence.py)
+            log.debug("local training diverged (mean loss %s)", mean)
         return TrainResult(steps=len(losses), num_samples=samples, mean_loss=mean, losses=losses,
                            class_counts={int(c): int(n) for c, n in enumerate(counts) if n})
+
+    def _bounded_pulls(self, lr: float) -> Merged:
+        """This round's quadratic pulls merged and capped at the strictest ``stability / lr``;
+        empty (with one WARNING per trainer) if they are not finite."""
+        pulls = [p for p in self.penalties if isinstance(p, QuadraticPull)]
+        self.applied, self.capped = {}, 0
+        if not pulls:
+            return {}
+        merged: Optional[Merged] = QuadraticPull.merge(pulls, self.model)
+        merged, self.capped = bound(merged, lr, stability_of(pulls))
+        if merged is None:
+            (log.debug if self._warned_non_finite else log.warning)(
+                "the methods' quadratic pull is not finite: this round trains without it")
+            self._warned_non_finite = True
+            return {}
+        if self.capped:
+            log.debug("quadratic pull capped at stability %g / lr %g on %d elements",
+                      stability_of(pulls), lr, self.capped)
+        self.applied = merged
+        return merged

@@ -129,6 +129,11 @@ class Telemetry:
     #: Agent plug-ins' typed reports (``streamfl.protocol.extras``), without tensor groups: what a
     #: skipping device tells the coordinator's scheduler (e.g. its class distribution).
     extras: Dict[str, Any] = field(default_factory=dict)
+    #: Rounds whose training diverged since the agent started (none of them sent an update), and
+    #: while rounds diverge the last one's cause: its pulls' largest lr * curvature, lr, loss and
+    #: base version (``agent/divergence.py``); "" otherwise.
+    diverged_rounds: int = 0
+    divergence: str = ""
 
 
 Message = Union[Hello, Offline, CoordinatorStatus, GlobalModel, Update, Command, Telemetry]

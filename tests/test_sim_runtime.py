@@ -277,10 +277,14 @@ def test_fisher_and_fedcurv_statistics_are_charged_to_the_round(tmp_path):
 
 
 def test_a_round_that_diverges_is_counted_and_the_run_goes_on(tmp_path):
-    # FedCurv's penalty at an absurd strength makes local training blow up once peers' sums exist;
-    # as on a board (agent/daemon.py), that round sends nothing and the device goes on.
+    # FedCurv's penalty at its strongest, with the boards' stability cap lifted to 100 (lr * c up
+    # to 100: each step multiplies the distance to the peers' target by 99), makes local training
+    # blow up once peers' sums exist; as on a board (agent/daemon.py), that round sends nothing
+    # and the device goes on.
     summary, lines = _run(tmp_path, "a", methods=["afedcurv"], duration_s=40.0,
-                          plugins={"fedcurv": {"lambda2": 1e9}})
+                          plugins={"fedcurv": {"lambda2": 1e4}},
+                          coordinator={"hparams": {"lr": 0.05, "batch_size": 16, "local_steps": 30}},
+                          agent=dict(TINY["agent"], plugins={"fedcurv": {"stability": 100.0}}))
     run = summary["methods"]["afedcurv"]["runs"][0]
     diverged = [e for e in lines if e["event"] == "diverged"]
     assert run["diverged_rounds"] == len(diverged) > 0

@@ -9,8 +9,9 @@ adds the spatial term beside it; the trainer fuses the two into one gradient per
 Guard (the paper's lr and lambda1 are tuned together; ours come from different places): with SGD
 a quadratic pull whose curvature c has ``lr * c > 2`` overshoots and diverges, so each element of
 ``lambda1 * P`` is capped at ``stability / lr`` (``stability`` 1.0: at most a full step back to
-the target, never past it). When the coordinator announces a new period (``consolidating``), the
-model carrying the announcement is theta*_t: the device keeps its tensors and, after its next
+the target, never past it; the trainer caps the sum of this pull and FedCurv's again at the
+round's own lr, ``agent/quadratic.py``). When the coordinator announces a new period
+(``consolidating``), the model carrying the announcement is theta*_t: the device keeps its tensors and, after its next
 round, sends its local T-FDM at them (eq. 8) with its buffer's size as ``n_k,t``, once per period.
 It also counts its input drifts (``agent/drift.py``) and reports the count with every update and
 in its telemetry while it skips, the signal a ``drift`` boundary cuts periods on.
@@ -114,7 +115,7 @@ class StEwcAgentPlugin(AgentPlugin):
             target = np.where(mask, np.asarray(self.terms.Q[name], dtype=np.float64) / np.where(mask, P, 1.0), 0.0)
             coefficients[name] = (torch.as_tensor(lam * a, dtype=p.dtype),
                                   torch.as_tensor(lam * a * target, dtype=p.dtype))
-        pull = QuadraticPull(coefficients) if coefficients else None
+        pull = QuadraticPull(coefficients, stability=self.config.stability) if coefficients else None
         self._cached = (self.terms, self._lr, pull)  # the terms themselves: an id() can be reused
         return pull
 
