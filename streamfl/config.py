@@ -71,9 +71,9 @@ def _show(x: Number) -> str:
 def bounded(default: Any, lo: Number, hi: Number, lo_open: bool = False, hi_open: bool = False,
             **kwargs: Any) -> Any:
     """A dataclass field with ``default`` whose values must lie in ``[lo, hi]`` (``lo_open``,
-    ``hi_open``: that end excluded), checked by ``build``; a None value (an Optional field) and
-    every element of a tuple field are checked alike. Both ends are required, so that no key
-    takes 1e300 by oversight. ``kwargs`` go to ``dataclasses.field``."""
+    ``hi_open``: that end excluded), checked by ``build``: None passes (an Optional field), and
+    each element of a tuple field is checked. Both ends are required, so that no key takes 1e300
+    by oversight. ``kwargs`` go to ``dataclasses.field``."""
     if not (lo <= hi and math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError("bounded: a range needs finite lo <= hi, got %r, %r" % (lo, hi))
     metadata = dict(kwargs.pop("metadata", None) or {})
