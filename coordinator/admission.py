@@ -82,8 +82,11 @@ class AdmissionConfig:
       so that one device's flood cannot age the others' votes out).
     device_norms: a device's vote is the median of its own last this many delta norms (8: a few
       rounds, so one odd round does not move it).
-    warmup_updates: until this many norms are known, the bound is ``initial_norm_ratio`` times the
-      norm of the base model (1.0: no honest round moves the model by more than its own size).
+    warmup_updates, warmup_devices: until this many norms are known, from at least this many
+      devices (or every online device, in a smaller fleet), the bound is ``initial_norm_ratio``
+      times the norm of the base model (1.0: no honest round moves the model by more than its own
+      size). 3 and 3: a count of norms alone ended the warm-up on one device's flood, whose
+      updates were then the reference; three devices' first rounds end it.
     reject_multiplier: a delta beyond this many bounds is rejected rather than clipped (10).
     min_norm_ratio: a device's bound may be this times the base model's norm (0.25) once every
       ``floor_every_updates`` of its updates. Honest deltas are heavy-tailed: on the smartwatch
@@ -110,7 +113,8 @@ class AdmissionConfig:
     norm_multiplier: float = bounded(3.0, 1.0, 1e6)
     vote_ttl_s: float = bounded(600.0, 0.0, 1e9, lo_open=True)
     device_norms: int = bounded(8, 1, 10 ** 4)
-    warmup_updates: int = bounded(10, 1, 10 ** 7)
+    warmup_updates: int = bounded(3, 1, 10 ** 7)
+    warmup_devices: int = bounded(3, 1, 10 ** 6)
     initial_norm_ratio: float = bounded(1.0, 0.0, 1e6, lo_open=True)
     reject_multiplier: float = bounded(10.0, 1.0, 1e6)
     min_norm_ratio: float = bounded(0.25, 0.0, 1e6, lo_open=True)
@@ -173,6 +177,7 @@ class UpdateAdmission:
         #: its own norm count when it last used the floor.
         self._voted_at: Dict[str, Optional[float]] = {}
         self._now = 0.0
+        self._fleet_size: Optional[int] = None
         self._floor_at: Dict[str, int] = {}
         self._own: Counter = Counter()
         #: Norms recorded so far (the warm-up counts them).
@@ -195,7 +200,9 @@ class UpdateAdmission:
         if self._count < self.config.warmup_updates:
             return None
         votes = [m for d, m in self._medians.items() if self._recent(d)]
-        return statistics.median(votes) if votes else None
+        # Without a fleet size (a caller that does not know it), any voter ends the warm-up.
+        need = 1 if self._fleet_size is None else min(self.config.warmup_devices, max(1, self._fleet_size))
+        return statistics.median(votes) if votes and len(votes) >= need else None
 
     def bound(self, base: Tensors, device_id: Optional[str] = None, floor: bool = True) -> float:
         """The delta norm above which an update (of ``device_id``, trained from ``base``) is clipped;
@@ -214,11 +221,14 @@ class UpdateAdmission:
         last = self._floor_at.get(device_id)
         return last is None or self._own[device_id] - last >= self.config.floor_every_updates
 
-    def check(self, update: Update, base: Tensors, said_hello: bool, now: float = 0.0) -> Verdict:
-        """The verdict on ``update`` trained from ``base``, received at ``now``; counts it."""
+    def check(self, update: Update, base: Tensors, said_hello: bool, now: float = 0.0,
+              fleet_size: Optional[int] = None) -> Verdict:
+        """The verdict on ``update`` trained from ``base``, received at ``now`` from a fleet of
+        ``fleet_size`` online devices (None: as many as have sent norms); counts it."""
         cfg = self.config
         device = update.device_id
         self._now = max(self._now, float(now))
+        self._fleet_size = fleet_size
         if None in self._voted_at.values():  # restored votes start their time to live now
             self._voted_at = {d: self._now if at is None else at for d, at in self._voted_at.items()}
         if not self.known(device, said_hello):

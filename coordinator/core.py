@@ -184,7 +184,7 @@ class CoordinatorCore:
             return self._step(step, now)
         base = self.history.get(update.base_version)
         verdict = self.admission.check(update, base.tensors if base is not None else self._model, greeted,
-                                        now)
+                                        now, fleet_size=len(self.registry.online()))
         if verdict.update is None:
             return self._reject(update, now, staleness, verdict)
         update = verdict.update
@@ -209,6 +209,12 @@ class CoordinatorCore:
                 raise ValueError("plug-in %s gave update %s the weight factor %r (must be finite, >= 0)"
                                  % (plugin.name, update.update_id, factor))
             weight *= factor
+        if not self.strategy.normalizes_weights:
+            # A strategy that mixes each update in as it comes (FedAsync) would let a factor above
+            # 1 push one update's weight to 1, replacing the model: a method may lower an
+            # update's share there, never raise it above the strategy's own. (FedAvg shares a
+            # round out among its updates, where the plug-ins' caps bound each share.)
+            weight = min(weight, 1.0)
         new = self.strategy.on_update(self._model, self.version, update, now, weight=weight)
         outcome = self.strategy.last_outcome
         if outcome == STALE:

@@ -10,8 +10,8 @@ sides use the same point), and each device's ``F_k^t`` is folded in with its sam
 ``n_k,t``: ``F^t = sum_k n_k,t F_k^t / sum_k n_k,t`` (eq. 9). Guards the paper does not need (its
 devices are honest and all answer): each device counts once per period; each ``F_k^t`` element is
 clipped to ``max_fisher`` and each ``n_k,t`` to ``max_samples``, and at the fold a device's
-``n_k,t`` and the mean of its ``F_k^t`` count for at most ``max_peer_multiple`` times the median of
-the other answers' (a forged report can stiffen the pull by a bounded share, never move its target:
+``n_k,t`` counts for at most ``max_peer_multiple`` times the median of the other answers', and
+so does its part of eq. 9's numerator, ``n_k,t`` times the total of its ``F_k^t`` (a forged report can stiffen the pull by a bounded share, never move its target:
 ``theta*_t`` is the coordinator's own model); a period is folded when
 ``quorum`` of the devices online at the boundary answered, or ``wait_s`` after it opened with at
 least one answer, so a device that went away cannot hold the term back.
@@ -97,16 +97,19 @@ class TemporalSums:
 
     def fold(self) -> Optional[Dict[str, Any]]:
         """Fold the open consolidation into P and Q (eq. 9); its summary, or None if it had no
-        answer (then it is dropped). Each device's sample count, and the mean of its T-FDM, count
-        for at most ``max_peer_multiple`` times the median of the other answers'
-        (``streamfl.coordinator.shares``): one device cannot own P."""
+        answer (then it is dropped). Each device's sample count, and its part of the numerator
+        (sample count times the T-FDM's total), count for at most ``max_peer_multiple`` times the
+        median of the other answers' (``streamfl.coordinator.shares``): one device holds at most
+        m / (m + n - 1) of P among n similar answers."""
         c, self.pending = self.pending, None
         if c is None or not c.answers or c.samples <= 0:
             return None
         m = self.max_peer_multiple
         sample_scales = peer_scales({d: n for d, (n, _) in c.answers.items()}, m)
         weights = {d: n * sample_scales[d] for d, (n, _) in c.answers.items()}
-        scales = peer_scales({d: float(np.mean([a.mean(dtype=np.float64) for a in f.values()]))
+        # What a device adds to eq. 9's numerator: its (capped) sample count times its T-FDM's
+        # total. Capping that one product bounds its share of P at m / (m + n - 1).
+        scales = peer_scales({d: weights[d] * float(sum(a.sum(dtype=np.float64) for a in f.values()))
                               for d, (_, f) in c.answers.items()}, m)
         total = sum(weights.values())
         fsum: Dict[str, np.ndarray] = {}
@@ -124,7 +127,7 @@ class TemporalSums:
         self.P, self.Q = P, Q
         self.folded += 1
         capped = sorted(d for d in c.answers if weights[d] < c.answers[d][0] or scales[d] < 1.0)
-        return {"period": c.period, "devices": len(c.answers), "samples": c.samples,
+        return {"period": c.period, "devices": len(c.answers), "samples": total,
                 "anchor_version": c.anchor_version, "capped_devices": capped,
                 "fisher_mean": float(np.mean(np.concatenate([a.ravel() for a in fsum.values()])))}
 

@@ -58,8 +58,9 @@ def test_stewc_fold_caps_a_forged_sample_count_and_fisher():
     assert sums.add("mallory", PeriodFisher(0, 10 ** 7, tensors(1e4)))
     done = sums.fold()
     assert done["capped_devices"] == ["mallory"]
-    # mallory's samples count as 400 and its Fisher as 0.04: (3 * 100 * 0.01 + 400 * 0.04) / 700.
-    np.testing.assert_allclose(sums.P["w"], (3 * 100 * 0.01 + 400 * 0.04) / 700, rtol=1e-5)
+    # mallory's samples count as 400 (of 700), and its part of the numerator as 4x an honest
+    # device's (100 x 0.01 per element): (3 + 4) x 100 x 0.01 / 700; it holds 4/7 of P.
+    np.testing.assert_allclose(sums.P["w"], 7 * 100 * 0.01 / 700, rtol=1e-5)
     clean = TemporalSums()
     clean.begin(0, anchor, version=3, now=0.0, expected=list(HONEST))
     for d in HONEST:

@@ -10,7 +10,10 @@ The core multiplies the strategy's weight by the plug-in's factor. FedAvg normal
 factors itself, so there the factor is eq. 14's numerator as it is (with equal sample counts,
 eq. 14 over the round's devices: Algorithm 1 line 14). FedAsync multiplies its mixing weight by it
 (capped at 1), so there the factor is the numerator over its median across the devices' latest
-reports: about 1 for a typical device, and FedAsync's alpha keeps its meaning.
+reports: about 1 for a typical device, and FedAsync's alpha keeps its meaning. The core caps the
+product of the methods' factors at 1 under FedAsync (a factor above 1 would let one update
+replace the model at alpha 0.6), so there SAW lowers the weight of the devices below the median
+and leaves the others at FedAsync's own.
 
 w_m, the population frequency of state m (eq. 3), is the mean over devices of each device's share
 of windows in state m: one device, one vote, so a device that claims a billion windows cannot

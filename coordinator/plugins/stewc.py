@@ -47,10 +47,10 @@ class StEwcConfig:
       with at least one answer.
     max_fisher, max_samples: each device's T-FDM element and sample count are clipped to these
       (a forged report can stiffen the pull at most this much; it can never move its target).
-    max_peer_multiple: at the fold, a device's sample count and the mean of its T-FDM count for at
-      most this many times the median of the other answers' (4): a device that claimed 10^9
-      samples held 99% of P under the clips alone. Honest sample counts of one fleet differ by
-      the buffer sizes (about 2x here); 4 leaves them whole.
+    max_peer_multiple: at the fold, a device's sample count, and its sample count times its
+      T-FDM's total, count for at most this many times the median of the other answers' (4): a
+      device that claimed 10^9 samples held 99% of P under the clips alone. Honest sample counts
+      of one fleet differ by the buffer sizes (about 2x here); 4 leaves them whole.
     """
 
     lambda1: float = bounded(10.0, 0.0, 1e6)
