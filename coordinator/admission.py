@@ -97,8 +97,9 @@ class AdmissionConfig:
     max_updates_per_s: a device's updates count at most this often (2/s; null: only its claimed
       round times limit it). Boards here train a round in 0.2 s to minutes and the agents' round
       interval defaults to 5 s; 2/s leaves a fast board whole and holds a flood to it.
-    rate_burst: updates a device may send back to back beyond its rate (4: an outbox flushing
-      after an outage).
+    rate_burst: updates a device may send ahead of what its rounds could have made (4: timing
+      jitter, a few in flight; a board's backlog after an outage trained from an old model is paid
+      for by the time since that model, ``coordinator/rate_limit.py``).
     round_time_fraction: a device's next update counts no sooner than this share of the round
       time its update claims (0.5: timing jitter; a board cannot finish rounds faster than it
       trains them).
@@ -222,9 +223,10 @@ class UpdateAdmission:
         return last is None or self._own[device_id] - last >= self.config.floor_every_updates
 
     def check(self, update: Update, base: Tensors, said_hello: bool, now: float = 0.0,
-              fleet_size: Optional[int] = None) -> Verdict:
-        """The verdict on ``update`` trained from ``base``, received at ``now`` from a fleet of
-        ``fleet_size`` online devices (None: as many as have sent norms); counts it."""
+              fleet_size: Optional[int] = None, base_made_s: Optional[float] = None) -> Verdict:
+        """The verdict on ``update`` trained from ``base`` (made at ``base_made_s``, None: unknown),
+        received at ``now`` from a fleet of ``fleet_size`` online devices (None: as many as have
+        sent norms); counts it."""
         cfg = self.config
         device = update.device_id
         self._now = max(self._now, float(now))
@@ -235,7 +237,7 @@ class UpdateAdmission:
             return self._reject(UNKNOWN_DEVICE, update, "device %s is %s" % (
                 device, "not enrolled" if cfg.enrolled is not None else "unknown (no Hello)"))
         round_s = float(update.seconds_per_sample) * max(0, int(update.num_samples))
-        if not self._rate.allow(device, round_s, now):
+        if not self._rate.allow(device, round_s, now, base_made_s):
             return self._reject(RATE, update, "device %s sends faster than its rounds (%.3g s "
                                 "claimed) or max_updates_per_s %s allow" % (device, round_s,
                                                                              cfg.max_updates_per_s))

@@ -94,3 +94,16 @@ def test_a_claimed_sample_count_counts_at_most_a_multiple_of_the_peers():
     forged = adm.check(update("mallory", 1.0, samples=10 ** 9), BASE, True, 2.0).update
     assert forged.num_samples == 4 * 320 and adm.counters["samples_capped"] == 1
     assert adm.check(update("pi-0", 1.0, samples=300), BASE, True, 3.0).update.num_samples == 300
+
+
+def test_a_backlog_trained_from_an_old_model_counts_whole_but_a_flood_from_the_new_one_does_not():
+    adm = admission(max_updates_per_s=2.0, rate_burst=4, round_time_fraction=0.5)
+    # Cut off at t=0 with the model of t=0, the board trained 60 rounds of 1 s, then sent them all
+    # at t=70 when it was back.
+    backlog = [adm.check(update("pi-0", 1.0, i, spr=0.01, samples=100), BASE, True, 70.0,
+                         base_made_s=0.0).update for i in range(60)]
+    assert all(u is not None for u in backlog)
+    # A device sending 60 at once from the model made just now: the slack only.
+    flood = [adm.check(update("mallory", 1.0, i, spr=0.01, samples=100), BASE, True, 70.0,
+                       base_made_s=69.9).update for i in range(60)]
+    assert sum(u is not None for u in flood) <= 4 + 1
