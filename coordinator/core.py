@@ -20,6 +20,7 @@ from streamfl.coordinator.persistence import PLUGIN_TENSORS
 from streamfl.coordinator.plugins import Addressed, Aggregation, CoordinatorPlugin, FleetView, make_plugins
 from streamfl.coordinator.registry import DeviceRegistry
 from streamfl.coordinator.strategies import AGGREGATED, STALE, Aggregator, make_strategy, staleness_of
+from streamfl.logs import RateLimitedLog
 from streamfl.protocol.messages import Command, GlobalModel, Hello, Message, Offline, Telemetry, Tensors, Update
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,9 @@ DUPLICATE = "duplicate"
 REJECTED = "rejected"
 #: A plug-in kept the update from the strategy (it runs its own round, or fences a session off).
 WITHHELD = "withheld"
+
+#: A device whose rounds keep diverging is reported at most this often (seconds).
+DIVERGENCE_LOG_S = 600.0
 
 #: How many recent update ids go into state.json (the in-memory window may be larger).
 PERSISTED_IDS = 1024
@@ -127,6 +131,9 @@ class CoordinatorCore:
         self.admission = UpdateAdmission(config.admission)
         self._seen: "OrderedDict[str, None]" = OrderedDict()
         self._future_warned = set()
+        #: Each greeted device's diverged-round count from its telemetry.
+        self._diverged: Dict[str, int] = {}
+        self._divergence_log = RateLimitedLog(log, DIVERGENCE_LOG_S)
 
     # ---- inputs -------------------------------------------------------------------------------
     def on_message(self, msg: Message, now: float) -> Step:
@@ -146,6 +153,7 @@ class CoordinatorCore:
             self.counters["telemetry"] += 1
             if self.registry.greeted(msg.device_id):
                 self.registry.seen(msg.device_id, now)
+                self._note_divergence(msg)
                 if msg.extras:  # only greeted devices' reports reach the methods
                     for plugin in self.plugins:
                         plugin.on_report(msg.device_id, msg.extras, now)
@@ -277,6 +285,16 @@ class CoordinatorCore:
 
     def devices(self):
         return self.registry.devices()
+
+    def _note_divergence(self, msg: Telemetry) -> None:
+        """Say when a device reports rounds that diverged (it sends no update for them), with the
+        cause it gives: once when it starts, then at most every ``DIVERGENCE_LOG_S`` per device."""
+        before = self._diverged.get(msg.device_id, 0)
+        self._diverged[msg.device_id] = msg.diverged_rounds
+        if msg.diverged_rounds > before and msg.divergence:
+            self._divergence_log.event(msg.device_id, logging.WARNING,
+                                       "device %s: %d rounds diverged (none sent); cause: %.300s",
+                                       msg.device_id, msg.diverged_rounds, msg.divergence)
 
     def _last_seen_s(self, device_id: str) -> Optional[float]:
         info = self.registry.get(device_id)

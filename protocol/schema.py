@@ -24,7 +24,7 @@ DEVICE_ID_FIELDS = {(Hello, "device_id"), (Offline, "device_id"), (Update, "devi
 #: Integer fields that are counts or versions and so never negative.
 NON_NEGATIVE = {(GlobalModel, "version"), (CoordinatorStatus, "version"), (Update, "base_version"),
                 (Update, "num_samples"), (Hello, "buffer_capacity"), (Telemetry, "buffer_fill"),
-                (Telemetry, "buffer_capacity"), (Command, "seq")}
+                (Telemetry, "buffer_capacity"), (Telemetry, "diverged_rounds"), (Command, "seq")}
 #: A run identity: "" (unknown) or up to 64 characters of a topic-safe name.
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
 

@@ -308,3 +308,18 @@ def test_a_daemon_trains_finitely_under_a_retained_fleet_sized_curvature_and_rep
     assert not thread.is_alive()
     assert len(divergence_warnings(caplog)) == 1
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_the_coordinator_says_once_that_a_device_reports_diverged_rounds(caplog):
+    from factories import SPEC, greet
+    from streamfl.coordinator.config import CoordinatorConfig
+    from streamfl.coordinator.core import CoordinatorCore
+    from streamfl.protocol.messages import Telemetry
+    core = greet(CoordinatorCore(CoordinatorConfig(model=SPEC)), "pi-0")
+    caplog.set_level("WARNING", logger="streamfl.coordinator.core")
+    for n in (0, 1, 2, 3):
+        core.on_message(Telemetry(device_id="pi-0", time_s=float(n), buffer_fill=1, buffer_capacity=4,
+                                  diverged_rounds=n, divergence="fedcurv lr*curvature 1e4" if n else ""),
+                        float(n))
+    lines = [r.getMessage() for r in caplog.records if "diverged" in r.getMessage()]
+    assert len(lines) == 1 and "pi-0" in lines[0] and "fedcurv" in lines[0], lines
