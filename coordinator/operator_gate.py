@@ -37,6 +37,7 @@ from typing import Callable, Deque, Dict, Optional, Tuple
 from streamfl.config import bounded
 from streamfl.errors import ConfigError, ProtocolError
 from streamfl.fileio import atomic_write
+from streamfl.logs import RateLimitedLog
 from streamfl.protocol.messages import Command
 from streamfl.protocol.signing import (
     BAD_SIGNATURE, UNSIGNED, FrameVerifier, NullVerifier, make_multi_verifier, parse_public_key,
@@ -104,8 +105,8 @@ class OperatorGate:
         self.accepted = 0
         self.last_seq = self._load_stamp()
         self._obeyed_at: Deque[float] = deque()
-        self._warned_at: Dict[str, float] = {}
-        self._suppressed: Counter = Counter()
+        self._warnings = RateLimitedLog(log, WARN_INTERVAL_S, self.clock,
+                                        "(%d more dropped as %s since the last warning)")
         self._lock = threading.Lock()
 
     # ---- the two steps the server calls -------------------------------------------------------
@@ -155,22 +156,9 @@ class OperatorGate:
 
     # ---- internals ----------------------------------------------------------------------------
     def _drop(self, reason: str, message: str) -> bool:
-        now = self.clock()
         with self._lock:
             self.dropped[reason] += 1
-            last = self._warned_at.get(reason)
-            warn = last is None or now - last >= WARN_INTERVAL_S
-            if warn:
-                self._warned_at[reason] = now
-                suppressed = self._suppressed.pop(reason, 0)
-            else:
-                self._suppressed[reason] += 1
-        if not warn:
-            log.debug("%s", message)
-        elif suppressed:
-            log.warning("%s (%d more dropped as %s since the last warning)", message, suppressed, reason)
-        else:
-            log.warning("%s", message)
+        self._warnings.event(reason, logging.WARNING, "%s", message)
         return False
 
     def _load_stamp(self) -> int:

@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from streamfl.errors import ProtocolError
+from streamfl.logs import RateLimitedLog
 from streamfl.protocol import payloads  # noqa: F401  (registers the plug-ins' extras)
 from streamfl.protocol import period_payloads  # noqa: F401  (ST-EWC's periods, T-FDMs, drift)
 from streamfl.protocol import session_payloads  # noqa: F401  (sessions of a dynamic device set)
@@ -196,9 +197,9 @@ class Decoder:
         self.accepted = 0
         self.warn_interval_s = float(warn_interval_s)
         self._clock = clock
-        #: reason -> clock time of its last WARNING, and rejections logged at DEBUG since then
-        self._warned_at: Dict[str, float] = {}
-        self._suppressed: Counter = Counter()
+        #: One WARNING per rejection reason per ``warn_interval_s``, the rest at DEBUG.
+        self._warnings = RateLimitedLog(log, self.warn_interval_s, clock,
+                                        "(%d more %s rejections suppressed to DEBUG since the last warning)")
         self._lock = threading.Lock()
         #: checked tensor layouts by (block header bytes, data length, class, arch id, dtype)
         self._plans: Dict[Tuple[bytes, int, type, Optional[str], str], List[Tuple]] = {}
@@ -220,22 +221,8 @@ class Decoder:
         size = len(frame) if isinstance(frame, (bytes, bytearray, memoryview)) else -1
         with self._lock:
             self.rejected[reason] += 1
-            now = self._clock()
-            last = self._warned_at.get(reason)
-            warn = last is None or now - last >= self.warn_interval_s
-            if warn:
-                self._warned_at[reason] = now
-                suppressed = self._suppressed.pop(reason, 0)
-            else:
-                self._suppressed[reason] += 1
-        if not warn:
-            log.debug("rejected frame from %s (%d bytes): %s", source or "unknown", size, detail)
-        elif suppressed:
-            log.warning("rejected frame from %s (%d bytes): %s (%d more %s rejections suppressed "
-                        "to DEBUG since the last warning)", source or "unknown", size, detail, suppressed,
-                        reason)
-        else:
-            log.warning("rejected frame from %s (%d bytes): %s", source or "unknown", size, detail)
+        self._warnings.event(reason, logging.WARNING, "rejected frame from %s (%d bytes): %s",
+                             source or "unknown", size, detail)
         return None
 
     def decode(self, frame: bytes) -> Message:

@@ -1,6 +1,7 @@
 """Logging set-up for the command-line programs: one stdout handler (journald takes stdout)."""
 import logging
 import sys
+import threading
 import time
 
 from streamfl.errors import ConfigError
@@ -47,24 +48,31 @@ def setup_logging(level: str = "INFO", stream=None, environ=None) -> None:
 
 
 class RateLimitedLog:
-    """Logs a recurring event at its level at most once per ``interval_s`` per key, saying how many
-    were held back since, so a flood of rejections keeps showing without a line per message."""
+    """Logs a recurring event at its level at most once per ``interval_s`` per key (the rest at
+    DEBUG), and says how many were held back since, so a flood of rejections keeps showing without
+    a line per message. ``held_note`` is appended with ``(count, key)``. Thread-safe."""
 
-    def __init__(self, logger: logging.Logger, interval_s: float, clock=time.monotonic):
+    def __init__(self, logger: logging.Logger, interval_s: float, clock=time.monotonic,
+                 held_note: str = "(%d more %s since the last warning)"):
         self.logger, self.interval_s, self.clock = logger, float(interval_s), clock
+        self.held_note = held_note
+        self._lock = threading.Lock()
         self._last = {}
         self._held = {}
 
     def event(self, key: str, level: int, msg: str, *args) -> None:
-        now = self.clock()
-        last = self._last.get(key)
-        if last is not None and now - last < self.interval_s:
-            self._held[key] = self._held.get(key, 0) + 1
+        with self._lock:
+            now = self.clock()
+            last = self._last.get(key)
+            if last is not None and now - last < self.interval_s:
+                self._held[key] = self._held.get(key, 0) + 1
+                held = None
+            else:
+                self._last[key] = now
+                held = self._held.pop(key, 0)
+        if held is None:
             self.logger.debug(msg, *args)
-            return
-        self._last[key] = now
-        held = self._held.pop(key, 0)
-        if held:
-            msg += " (and %d more like it in the last %.0f s)"
-            args = args + (held, now - last)
-        self.logger.log(level, msg, *args)
+        elif held:
+            self.logger.log(level, msg + " " + self.held_note, *(args + (held, key)))
+        else:
+            self.logger.log(level, msg, *args)
