@@ -105,8 +105,9 @@ class AdmissionConfig:
       trains them).
     samples_peer_multiple: an update's claimed ``num_samples`` (FedAvg's weight, the CLP trace's
       weight) counts as at most this many times the median of the other devices' latest (4:
-      devices of one fleet train the same steps and batches, so honest counts differ by less
-      than 2x; a claim of 10^9 would own a FedAvg round).
+      devices of one fleet train the same steps and batches, and honest counts stayed within
+      3.6x of their peers' median on the smoke, adaclp-extreme and sfedpo-latent scenarios; a
+      claim of 10^9 would own a FedAvg round).
     """
 
     enrollment_file: Optional[str] = None

@@ -57,11 +57,12 @@ class SimRun:
                    for name, settings in method.plugins.items()}
         lr = scenario.method_lr.get(method.name)
         self._lr_agent = {} if lr is None else {"plugins": {"clp": {"eta0": lr, "lr_max": lr}}}
-        # Simulated boards train back to back in virtual time, faster than the fixed cap a real
-        # coordinator puts on a device (their claimed round times still limit them); a scenario
-        # may set the cap.
+        # Simulated boards are honest and train back to back in virtual time, faster than the
+        # fixed cap a real coordinator puts on a device, and the event queue hands the coordinator
+        # uploads and ticks in the order they complete, not always in time order: the per-device
+        # rate limit is off here (a scenario may set it).
         ccfg = merge({"fleet": FLEET, "seed": int(seed), "model": dataclasses.asdict(self.spec),
-                      "admission": {"max_updates_per_s": None}},
+                      "admission": {"max_updates_per_s": None, "round_time_fraction": 0.0}},
                      scenario.coordinator, method.coordinator, {"plugins": plugins},
                      {} if lr is None else {"hparams": {"lr": lr}})
         self._start(build(CoordinatorConfig, ccfg, "%s: coordinator" % scenario.name), method, seed,

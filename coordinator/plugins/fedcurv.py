@@ -47,9 +47,12 @@ class FedCurvConfig:
       are 90% of a 5-step LSTM round), and a device's Fisher moves slowly within a period.
     max_peer_multiple: a device's Fisher diagonal counts in U and V with its total (the sum of
       its elements) capped at this many times the median of the other devices' totals (4). The
-      paper's devices are honest; a diagonal is a claim, and one of 1e30 NaN'd a whole fleet.
-      Honest totals of one fleet differ by about 2x across class mixes; 4 leaves them whole,
-      while one device holds at most 4 / (4 + n - 1) of the sums among n similar devices.
+      paper's devices are honest; a diagonal is a claim, and one of 1e30 NaN'd a whole fleet. One
+      device then holds at most 4 / (4 + n - 1) of the sums among n similar devices. Honest
+      totals are heavy-tailed where classes arrive one at a time (measured on the adaclp-extreme
+      scenario: p90 3.4x, p99 180x the peers' median, capped at 8% of contributions; on smoke
+      never above 3.7x), and capping them moved FedCurv's mean accuracy there by 0.04 points
+      (seed 0, 90 s): the cap costs the honest fleet little. Raise it where the fleet is trusted.
     """
 
     lambda2: float = bounded(1.0, 0.0, 1e4)

@@ -49,8 +49,9 @@ class StEwcConfig:
       (a forged report can stiffen the pull at most this much; it can never move its target).
     max_peer_multiple: at the fold, a device's sample count, and its sample count times its
       T-FDM's total, count for at most this many times the median of the other answers' (4): a
-      device that claimed 10^9 samples held 99% of P under the clips alone. Honest sample counts
-      of one fleet differ by the buffer sizes (about 2x here); 4 leaves them whole.
+      device that claimed 10^9 samples held 99% of P under the clips alone; capped, it holds at
+      most 4 / (4 + n - 1) of it among n similar answers. Honest answers stayed within 4.7x of
+      their peers' median on the adaclp-extreme scenario (capped in 1 of 20 folds; 1.1x on smoke).
     """
 
     lambda1: float = bounded(10.0, 0.0, 1e6)
