@@ -67,7 +67,7 @@ def make_hello(device_id: str = "d1", like: Template = SPEC, **overrides: Any) -
 #: synthetic weights (all 2.0, say) that a real fleet's norm bound would clip; tests of admission
 #: use the defaults.
 UNBOUNDED_ADMISSION = {"max_abs_value": 1e6, "initial_norm_ratio": 100.0, "norm_multiplier": 100.0,
-                       "min_norm_ratio": 10.0, "reject_multiplier": 1000.0, "floor_every_updates": 1,
+                       "min_norm_ratio": 10.0, "reject_multiplier": 1000.0,
                        "max_updates_per_s": None, "round_time_fraction": 0.0,
                        "samples_peer_multiple": 1e6}
 
