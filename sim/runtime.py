@@ -61,10 +61,12 @@ class SimRun:
         # fixed cap a real coordinator puts on a device, and the event queue hands the coordinator
         # uploads and ticks in the order they complete, not always in time order: the per-device
         # rate limit is off here (a scenario may set it).
-        ccfg = merge({"fleet": FLEET, "seed": int(seed), "model": dataclasses.asdict(self.spec),
-                      "admission": {"max_updates_per_s": None, "round_time_fraction": 0.0}},
+        ccfg = merge({"fleet": FLEET, "seed": int(seed), "model": dataclasses.asdict(self.spec)},
                      scenario.coordinator, method.coordinator, {"plugins": plugins},
                      {} if lr is None else {"hparams": {"lr": lr}})
+        admission = ccfg.setdefault("admission", {})     # (merge drops None values: set it here)
+        admission.setdefault("max_updates_per_s", None)
+        admission.setdefault("round_time_fraction", 0.0)
         self._start(build(CoordinatorConfig, ccfg, "%s: coordinator" % scenario.name), method, seed,
                     emit, progress)
         policy = method.dvfs_policy or scenario.dvfs_policy
