@@ -179,6 +179,7 @@ class UpdateAdmission:
         #: device -> when it last voted (None: restored, counted as now at the next check).
         self._voted_at: Dict[str, Optional[float]] = {}
         self._now = 0.0
+        self._restored = False
         self._fleet_size: Optional[int] = None
         #: Norms recorded so far (the warm-up counts them).
         self._count = 0
@@ -231,8 +232,9 @@ class UpdateAdmission:
         device = update.device_id
         self._now = max(self._now, float(now))
         self._fleet_size = fleet_size
-        if None in self._voted_at.values():  # restored votes start their time to live now
+        if self._restored:  # restored votes start their time to live now
             self._voted_at = {d: self._now if at is None else at for d, at in self._voted_at.items()}
+            self._restored = False
         if not self.known(device, said_hello):
             return self._reject(UNKNOWN_DEVICE, update, "device %s is %s" % (
                 device, "not enrolled" if cfg.enrolled is not None else "unknown (no Hello)"))
@@ -340,6 +342,7 @@ class UpdateAdmission:
         self._count = count
         for device in self._votes:
             self._voted_at[device] = None
+        self._restored = bool(self._votes)
 
 
 def admission_counters(admission: UpdateAdmission) -> Dict[str, int]:
