@@ -27,11 +27,11 @@ import functools
 import inspect
 import logging
 import math
-from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, TypeVar
 
 import numpy as np
 
+from streamfl.config import Range
 from streamfl.errors import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -43,22 +43,9 @@ E = TypeVar("E", bound="Extra")
 EXTRA_PREFIX = "extra/"
 
 
-@dataclass(frozen=True)
-class Bound:
-    """An inclusive range ``[lo, hi]`` a payload's number must lie in; both ends finite numbers."""
-
-    lo: float
-    hi: float
-
-    def __post_init__(self) -> None:
-        for end in (self.lo, self.hi):
-            if type(end) not in (int, float) or not math.isfinite(end):
-                raise ValueError("a Bound's ends must be finite numbers, got %r" % (end,))
-        if self.lo > self.hi:
-            raise ValueError("a Bound needs lo <= hi, got [%r, %r]" % (self.lo, self.hi))
-
-    def __contains__(self, value: Any) -> bool:
-        return self.lo <= value <= self.hi  # False for NaN
+#: An inclusive range ``[lo, hi]`` a payload's number must lie in, both ends finite: the same
+#: declaration as a config key's (``streamfl.config.Range``, never with an open end here).
+Bound = Range
 
 
 #: Exactly representable integers in a JSON number read as a double: versions, periods, ids.
@@ -145,8 +132,8 @@ def register_extra(cls: Type[E]) -> Type[E]:
     for key, bound in cls.BOUNDS.items():
         if key not in names:
             raise ValueError("%s.BOUNDS names %r, neither a field nor a tensor group" % (cls.__name__, key))
-        if not isinstance(bound, Bound):
-            raise ValueError("%s.BOUNDS[%r] must be a Bound, got %r" % (cls.__name__, key, bound))
+        if not isinstance(bound, Bound) or bound.lo_open or bound.hi_open:
+            raise ValueError("%s.BOUNDS[%r] must be a closed Bound, got %r" % (cls.__name__, key, bound))
     parse = inspect.getattr_static(cls, "parse")
     if not isinstance(parse, classmethod):
         raise ValueError("%s.parse must be a classmethod" % cls.__name__)

@@ -54,6 +54,14 @@ class Range:
     lo_open: bool = False
     hi_open: bool = False
 
+    def __post_init__(self) -> None:
+        for end in (self.lo, self.hi):
+            if type(end) not in (int, float) or not math.isfinite(end):
+                raise ValueError("a range needs finite numbers at both ends, got [%r, %r]"
+                                 % (self.lo, self.hi))
+        if self.lo > self.hi:
+            raise ValueError("a range needs lo <= hi, got [%r, %r]" % (self.lo, self.hi))
+
     def __contains__(self, value: Number) -> bool:
         above = value > self.lo if self.lo_open else value >= self.lo
         below = value < self.hi if self.hi_open else value <= self.hi
@@ -74,8 +82,6 @@ def bounded(default: Any, lo: Number, hi: Number, lo_open: bool = False, hi_open
     ``hi_open``: that end excluded), checked by ``build``: None passes (an Optional field), and
     each element of a tuple field is checked. Both ends are required, so that no key takes 1e300
     by oversight. ``kwargs`` go to ``dataclasses.field``."""
-    if not (lo <= hi and math.isfinite(lo) and math.isfinite(hi)):
-        raise ValueError("bounded: a range needs finite lo <= hi, got %r, %r" % (lo, hi))
     metadata = dict(kwargs.pop("metadata", None) or {})
     metadata[RANGE] = Range(lo, hi, lo_open, hi_open)
     return dataclasses.field(default=default, metadata=metadata, **kwargs)

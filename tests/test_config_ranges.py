@@ -9,7 +9,7 @@ import dataclasses
 import math
 import typing
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 import pytest
 import yaml
@@ -17,7 +17,7 @@ import yaml
 from streamfl.agent import cli as agent_cli
 from streamfl.agent.config import AgentConfig, load_agent_config
 from streamfl.agent.plugins import PLUGINS as AGENT_PLUGINS
-from streamfl.config import INFINITE, Range, bounded, build, field_range
+from streamfl.config import INFINITE, Range, bounded, build, field_range, nest
 from streamfl.coordinator import cli as coordinator_cli
 from streamfl.coordinator.config import CoordinatorConfig, load_config
 from streamfl.coordinator.plugins import PLUGINS as COORDINATOR_PLUGINS
@@ -118,23 +118,13 @@ def _outside(rng: Range, tp: Any) -> List[Any]:
     return [low, high, 10 ** 400 if integer else 1e300]
 
 
-def _yaml_for(path: str, value: Any) -> Dict[str, Any]:
-    node: Dict[str, Any] = {}
-    top = node
-    parts = path.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
-    return top
-
-
 def _load(program: str, file: Path):
     return (load_config if program == "coordinator" else load_agent_config)(file)
 
 
 def _refused(program: str, path: str, value: Any, tmp_path: Path) -> str:
     file = tmp_path / ("%s.yaml" % program)
-    file.write_text(yaml.safe_dump(_yaml_for(path, value)))
+    file.write_text(yaml.safe_dump(nest({path: value})))
     with pytest.raises(ConfigError) as err:
         _load(program, file)
     return str(err.value)
@@ -187,7 +177,7 @@ def _check_config(program: str, file: Path, capsys) -> Tuple[int, str]:
 def test_check_config_refuses_infinite_and_huge_values_with_exit_2(program, path, tmp_path, capsys):
     file = tmp_path / "bad.yaml"
     for text in (".inf", "-.inf", ".nan", "1e300"):
-        file.write_text(yaml.safe_dump(_yaml_for(path, "@")).replace("'@'", text))
+        file.write_text(yaml.safe_dump(nest({path: "@"})).replace("'@'", text))
         code, err = _check_config(program, file, capsys)
         assert code == 2, (path, text, err)
         assert str(file) in err and "'%s'" % path.split(".")[-1] in err, err
