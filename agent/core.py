@@ -233,7 +233,14 @@ class AgentCore:
         return (self.orders.allow(now, version) and self.global_model is not None
                 and self.divergence.allows((self.global_model.run_id, version), now)
                 and len(self.buffer) >= self.config.min_buffer
-                and all(plugin.should_train(now) for plugin in self.plugins))
+                and self._plugins_agree(now))
+
+    def _plugins_agree(self, now: float) -> bool:
+        """Every plug-in's answer, each asked whatever the others say: a plug-in keeps its own
+        clock in ``should_train`` (SFedPO counts round opportunities there), so stopping at the
+        first no would skip it whenever an earlier one (a resting CLP) declines."""
+        answers = [plugin.should_train(now) for plugin in self.plugins]
+        return all(answers)
 
     @property
     def skipping(self) -> bool:

@@ -244,3 +244,16 @@ def test_round_stops_at_the_next_step_when_asked():
     with pytest.raises(RoundInterrupted, match="after 3 of 50 steps"):
         core.finish_round(core.begin_round(), should_stop=should_stop)
     assert core.rounds == 0
+
+
+def test_every_plugin_is_asked_whether_to_train_even_after_one_declines():
+    """A resting CLP plug-in (first in calling order) must not hide the round opportunity from
+    SFedPO, whose availability q_n counts every time a round could start."""
+    core = make_core()
+    fill(core)
+    core.on_global_model(global_model(1))
+    clp, sfedpo = core.plugin("clp"), core.plugin("sfedpo")
+    clp._rest_until_s = 1e9                               # CLP rests for the whole test
+    assert not core.ready(0.0)
+    assert not core.ready(50.0)
+    assert sfedpo.availability(10.0) == pytest.approx((0 + 1.0) / (5.0 + 1.0 + 2.0))
