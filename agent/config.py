@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-from streamfl.agent.buffer_policies import POLICIES
+from streamfl.agent.buffer_policies import policies
 from streamfl.agent.hparams import hparam_limits
 from streamfl.agent.plugins import plugin_configs
 from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, load
@@ -113,8 +113,8 @@ class AgentConfig:
             object.__setattr__(self, "seed", zlib.crc32(self.device_id.encode("utf-8")) & 0x7FFFFFFF)
         checks = [
             ("buffer_capacity", self.buffer_capacity >= 1, "must be at least 1"),
-            ("buffer_policy", self.buffer_policy in POLICIES,
-             "must be one of %s, got %r" % (", ".join(POLICIES), self.buffer_policy)),
+            ("buffer_policy", self.buffer_policy in policies(),
+             "must be one of %s, got %r" % (", ".join(policies()), self.buffer_policy)),
             ("min_buffer", 1 <= self.min_buffer <= self.buffer_capacity,
              "must be in 1..buffer_capacity (%d)" % self.buffer_capacity),
             ("round_interval_s", self.round_interval_s >= 0, "must be >= 0"),

@@ -23,11 +23,11 @@ import torch
 
 from streamfl.agent.buffer import Buffer
 from streamfl.agent.buffer_policies import FifoPolicy
-from streamfl.agent.plugins.sfedpo import SfedpoAgentConfig, SfedpoAgentPlugin
+from streamfl.methods.sfedpo.agent import SfedpoAgentConfig, SfedpoAgentPlugin
 from streamfl.agent.trainer import LocalTrainer
 from streamfl.models import ModelSpec, build_model
 from streamfl.protocol.messages import GlobalModel
-from streamfl.protocol.selection_payloads import SfedpoTerms
+from streamfl.methods.sfedpo.payloads import SfedpoTerms
 from streamfl.sensors.window import Window
 
 GOAL_INSERTS_PER_S = 100000

@@ -17,7 +17,7 @@ import numpy as np
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import Update
-from streamfl.protocol.payloads import FisherTrace
+from streamfl.methods.clp.payloads import FisherTrace
 
 GOAL_RATIO = 0.3
 

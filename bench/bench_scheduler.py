@@ -27,10 +27,10 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from streamfl.coordinator.scheduling import (  # noqa: E402
+from streamfl.methods.schedule.policies import (  # noqa: E402
     POLICIES, allocate_bandwidth, greedy_select, make_policy,
 )
-from streamfl.coordinator.scheduling.base import Budget, Candidates, RoundInfo  # noqa: E402
+from streamfl.methods.schedule.policies.base import Budget, Candidates, RoundInfo  # noqa: E402
 
 GOAL_MS = 50.0
 

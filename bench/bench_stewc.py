@@ -20,16 +20,16 @@ import time
 import numpy as np
 import torch
 
-from streamfl.agent.plugins.fedcurv import FedCurvAgentPlugin
-from streamfl.agent.plugins.stewc import StEwcAgentPlugin
+from streamfl.methods.fedcurv.agent import FedCurvAgentPlugin
+from streamfl.methods.stewc.agent import StEwcAgentPlugin
 from streamfl.agent.trainer import LocalTrainer
-from streamfl.coordinator.plugins.fedcurv import FedCurvConfig
-from streamfl.coordinator.plugins.stewc import StEwcConfig
+from streamfl.methods.fedcurv.coordinator import FedCurvConfig
+from streamfl.methods.stewc.coordinator import StEwcConfig
 from streamfl.models import ModelSpec, build_model
 from streamfl.models.fisher import fisher_diagonal
 from streamfl.protocol.messages import GlobalModel
-from streamfl.protocol.payloads import CurvatureTerms
-from streamfl.protocol.period_payloads import PeriodTerms
+from streamfl.methods.fedcurv.payloads import CurvatureTerms
+from streamfl.methods.stewc.payloads import PeriodTerms
 
 GOAL_SHARE = 0.10
 

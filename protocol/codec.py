@@ -26,11 +26,6 @@ import numpy as np
 
 from streamfl.errors import ProtocolError
 from streamfl.logs import RateLimitedLog
-from streamfl.protocol import payloads  # noqa: F401  (registers the plug-ins' extras)
-from streamfl.protocol import period_payloads  # noqa: F401  (ST-EWC's periods, T-FDMs, drift)
-from streamfl.protocol import session_payloads  # noqa: F401  (sessions of a dynamic device set)
-from streamfl.protocol import selection_payloads  # noqa: F401  (SFedPO, importance sampling)
-from streamfl.protocol import adaptive_payloads  # noqa: F401  (Adaptive-FedAvg's learning rate)
 from streamfl.protocol.extras import EXTRA_PREFIX, Extra, parse_extras
 from streamfl.protocol.messages import (
     MESSAGE_TYPES, PROTOCOL_VERSION, TYPE_NAMES, GlobalModel, Message, Update,
@@ -76,6 +71,20 @@ _CACHE_SIZE = 64
 _PLAN_CACHE_BYTES = 4 * 2 ** 20
 _BLOCK_HEADERS: Dict[Tuple[Tuple[str, np.dtype, Tuple[int, ...]], ...], bytes] = {}
 _FIELDS = {cls: tuple(f.name for f in fields(cls)) for cls in MESSAGE_TYPES.values()}
+
+
+_methods_loaded = False
+
+
+def _with_methods(extras: Any) -> Any:
+    """``extras``, after loading the methods once: each registers its payload types with the
+    codec as it loads (``streamfl.methods``), so the codec itself names none."""
+    global _methods_loaded
+    if not _methods_loaded:
+        from streamfl import methods
+        methods.packages()
+        _methods_loaded = True
+    return extras
 
 
 def _json_default(obj: Any) -> Any:
@@ -282,12 +291,12 @@ class Decoder:
                 self._plan_bytes += len(st_json)
         if arch_id is None:
             if body.get("extras"):
-                body["extras"] = parse_extras(body["extras"], {})
+                body["extras"] = parse_extras(_with_methods(body["extras"]), {})
             return cls(**body)
         tensors = self._materialize(buf, data_start, n - data_start, plan, WIRE_DTYPES[dtype_name])
         groups = tensors.pop(None, None) or {}
         if body["extras"] or groups:
-            body["extras"] = parse_extras(body["extras"], groups)
+            body["extras"] = parse_extras(_with_methods(body["extras"]), groups)
         return cls(tensors=tensors, **body)
 
     def _plan(self, entries: List[Entry], cls: type, arch_id: Optional[str],

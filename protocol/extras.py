@@ -216,6 +216,12 @@ def get_float(kind: str, fields: Mapping[str, Any], key: str, optional: bool = F
     return float(value)
 
 
+def no_tensors(kind: str, groups: Mapping[str, Tensors]) -> None:
+    """``ProtocolError`` if a field-only extra arrived with tensor groups."""
+    if groups:
+        raise ProtocolError("schema", "extras.%s: carries no tensors" % kind)
+
+
 def check_keys(kind: str, fields: Mapping[str, Any], known: Any) -> None:
     """Reject fields this payload does not have (a typo or a forged header)."""
     extra = sorted(set(fields) - set(known))

@@ -123,7 +123,8 @@ class Scenario:
                 raise ValueError("devices: count must be an integer >= 1, got %r" % (count,))
         for spec_error in _device_spec_errors(self.devices):
             raise ValueError(spec_error)
-        from streamfl.coordinator.plugins import PLUGINS
+        from streamfl.coordinator.plugins import registered
+        PLUGINS = registered()
         unknown = sorted(set(self.plugins) - set(PLUGINS))
         if unknown:
             raise ValueError("plugins: unknown plug-in %r (known: %s)" % (unknown[0], ", ".join(PLUGINS)))

@@ -278,7 +278,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             rows = [m.strip() for m in args.methods.split(",")] if args.methods else None
             dirs = [Path(d) for d in args.run_dir]
             if args.frames:
-                from streamfl.sim.frame_tables import frames_for_run, grid_for_runs, overview_for_runs
+                from streamfl.methods.schedule.report import frames_for_run, grid_for_runs, overview_for_runs
                 lists = [[t.strip() for t in part.split(",") if t.strip()]
                          for part in args.frames.split(";") if part.strip()]
                 labels = [x for x in args.labels.split(",") if x.strip()] if args.labels else None
@@ -291,7 +291,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                           else grid_for_runs(dirs, lists[0], args.reference, rows, labels))
                 return 0
             if args.sessions:
-                from streamfl.sim.session_report import sessions_for_runs
+                from streamfl.methods.sessions.report import sessions_for_runs
                 try:
                     targets = [float(t) for t in args.sessions.split(",") if t.strip()]
                 except ValueError:
@@ -301,13 +301,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(sessions_for_runs(dirs, targets, methods=rows))
                 return 0
             if args.sfedpo:
-                from streamfl.sim.sfedpo_report import sfedpo_for_runs
+                from streamfl.methods.sfedpo.report import sfedpo_for_runs
                 print(sfedpo_for_runs(dirs, methods=rows))
                 return 0
             if len(dirs) > 1:
                 raise ConfigError("several run folders go with --frames, --sessions or --sfedpo only")
             if args.periods:
-                from streamfl.sim.period_report import periods_for_run
+                from streamfl.methods.stewc.report import periods_for_run
                 print(periods_for_run(dirs[0], args.reference, rows))
                 return 0
             if args.markdown:

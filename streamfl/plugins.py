@@ -1,24 +1,9 @@
-"""What the coordinator's and the agent's plug-in registries share: registration and settings.
-
-Each side keeps its own registry (``streamfl.coordinator.plugins``, ``streamfl.agent.plugins``),
-since the sides load different plug-ins; both register a class under its ``name`` and build its
-``Config`` dataclass from the YAML's ``plugins: {name: {key: value}}`` the same way.
-"""
-from typing import Any, Dict, Type, TypeVar
+"""What the coordinator's and the agent's plug-in settings share: each side builds a plug-in's
+``Config`` dataclass from the YAML's ``plugins: {name: {key: value}}`` the same way."""
+from typing import Any, Type
 
 from streamfl.config import build
 from streamfl.errors import ConfigError
-
-P = TypeVar("P")
-
-
-def register_in(registry: Dict[str, Type[P]], cls: Type[P]) -> Type[P]:
-    """Add ``cls`` to ``registry`` under ``cls.name`` (once); ``ValueError`` otherwise."""
-    name = getattr(cls, "name", "")
-    if not name or name in registry:
-        raise ValueError("plug-in name %r is empty or already registered" % name)
-    registry[name] = cls
-    return cls
 
 
 def build_settings(cls: Type[Any], name: str, value: Any) -> Any:

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamfl.agent.clp_learned import learned_lr, should_rest
+from streamfl.methods.clp.learned import learned_lr, should_rest
 from streamfl.agent.plugins.base import RoundContext
-from streamfl.agent.plugins.clp import ClpAgentConfig, ClpAgentPlugin
+from streamfl.methods.clp.agent import ClpAgentConfig, ClpAgentPlugin
 from streamfl.errors import ConfigError
-from streamfl.protocol.payloads import ClpState
+from streamfl.methods.clp.payloads import ClpState
 from streamfl.sensors.datasets import Dataset
 from streamfl.sim.driver import Progress, run_sim
 from streamfl.sim.partition import keep_class_subsets, partition

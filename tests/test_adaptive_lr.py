@@ -10,15 +10,15 @@ import pytest
 from factories import make_global_model, make_hello, make_update
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore
-from streamfl.agent.plugins.adaptive_lr import AdaptiveLrAgentConfig, AdaptiveLrAgentPlugin
+from streamfl.methods.adaptive_lr.agent import AdaptiveLrAgentConfig, AdaptiveLrAgentPlugin
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
 from streamfl.coordinator.plugins import Aggregation, FleetView, plugin_configs
-from streamfl.coordinator.plugins.adaptive_lr import AdaptiveLrConfig, AdaptiveLrPlugin, flat_parameters
+from streamfl.methods.adaptive_lr.coordinator import AdaptiveLrConfig, AdaptiveLrPlugin, flat_parameters
 from streamfl.errors import ProtocolError
 from streamfl.models import ModelSpec, tensor_spec
-from streamfl.protocol.adaptive_payloads import MIN_SCALE, AdaptiveLr
+from streamfl.methods.adaptive_lr.payloads import MIN_SCALE, AdaptiveLr
 from streamfl.protocol.codec import Decoder, encode
 
 NAN, INF = float("nan"), float("inf")

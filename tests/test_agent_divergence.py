@@ -19,7 +19,7 @@ from streamfl.config import build
 from streamfl.models import ModelSpec, build_model, model_to_arrays, tensor_spec
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import GlobalModel, Telemetry, Update
-from streamfl.protocol.payloads import CurvatureTerms
+from streamfl.methods.fedcurv.payloads import CurvatureTerms
 from streamfl.protocol.topics import Topics
 from streamfl.sensors import make_source
 from streamfl.sensors.window import Window
@@ -158,7 +158,7 @@ def test_a_fedcurv_pull_beyond_float32_is_dropped_with_one_warning(caplog):
     for _ in range(3):
         update = core.train_round()              # trains without the pull
         assert np.isfinite(update.loss)
-    warnings = [r for r in caplog.records if r.name == "streamfl.agent.plugins.fedcurv"
+    warnings = [r for r in caplog.records if r.name == "streamfl.methods.fedcurv.agent"
                 and r.levelno == logging.WARNING and "not finite" in r.getMessage()]
     assert len(warnings) == 1 and "v1" in warnings[0].getMessage()
 

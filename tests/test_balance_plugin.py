@@ -7,7 +7,7 @@ from factories import make_hello, make_update
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
-from streamfl.coordinator.plugins.balance import BalanceConfig, class_mix
+from streamfl.methods.balance.coordinator import BalanceConfig, class_mix
 from streamfl.errors import ConfigError
 from streamfl.models import ModelSpec
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from streamfl.agent.buffer import Buffer
-from streamfl.agent.buffer_policies import POLICIES, ReplacementPolicy, make_buffer_policy
+from streamfl.agent.buffer_policies import ReplacementPolicy, make_buffer_policy, policies
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore
 from streamfl.errors import ConfigError
@@ -61,7 +61,7 @@ class Watching(ReplacementPolicy):
         return out
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(policies()))
 class TestBufferPolicyContract:
 
     def test_it_is_registered_under_its_name_and_builds_from_a_seed(self, name):

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from streamfl.agent import clp_hparams
-from streamfl.agent.clp_hparams import ClpHparamsConfig, refine, sigmoid
-from streamfl.coordinator.clp import ClpProbeConfig, ClpProbe
-from streamfl.protocol.payloads import ClpState
+from streamfl.methods.clp import hparams as clp_hparams
+from streamfl.methods.clp.hparams import ClpHparamsConfig, refine, sigmoid
+from streamfl.methods.clp.probe import ClpProbeConfig, ClpProbe
+from streamfl.methods.clp.payloads import ClpState
 
 BASE = {"lr": 0.003, "batch_size": 32, "local_steps": 20, "dropout": 0.0}
 E = math.e

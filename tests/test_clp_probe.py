@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from streamfl.coordinator.clp import ClpProbeConfig, ClpProbe
-from streamfl.protocol.payloads import ClpState
+from streamfl.methods.clp.probe import ClpProbeConfig, ClpProbe
+from streamfl.methods.clp.payloads import ClpState
 
 AS_DICT_KEYS = {"in_clp", "fisher_global", "fisher_global_prev", "segment", "segment_start_version",
                 "regulating", "version", "fisher_segment_start", "fisher_reference"}

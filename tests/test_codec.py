@@ -11,7 +11,8 @@ from safetensors.numpy import save as st_save
 from streamfl.errors import ProtocolError
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.protocol.codec import FORMAT_VERSION, MAGIC, Decoder, encode
-from streamfl.protocol.payloads import ClpState, CurvatureDiagonal, CurvatureTerms, FisherTrace
+from streamfl.methods.clp.payloads import ClpState, FisherTrace
+from streamfl.methods.fedcurv.payloads import CurvatureDiagonal, CurvatureTerms
 from streamfl.protocol.messages import (
     MESSAGE_TYPES, PROTOCOL_VERSION, Command, CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry,
     Update,

@@ -15,8 +15,9 @@ from polling import wait_until
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.daemon import AgentDaemon
 from streamfl.config import build
-from streamfl.coordinator import plugins as coordinator_plugins
+from streamfl import methods
 from streamfl.coordinator.config import CoordinatorConfig
+from streamfl.methods.base import MethodPackage
 from streamfl.coordinator.plugins.base import CoordinatorPlugin
 from streamfl.coordinator.server import CoordinatorServer
 from streamfl.models import ModelSpec
@@ -62,11 +63,12 @@ class PausePlugin(CoordinatorPlugin):
 
 @pytest.fixture
 def pause_plugin():
-    coordinator_plugins.register(PausePlugin)
+    methods.register(MethodPackage(name=PausePlugin.name, summary="pauses each device once",
+                                   package=__name__, coordinator=":PausePlugin"))
     try:
         yield PausePlugin
     finally:
-        del coordinator_plugins.PLUGINS[PausePlugin.name]
+        methods.unregister(PausePlugin.name)
 
 
 def _settings(broker, client_id):

@@ -16,11 +16,11 @@ import yaml
 
 from streamfl.agent import cli as agent_cli
 from streamfl.agent.config import AgentConfig, load_agent_config
-from streamfl.agent.plugins import PLUGINS as AGENT_PLUGINS
+from streamfl.methods import agent_plugins
 from streamfl.config import INFINITE, Range, bounded, build, field_range, nest
 from streamfl.coordinator import cli as coordinator_cli
 from streamfl.coordinator.config import CoordinatorConfig, load_config
-from streamfl.coordinator.plugins import PLUGINS as COORDINATOR_PLUGINS
+from streamfl.methods import coordinator_plugins
 from streamfl.errors import ConfigError
 
 _NONE = type(None)
@@ -74,7 +74,7 @@ def numeric_keys() -> List[Key]:
     seen: set = set()
     _walk("coordinator", CoordinatorConfig, "", out, seen)
     _walk("agent", AgentConfig, "", out, seen)
-    for program, registry in (("coordinator", COORDINATOR_PLUGINS), ("agent", AGENT_PLUGINS)):
+    for program, registry in (("coordinator", coordinator_plugins()), ("agent", agent_plugins())):
         for name, plugin in registry.items():
             _walk(program, plugin.Config, "plugins.%s." % name, out, seen)
     return out
@@ -95,7 +95,7 @@ def test_the_walk_sees_nested_sections_and_every_registered_plugin():
             "agent:sensor.windows_per_s", "agent:dvfs.energy_rate_hz", "agent:round_interval_s",
             "coordinator:plugins.fedcurv.lambda2", "coordinator:plugins.sfedpo.max_factor",
             "agent:plugins.clp.eta0", "agent:plugins.stewc.stability"} <= paths
-    for program, registry in (("coordinator", COORDINATOR_PLUGINS), ("agent", AGENT_PLUGINS)):
+    for program, registry in (("coordinator", coordinator_plugins()), ("agent", agent_plugins())):
         for name, plugin in registry.items():
             numeric = [f for f in dataclasses.fields(plugin.Config) if _numeric(typing.get_type_hints(plugin.Config)[f.name])]
             assert len([k for k in KEYS if k[0] == program and k[1].startswith("plugins.%s." % name)]) == len(numeric)

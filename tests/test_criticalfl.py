@@ -7,10 +7,10 @@ from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
 from streamfl.coordinator.plugins import Aggregation, FleetView
-from streamfl.coordinator.plugins.criticalfl import CriticalFlConfig, CriticalFlPlugin
+from streamfl.methods.criticalfl.coordinator import CriticalFlConfig, CriticalFlPlugin
 from streamfl.coordinator.strategies.fedavg import FedAvgAggregator
 from streamfl.errors import ConfigError
-from streamfl.protocol.payloads import FisherTrace
+from streamfl.methods.clp.payloads import FisherTrace
 
 SPEC = {"name": "mlp", "in_channels": 3, "window_len": 8, "num_classes": 3, "hidden": 8}
 

@@ -9,17 +9,17 @@ import torch
 from factories import UNBOUNDED_ADMISSION, greet, make_hello, make_update
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore
-from streamfl.agent.plugins.fedcurv import FedCurvAgentPlugin
+from streamfl.methods.fedcurv.agent import FedCurvAgentPlugin
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
 from streamfl.coordinator.persistence import Persister, StateStore
-from streamfl.coordinator.plugins.fedcurv import CurvatureSums
+from streamfl.methods.fedcurv.coordinator import CurvatureSums
 from streamfl.models import ModelSpec, build_model, tensor_spec
 from streamfl.models.fisher import fisher_diagonal
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import GlobalModel
-from streamfl.protocol.payloads import CurvatureDiagonal, CurvatureTerms
+from streamfl.methods.fedcurv.payloads import CurvatureDiagonal, CurvatureTerms
 from streamfl.sensors.window import Window
 
 SPEC = {"name": "mlp", "in_channels": 3, "window_len": 8, "num_classes": 3, "hidden": 8}

@@ -5,7 +5,7 @@ import pytest
 
 from streamfl.cli import main
 from streamfl.errors import StreamflError
-from streamfl.sim.frame_tables import (
+from streamfl.methods.schedule.report import (
     frame_rounds, frames_table, grid_for_runs, grid_table, overview_table,
 )
 from streamfl.sim.summary import period_figures, rounds_to

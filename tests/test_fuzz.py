@@ -33,7 +33,8 @@ from streamfl.protocol.codec import REASONS, Decoder, encode
 from streamfl.protocol.messages import (
     MESSAGE_TYPES, Command, CoordinatorStatus, GlobalModel, Offline, Telemetry, Update,
 )
-from streamfl.protocol.payloads import ClpState, CurvatureDiagonal, CurvatureTerms, FisherTrace
+from streamfl.methods.clp.payloads import ClpState, FisherTrace
+from streamfl.methods.fedcurv.payloads import CurvatureDiagonal, CurvatureTerms
 from streamfl.protocol.schema import check_body
 
 FUZZ = settings(max_examples=200, deadline=None, derandomize=True, database=None,
@@ -598,7 +599,7 @@ def _nan_keys(obj, prefix=""):
 
 
 def _registry(cls):
-    return agent_plugins.PLUGINS if cls is AgentConfig else coordinator_plugins.PLUGINS
+    return agent_plugins.registered() if cls is AgentConfig else coordinator_plugins.registered()
 
 
 def _leaves(cls, prefix=()):
@@ -714,7 +715,7 @@ def _in_effect(cls, path):
     plug-in listed, with those it requires, under a strategy it accepts."""
     if path[0] != "plugins" or cls is AgentConfig:
         return {}
-    plugin = coordinator_plugins.PLUGINS[path[1]]
+    plugin = coordinator_plugins.registered()[path[1]]
     for strategy in ("fedasync", "fedavg"):
         base = {"strategy": strategy, "plugins": {name: {} for name in tuple(plugin.requires) + (path[1],)}}
         try:

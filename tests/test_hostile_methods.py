@@ -22,19 +22,21 @@ import pytest
 from factories import make_hello, make_tensors, make_update
 from hostile import SPEC, Client, coordinator, honest_agent
 from polling import wait_for, wait_until
-from streamfl.agent.clp_hparams import ClpHparamsConfig
+from streamfl.methods.clp.hparams import ClpHparamsConfig
 from streamfl.agent.core import RoundMeasurement
 from streamfl.coordinator.admission import AdmissionConfig
-from streamfl.coordinator.clp import ClpProbeConfig
+from streamfl.methods.clp.probe import ClpProbeConfig
 from streamfl.coordinator.metrics import read_metrics
-from streamfl.coordinator.plugins.fedcurv import FedCurvConfig
-from streamfl.coordinator.plugins.sfedpo import SfedpoConfig
-from streamfl.coordinator.plugins.stewc import StEwcConfig
+from streamfl.methods.fedcurv.coordinator import FedCurvConfig
+from streamfl.methods.sfedpo.coordinator import SfedpoConfig
+from streamfl.methods.stewc.coordinator import StEwcConfig
 from streamfl.protocol.codec import encode
-from streamfl.protocol.payloads import FISHER_DIAGONAL, FISHER_TRACE, ClpState, CurvatureDiagonal, \
-    CurvatureTerms, FisherTrace
-from streamfl.protocol.period_payloads import PeriodFisher, PeriodTerms
-from streamfl.protocol.selection_payloads import MIN_AVAILABILITY, SfedpoReport
+from streamfl.protocol.bounds import FISHER_DIAGONAL, FISHER_TRACE
+from streamfl.methods.clp.payloads import ClpState
+from streamfl.methods.fedcurv.payloads import CurvatureDiagonal, CurvatureTerms
+from streamfl.methods.clp.payloads import FisherTrace
+from streamfl.methods.stewc.payloads import PeriodFisher, PeriodTerms
+from streamfl.methods.sfedpo.payloads import MIN_AVAILABILITY, SfedpoReport
 from streamfl.sim.brokers import BrokerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

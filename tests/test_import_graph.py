@@ -88,8 +88,8 @@ def test_the_scan_sees_the_packages_and_their_imports():
     assert {"streamfl.errors", "streamfl.agent.core", "streamfl.coordinator.core",
             "streamfl.sim.runtime", "streamfl.dvfs.base"} <= set(MODULES)
     # Subpackages below the top-level folders are scanned too (a hand list once missed these).
-    assert {"streamfl.coordinator.sessions.base", "streamfl.coordinator.periods.drift",
-            "streamfl.agent.latent.inferred", "streamfl.protocol.transport.paho"} <= set(MODULES)
+    assert {"streamfl.methods.sessions.initializers.base", "streamfl.methods.stewc.periods.drift",
+            "streamfl.methods.sfedpo.latent.inferred", "streamfl.protocol.transport.paho"} <= set(MODULES)
     assert "streamfl.agent.plugins" in _imports("streamfl.agent.core", MODULES["streamfl.agent.core"])
 
 

@@ -12,9 +12,9 @@ from source_tree import ROOT, ROOTS, SETUP, packages, source_files
 def test_the_packages_come_from_the_tree():
     found = packages()
     for name, folder in {"streamfl": "streamfl", "streamfl.boards": "configs/boards",
-                         "streamfl.coordinator.sessions": "coordinator/sessions",
-                         "streamfl.coordinator.periods": "coordinator/periods",
-                         "streamfl.agent.latent": "agent/latent",
+                         "streamfl.methods.sessions.initializers": "methods/sessions/initializers",
+                         "streamfl.methods.stewc.periods": "methods/stewc/periods",
+                         "streamfl.methods.sfedpo.latent": "methods/sfedpo/latent",
                          "streamfl.protocol.transport": "protocol/transport",
                          "streamfl.dvfs.fake": "dvfs/fake"}.items():
         assert found[name] == ROOT / folder

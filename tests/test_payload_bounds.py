@@ -17,16 +17,17 @@ import pytest
 from factories import SPEC, make_global_model, make_tensors, make_update
 from streamfl.errors import ProtocolError
 from streamfl.models import tensor_spec
-from streamfl.protocol.adaptive_payloads import AdaptiveLr
+from streamfl.methods.adaptive_lr.payloads import AdaptiveLr
 from streamfl.protocol.codec import REASONS, Decoder, encode
 from streamfl.protocol.extras import EXTRA_TYPES, MAX_EXACT_INT, Bound, Extra, check_bounds, register_extra
 from streamfl.protocol.messages import Telemetry
-from streamfl.protocol.payloads import (
-    ClpState, CurvatureDiagonal, CurvatureTerms, FisherTrace, ScheduleRequest, ScheduleStats,
-)
-from streamfl.protocol.period_payloads import DriftSignal, PeriodFisher, PeriodTerms
-from streamfl.protocol.selection_payloads import ImportanceTerms, SfedpoReport, SfedpoTerms
-from streamfl.protocol.session_payloads import SessionTerms
+from streamfl.methods.clp.payloads import ClpState, FisherTrace
+from streamfl.methods.fedcurv.payloads import CurvatureDiagonal, CurvatureTerms
+from streamfl.methods.schedule.payloads import ScheduleRequest, ScheduleStats
+from streamfl.methods.stewc.payloads import DriftSignal, PeriodFisher, PeriodTerms
+from streamfl.methods.importance.payloads import ImportanceTerms
+from streamfl.methods.sfedpo.payloads import SfedpoReport, SfedpoTerms
+from streamfl.methods.sessions.payloads import SessionTerms
 
 
 def _positive(seed):

@@ -7,11 +7,12 @@ from factories import greet, make_update
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
-from streamfl.coordinator.plugins.fedcurv import CurvatureSums
-from streamfl.coordinator.temporal import TemporalSums
+from streamfl.methods.fedcurv.coordinator import CurvatureSums
+from streamfl.methods.stewc.temporal import TemporalSums
 from streamfl.models import ModelSpec
-from streamfl.protocol.payloads import CurvatureDiagonal, FisherTrace
-from streamfl.protocol.period_payloads import PeriodFisher
+from streamfl.methods.fedcurv.payloads import CurvatureDiagonal
+from streamfl.methods.clp.payloads import FisherTrace
+from streamfl.methods.stewc.payloads import PeriodFisher
 
 SHAPES = {"w": (4, 3), "b": (3,)}
 HONEST = ("pi-0", "pi-1", "pi-2")

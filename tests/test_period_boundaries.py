@@ -1,11 +1,11 @@
-"""One contract suite over every period boundary source (``coordinator/periods``), then each one's own
+"""One contract suite over every period boundary source (``methods/stewc/periods``), then each one's own
 rules: the schedule keeps its phase, drift needs a quorum and a minimum period length."""
 import json
 
 import pytest
 
-from streamfl.coordinator.periods import BOUNDARIES, DriftBoundary, ScheduleBoundary
-from streamfl.protocol.period_payloads import DriftSignal
+from streamfl.methods.stewc.periods import BOUNDARIES, DriftBoundary, ScheduleBoundary
+from streamfl.methods.stewc.payloads import DriftSignal
 
 DEVICES = ["a", "b", "c"]
 

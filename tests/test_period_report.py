@@ -4,7 +4,7 @@ import json
 import pytest
 
 from streamfl.errors import StreamflError
-from streamfl.sim.period_report import periods_for_run, periods_table
+from streamfl.methods.stewc.report import periods_for_run, periods_table
 from streamfl.sim.summary import continual_figures
 
 

@@ -20,13 +20,14 @@ from streamfl.coordinator.persistence import PLUGIN_TENSORS
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import GlobalModel
-from streamfl.protocol.payloads import CurvatureDiagonal, FisherTrace
+from streamfl.methods.fedcurv.payloads import CurvatureDiagonal
+from streamfl.methods.clp.payloads import FisherTrace
 from streamfl.sensors.window import Window
 
 SPEC = ModelSpec(name="mlp", in_channels=2, window_len=4, num_classes=3, hidden=4)
 DEVICES = ("d0", "d1", "d2")
-COORDINATOR_PLUGINS = sorted(coordinator_plugins.PLUGINS)
-AGENT_PLUGINS = sorted(agent_plugins.PLUGINS)
+COORDINATOR_PLUGINS = sorted(coordinator_plugins.registered())
+AGENT_PLUGINS = sorted(agent_plugins.registered())
 
 
 def decoder():
@@ -35,7 +36,7 @@ def decoder():
 
 def settings_for(name):
     """The plug-in with what it requires, under the first strategy it accepts."""
-    cls = coordinator_plugins.PLUGINS[name]
+    cls = coordinator_plugins.registered()[name]
     plugins = {req: {} for req in cls.requires}
     plugins[name] = {}
     for strategy in ("fedasync", "fedavg"):
@@ -170,7 +171,7 @@ def agent(seed=7):
 
 def model_asking_for(name):
     """A global model carrying the extras of the coordinator plug-in of the same name (if any)."""
-    if name not in coordinator_plugins.PLUGINS:
+    if name not in coordinator_plugins.registered():
         return None
     core = make_core(name)
     drive(core, updates(core, 6))

@@ -6,11 +6,11 @@ import torch
 
 from test_agent_core import SPEC, FakeClock, fill, global_model, make_core, separable_windows
 from streamfl.agent.plugins.base import ReportContext
-from streamfl.agent.plugins.schedule import ScheduleAgentConfig, ScheduleAgentPlugin
+from streamfl.methods.schedule.agent import ScheduleAgentConfig, ScheduleAgentPlugin
 from streamfl.models import build_model
 from streamfl.models.class_gradients import gradient_stats
 from streamfl.protocol.messages import Command, GlobalModel
-from streamfl.protocol.payloads import ScheduleRequest, ScheduleStats
+from streamfl.methods.schedule.payloads import ScheduleRequest, ScheduleStats
 
 
 def scheduled_model(version, gradients=True):

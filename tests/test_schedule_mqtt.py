@@ -21,7 +21,7 @@ import pytest
 
 from fleet import ModelWatcher
 from streamfl.protocol.messages import Telemetry
-from streamfl.protocol.payloads import ScheduleStats
+from streamfl.methods.schedule.payloads import ScheduleStats
 
 AGENTS = 4
 MAX_DEVICES = 2

@@ -10,12 +10,12 @@ from factories import UNBOUNDED_ADMISSION, make_hello, make_update
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
-from streamfl.coordinator.plugins.schedule import ScheduleConfig
+from streamfl.methods.schedule.coordinator import ScheduleConfig
 from streamfl.errors import ConfigError, ProtocolError
 from streamfl.models import ModelSpec
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import Telemetry
-from streamfl.protocol.payloads import ScheduleRequest, ScheduleStats
+from streamfl.methods.schedule.payloads import ScheduleRequest, ScheduleStats
 
 SPEC = ModelSpec(name="mlp", in_channels=2, window_len=4, num_classes=4, hidden=4)
 DEVICES = ("d0", "d1", "d2", "d3", "d4", "d5")
@@ -85,7 +85,8 @@ def test_malformed_stats_are_refused_at_parse(fields):
 
 
 def test_telemetry_extras_carry_no_tensors():
-    from streamfl.protocol.payloads import FisherTrace, CurvatureDiagonal
+    from streamfl.methods.clp.payloads import FisherTrace
+    from streamfl.methods.fedcurv.payloads import CurvatureDiagonal
     ok = Telemetry(device_id="d0", time_s=1.0, buffer_fill=0, buffer_capacity=1,
                    extras={"fisher_trace": FisherTrace(1.0)})
     assert Decoder({}).decode(encode(ok)).extras["fisher_trace"].value == 1.0
@@ -107,7 +108,7 @@ def test_bad_settings_are_config_errors(bad):
 
 
 def test_every_registered_policy_builds():
-    from streamfl.coordinator.scheduling import POLICIES
+    from streamfl.methods.schedule.policies import POLICIES
     for name in POLICIES:
         assert plugin(core(policy=name)).policy.name == name
 

@@ -1,4 +1,4 @@
-"""Device-scheduling policies (coordinator/scheduling/): one contract suite run over every
+"""Device-scheduling policies (methods/schedule/policies/): one contract suite run over every
 registered policy on random fleets (sizes down to N = 0 and C = 1, unknown metrics, unreachable
 devices, empty devices, tight budgets), then each policy's own ordering or sampling rule on small
 cases."""
@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from streamfl.coordinator.scheduling import (
+from streamfl.methods.schedule.policies import (
     POLICIES, Budget, Candidates, RoundInfo, SchedulingPolicy, fill, global_distribution,
     greedy_select, make_policy, temporal_drift,
 )
-from streamfl.coordinator.scheduling.fedcbs import qcid
+from streamfl.methods.schedule.policies.fedcbs import qcid
 
 TOL = 1e-9
 INFO = RoundInfo(k=0, K=10)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from streamfl.errors import StreamflError
-from streamfl.sim.session_report import session_figures, sessions_for_runs, summarize
+from streamfl.methods.sessions.report import session_figures, sessions_for_runs, summarize
 
 
 def _evals(method, accs, t0, period, energy_per_s=10.0):

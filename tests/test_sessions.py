@@ -8,22 +8,22 @@ import pytest
 
 from factories import UNBOUNDED_ADMISSION, greet, make_global_model, make_update
 from streamfl.agent.plugins.base import RoundContext
-from streamfl.agent.plugins.sessions import SessionsAgentConfig, SessionsAgentPlugin
+from streamfl.methods.sessions.agent import SessionsAgentConfig, SessionsAgentPlugin
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import WITHHELD, CoordinatorCore
 from streamfl.coordinator.persistence import Persister, StateStore
-from streamfl.coordinator.plugins.sessions import SessionsConfig
-from streamfl.coordinator.sessions import AverageInit, GradientWeightedInit, PreviousInit, make_init
-from streamfl.coordinator.sessions.aux import AuxRound
-from streamfl.coordinator.sessions.library import SavedSession, SessionLibrary, mean_model
-from streamfl.coordinator.sessions.membership import Membership
-from streamfl.coordinator.sessions.weighted import similarity_weights
+from streamfl.methods.sessions.coordinator import SessionsConfig
+from streamfl.methods.sessions.initializers import AverageInit, GradientWeightedInit, PreviousInit, make_init
+from streamfl.methods.sessions.initializers.aux import AuxRound
+from streamfl.methods.sessions.initializers.library import SavedSession, SessionLibrary, mean_model
+from streamfl.methods.sessions.initializers.membership import Membership
+from streamfl.methods.sessions.initializers.weighted import similarity_weights
 from streamfl.errors import ProtocolError
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import Command, Offline
-from streamfl.protocol.session_payloads import SessionTerms
+from streamfl.methods.sessions.payloads import SessionTerms
 
 SPEC = {"name": "mlp", "in_channels": 3, "window_len": 8, "num_classes": 3, "hidden": 8}
 MSPEC = ModelSpec(**SPEC)

@@ -24,7 +24,7 @@ import pytest
 
 from fleet import ModelWatcher
 from streamfl.protocol.messages import GlobalModel, Hello
-from streamfl.protocol.session_payloads import SessionTerms
+from streamfl.methods.sessions.payloads import SessionTerms
 from streamfl.sim.demo import DemoOptions
 
 A, B, C, D = range(4)

@@ -8,18 +8,19 @@ import pytest
 
 from factories import make_global_model, make_hello, make_update
 from streamfl.agent.buffer import Buffer
-from streamfl.agent.buffer_policies.dds import DdsPolicy
+from streamfl.methods.sfedpo.buffer_policy import DdsPolicy
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore
-from streamfl.agent.dds import DirichletOracle, dds_rates, dds_scores, heterogeneity_score, population_weights
-from streamfl.agent.plugins.sfedpo import SfedpoAgentConfig
+from streamfl.methods.sfedpo.dds import DirichletOracle, dds_rates, dds_scores, heterogeneity_score, population_weights
+from streamfl.methods.sfedpo.agent import SfedpoAgentConfig
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
-from streamfl.coordinator.plugins.sfedpo import SfedpoConfig
+from streamfl.methods.sfedpo.coordinator import SfedpoConfig
 from streamfl.errors import ProtocolError
 from streamfl.models import ModelSpec
-from streamfl.protocol.selection_payloads import ImportanceTerms, SfedpoReport, SfedpoTerms
+from streamfl.methods.importance.payloads import ImportanceTerms
+from streamfl.methods.sfedpo.payloads import SfedpoReport, SfedpoTerms
 from streamfl.sensors.window import Window
 
 SPEC = ModelSpec(name="mlp", in_channels=2, window_len=4, num_classes=4, hidden=8)

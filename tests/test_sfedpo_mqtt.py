@@ -23,7 +23,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from fleet import ModelWatcher
 from streamfl.protocol.messages import GlobalModel, Hello
-from streamfl.protocol.selection_payloads import SfedpoTerms
+from streamfl.methods.sfedpo.payloads import SfedpoTerms
 from streamfl.sim.demo import DemoOptions
 
 A, B = 0, 1

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from streamfl.errors import StreamflError
-from streamfl.sim.sfedpo_report import buffer_mix, margin, method_figures, sfedpo_for_runs
+from streamfl.methods.sfedpo.report import buffer_mix, margin, method_figures, sfedpo_for_runs
 
 
 def _evals(method, accs, seed=0, counts=None):

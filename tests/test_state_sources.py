@@ -1,9 +1,9 @@
-"""The contract every latent-state source keeps (``streamfl.agent.latent.SOURCES``), and what each
+"""The contract every latent-state source keeps (``streamfl.methods.sfedpo.latent.SOURCES``), and what each
 one does of its own: the window's state where it has one, inference from the label mix otherwise."""
 import numpy as np
 import pytest
 
-from streamfl.agent.latent import SOURCES, GivenStates, InferredStates, StateSource, make_state_source
+from streamfl.methods.sfedpo.latent import SOURCES, GivenStates, InferredStates, StateSource, make_state_source
 from streamfl.sensors.window import UNLABELLED, Window
 
 K = 4

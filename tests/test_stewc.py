@@ -7,21 +7,21 @@ import torch
 from factories import UNBOUNDED_ADMISSION, greet, make_update
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore
-from streamfl.agent.drift import InputDrift
+from streamfl.methods.stewc.drift import InputDrift
 from streamfl.agent.plugins.base import RoundContext
-from streamfl.agent.plugins.stewc import StEwcAgentPlugin
+from streamfl.methods.stewc.agent import StEwcAgentPlugin
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
 from streamfl.coordinator.persistence import Persister, StateStore
-from streamfl.coordinator.temporal import TemporalSums
+from streamfl.methods.stewc.temporal import TemporalSums
 from streamfl.errors import ProtocolError
 from streamfl.models import ModelSpec, build_model, tensor_spec
 from streamfl.models.fisher import fisher_diagonal
 from streamfl.models.serialize import arrays_to_model, model_to_arrays
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import GlobalModel
-from streamfl.protocol.period_payloads import DriftSignal, PeriodFisher, PeriodTerms
+from streamfl.methods.stewc.payloads import DriftSignal, PeriodFisher, PeriodTerms
 from streamfl.sensors.window import Window
 
 SPEC = {"name": "mlp", "in_channels": 3, "window_len": 8, "num_classes": 3, "hidden": 8}

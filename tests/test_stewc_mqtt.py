@@ -12,7 +12,7 @@ import re
 import pytest
 
 from fleet import ModelWatcher
-from streamfl.protocol.period_payloads import PeriodTerms
+from streamfl.methods.stewc.payloads import PeriodTerms
 
 AGENTS = 2
 PERIOD_S = 6.0

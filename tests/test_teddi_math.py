@@ -1,4 +1,4 @@
-"""FedTeddi's scheduling math (coordinator/scheduling/teddi.py): eq. 9, 11, 14, 15, 17, 18 on small
+"""FedTeddi's scheduling math (methods/schedule/policies/teddi.py): eq. 9, 11, 14, 15, 17, 18 on small
 cases worked out by hand, the greedy's choices and budgets, and the vectorized greedy against a plain
 loop version of Algorithm 1 on random fleets."""
 import math
@@ -8,7 +8,7 @@ import pytest
 from scipy.optimize import brentq
 from scipy.special import lambertw
 
-from streamfl.coordinator.scheduling import (
+from streamfl.methods.schedule.policies import (
     allocate_bandwidth, class_weights, collective_divergence, drift_weight, global_distribution,
     greedy_select, temporal_drift, utility,
 )

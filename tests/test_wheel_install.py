@@ -30,13 +30,15 @@ import yaml
 
 from source_tree import ROOT, ROOTS, packages, source_files
 from streamfl.coordinator.metrics import read_metrics
-from streamfl.coordinator.plugins import PLUGINS, plugin_configs
+from streamfl.coordinator.plugins import plugin_configs
+from streamfl.methods import coordinator_plugins
+PLUGINS = coordinator_plugins()
 from streamfl.plugins import build_settings
 
 pytestmark = pytest.mark.slow
 
 #: The subpackages a hand-kept package list once left out of the wheel.
-ONCE_MISSING = ("streamfl.coordinator.sessions", "streamfl.coordinator.periods", "streamfl.agent.latent")
+ONCE_MISSING = ("streamfl.methods.sessions.initializers", "streamfl.methods.stewc.periods", "streamfl.methods.sfedpo.latent")
 
 #: Walks and imports every module of the installed ``streamfl``; prints what it found as JSON.
 IMPORT_EVERYTHING = r"""
@@ -283,7 +285,7 @@ def test_the_installed_programs_aggregate_an_update_with_every_plugin(fresh_venv
         _stop(procs)
     assert [proc.returncode for proc in procs] == [0, 0], logs()
     record = aggregated[0]
-    # The sessions and ST-EWC plug-ins (coordinator/sessions, coordinator/periods) stamped the
-    # update; the agent's SFedPO plug-in (agent/latent) reported its score.
+    # The sessions and ST-EWC plug-ins (methods/sessions/initializers, methods/stewc/periods) stamped the
+    # update; the agent's SFedPO plug-in (methods/sfedpo/latent) reported its score.
     assert {"session", "period", "sfedpo_score", "balance_factor", "scheduled", "fisher_trace"} <= set(record)
     assert "SFedPO: admitting windows by latent state" in (tmp_path / "agent.log").read_text()

@@ -1,0 +1,140 @@
+"""The learning methods, one package each, loaded in calling order.
+
+``BUILTIN`` lists the packages shipped here; the order is the plug-ins' calling order on both
+sides (a plug-in that reads another, such as CriticalFL reading the CLP probe, comes after it) and
+the order named simulator runs are listed in. A method from elsewhere joins after them: a package
+of another distribution declares it under the ``streamfl.methods`` entry-point group
+(``name = "package:METHOD"``), and a program or a test calls ``register(METHOD)``.
+
+Adding a method takes its package (``__init__.py`` declaring ``METHOD``, the plug-ins, payloads,
+presets, docs page) and its name in ``BUILTIN``; docs/architecture.md walks through it.
+"""
+import importlib
+import logging
+import threading
+from typing import Dict, List, Optional, Type
+
+from streamfl.methods.base import Method, MethodPackage, ReportSection
+
+log = logging.getLogger(__name__)
+
+#: The shipped methods' packages (``streamfl.methods.<name>``), in calling order.
+BUILTIN = ("clp", "fedcurv", "criticalfl", "sampling", "balance", "schedule", "stewc", "sessions",
+           "sfedpo", "importance", "adaptive_lr")
+
+#: The entry-point group other distributions declare their methods under.
+ENTRY_POINT_GROUP = "streamfl.methods"
+
+_lock = threading.RLock()
+_packages: Dict[str, MethodPackage] = {}
+_loaded = False
+
+
+def _add(package: MethodPackage) -> None:
+    """Register ``package``'s payload types (importing its payload module registers them with the
+    codec) and keep it; ``ValueError`` on a name taken."""
+    if package.name in _packages:
+        raise ValueError("method %r is already registered" % package.name)
+    if package.payloads is not None:
+        package.resolve(package.payloads)
+    _packages[package.name] = package
+
+
+def _load() -> None:
+    global _loaded
+    with _lock:
+        if _loaded:
+            return
+        _loaded = True
+        for name in BUILTIN:
+            _add(importlib.import_module("%s.%s" % (__name__, name)).METHOD)
+        from importlib.metadata import entry_points
+        for point in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                _add(point.load())
+            except Exception as exc:  # another distribution's bug must not stop the fleet
+                log.error("method %s from entry point %s not loaded: %s", point.name, point.value, exc)
+
+
+def register(package: MethodPackage) -> MethodPackage:
+    """Add a method from outside this distribution (after the shipped ones); ``ValueError`` if its
+    name is taken."""
+    _load()
+    with _lock:
+        _add(package)
+    return package
+
+
+def unregister(name: str) -> None:
+    """Remove a method ``register`` added (tests that add a toy method clean up with it)."""
+    _load()
+    with _lock:
+        if name in BUILTIN:
+            raise ValueError("method %r ships with streamfl and cannot be removed" % name)
+        _packages.pop(name, None)
+
+
+def packages() -> Dict[str, MethodPackage]:
+    """Every method's declaration by name, in calling order."""
+    _load()
+    with _lock:
+        return dict(_packages)
+
+
+def get(name: str) -> Optional[MethodPackage]:
+    """The method called ``name``, None if none is."""
+    return packages().get(name)
+
+
+def coordinator_plugins() -> Dict[str, Type]:
+    """``{name: CoordinatorPlugin subclass}`` of the methods with a coordinator side, in calling order."""
+    out = {}
+    for name, package in packages().items():
+        cls = package.coordinator_class()
+        if cls is not None:
+            out[name] = cls
+    return out
+
+
+def agent_plugins() -> Dict[str, Type]:
+    """``{name: AgentPlugin subclass}`` of the methods with a device side, in calling order."""
+    out = {}
+    for name, package in packages().items():
+        cls = package.agent_class()
+        if cls is not None:
+            out[name] = cls
+    return out
+
+
+def buffer_policies() -> Dict[str, Type]:
+    """``{name: ReplacementPolicy subclass}`` the methods lend the agent's buffer."""
+    out = {}
+    for package in packages().values():
+        for ref in package.buffer_policies:
+            cls = package.resolve(ref)
+            out[cls.name] = cls
+    return out
+
+
+def presets() -> List[Method]:
+    """Every method's named simulator runs, in calling order."""
+    return [preset for package in packages().values() for preset in package.preset_list()]
+
+
+def report_sections() -> Dict[str, ReportSection]:
+    """``{section name: ReportSection}`` over every method (``streamfl report --section``)."""
+    return {section.name: section for package in packages().values() for section in package.reports}
+
+
+def report_renderer(section: str):
+    """The render function of report section ``section``; ``KeyError`` if no method has it."""
+    for package in packages().values():
+        found = package.report(section)
+        if found is not None:
+            return found
+    raise KeyError(section)
+
+
+__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "Method", "MethodPackage", "ReportSection", "register",
+           "unregister", "packages", "get", "coordinator_plugins", "agent_plugins", "buffer_policies",
+           "presets", "report_sections", "report_renderer"]

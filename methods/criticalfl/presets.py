@@ -1,0 +1,11 @@
+"""CriticalFL's named run (a baseline of AdaCLP)."""
+from typing import List
+
+from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Method
+
+#: The named simulator runs of this method (``streamfl sim --methods NAME``).
+PRESETS: List[Method] = []
+
+PRESETS.append(Method("criticalfl", "CriticalFL: synchronous rounds whose client count doubles inside "
+                                    "the CLP and halves after (Yan et al. 2023)",
+                      coordinator=_FEDAVG, plugins={"clp": {"refine_hparams": False}, "criticalfl": {}}))

@@ -1,0 +1,26 @@
+"""FedCurv's named runs: synchronous, under FedAsync, and composed with the CLP regulator."""
+from typing import List
+
+from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Method
+from streamfl.methods.clp.presets import LEARNED as _LEARNED
+
+#: The named simulator runs of this method (``streamfl sim --methods NAME``).
+PRESETS: List[Method] = []
+
+# The AdaCLP paper's other baselines (adaclp.txt sec. 5.1): FedCurv (synchronous, the U/V sums of
+# DESIGN.md s8), AFedCurv (the same penalty under FedAsync), CriticalFL (synchronous; twice the
+# clients per round inside the CLP, half outside) and FedCurv+CLP (FedCurv with the CLP regulator).
+PRESETS.append(Method("fedcurv", "FedCurv: synchronous FedAvg whose devices train with the peers' Fisher-"
+                                 "weighted penalty (Shoham et al. 2019)",
+                      coordinator=_FEDAVG, plugins={"fedcurv": {}}))
+PRESETS.append(Method("afedcurv", "AFedCurv: FedCurv's penalty under FedAsync aggregation",
+                      coordinator=_FEDASYNC, plugins={"fedcurv": {}}))
+PRESETS.append(Method("fedcurv+clp", "FedCurv with the CLP regulator: synchronous FedCurv, devices refine "
+                                     "lr, batch size and dropout from the CLP state (eq. 4-6)",
+                      coordinator=_FEDAVG, plugins={"fedcurv": {}, "clp": {}}))
+
+
+PRESETS.append(Method("streamclp+fedcurv", "streamclp composed with FedCurv's penalty (a regularizer "
+                                           "and the CLP regulator in one fleet)",
+                      coordinator=_FEDASYNC, plugins={"clp": {}, "fedcurv": {}}, agent=_LEARNED,
+                      dvfs_policy="none"))

@@ -1,0 +1,38 @@
+"""The importance-sampling baseline on the coordinator: tells the fleet to run it (``ImportanceTerms``).
+
+The selection itself is the devices' (``streamfl.methods.importance.agent``); the coordinator only
+sets the budget (0.5, SFedPO's alpha_n, so the two select the same share of windows) and how many
+random slots an eviction compares (8).
+"""
+from dataclasses import dataclass
+from typing import List
+
+from streamfl.config import bounded
+from streamfl.coordinator.plugins.base import CoordinatorPlugin
+from streamfl.protocol.extras import Extra
+from streamfl.methods.importance.payloads import ImportanceTerms
+
+
+@dataclass(frozen=True)
+class ImportanceConfig:
+    """budget: mean admission probability of a window once the buffer is full;
+    candidates: random slots an eviction compares."""
+
+    budget: float = bounded(0.5, 0.0, 1.0, lo_open=True)
+    candidates: int = bounded(8, 1, 1024)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.budget <= 1.0:
+            raise ValueError("budget must be in (0, 1], got %r" % (self.budget,))
+        if not 1 <= self.candidates <= 1024:
+            raise ValueError("candidates must be in [1, 1024], got %r" % (self.candidates,))
+
+
+class ImportancePlugin(CoordinatorPlugin):
+    """Broadcasts the importance-sampling terms."""
+
+    name = "importance"
+    Config = ImportanceConfig
+
+    def extras(self) -> List[Extra]:
+        return [ImportanceTerms(self.config.budget, self.config.candidates)]

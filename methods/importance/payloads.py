@@ -1,0 +1,38 @@
+"""The importance-sampling baseline's typed extra: its budget and eviction sample on the global
+model (``importance``)."""
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping
+
+from streamfl.protocol.bounds import BUDGET
+from streamfl.protocol.extras import Bound, Extra, Tensors, check_keys, get_float, get_int, no_tensors, \
+    register_extra
+
+
+@register_extra
+@dataclass(frozen=True)
+class ImportanceTerms(Extra):
+    """The importance-sampling baseline runs: its admission budget and eviction sample size."""
+
+    KIND = "importance"
+    BOUNDS = {
+        # the mean admission probability: (0, 1], 1 keeping every window; the floor as BUDGET's
+        "budget": Bound(BUDGET.lo, 1.0),
+        "candidates": Bound(1, 1024),       # random slots one eviction compares (8 by default)
+    }
+
+    budget: float = 0.5
+    candidates: int = 8
+
+    def fields(self) -> Dict[str, Any]:
+        return {"budget": self.budget, "candidates": self.candidates}
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, Any], groups: Mapping[str, Tensors]) -> "ImportanceTerms":
+        k = cls.KIND
+        check_keys(k, fields, ("budget", "candidates"))
+        no_tensors(k, groups)
+        return cls(budget=get_float(k, fields, "budget"), candidates=get_int(k, fields, "candidates", 8))
+
+
+__all__ = ["SfedpoTerms", "SfedpoReport", "ImportanceTerms", "MAX_STATES", "MAX_SCORE", "MIN_AVAILABILITY",
+           "BUDGET"]

@@ -1,0 +1,11 @@
+"""Importance sampling's named run (a baseline of SFedPO)."""
+from typing import List
+
+from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Method
+
+#: The named simulator runs of this method (``streamfl sim --methods NAME``).
+PRESETS: List[Method] = []
+
+PRESETS.append(Method("is", "importance sampling: windows of the classes with the largest logit-gradient "
+                            "norm admitted more and evicted last, at SFedPO's budget (Li et al. 2021)",
+                      coordinator=_FEDAVG, plugins={"importance": {}}))

@@ -1,0 +1,82 @@
+"""Sessions on the device: log the fleet's session and train each auxiliary model once.
+
+The coordinator's ``sessions`` plug-in (``methods/sessions/coordinator.py``) announces the session
+in every global model (``SessionTerms``). A device logs each new session and each auxiliary round,
+and, during an auxiliary round, trains the auxiliary model once and then waits for the next model:
+the coordinator takes only the first update each device trained from it (one local round from the
+pilot is what measures the session's gradient), so a second round would be energy spent for
+nothing. Dormant while the global model carries no ``session`` extra.
+"""
+import logging
+from dataclasses import dataclass
+from typing import List, Optional
+
+from streamfl.agent.plugins.base import AgentPlugin, RoundContext, Statistic
+from streamfl.protocol.messages import GlobalModel
+from streamfl.methods.sessions.payloads import SessionTerms
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SessionsAgentConfig:
+    """once_per_aux_model: after one round from an auxiliary model, skip rounds until a newer
+    model arrives (true: the coordinator uses no later round from it).
+    forget_on_new_session: empty the window buffer when a new session is announced. Off by
+    default: where sessions change because boards come and go (the paper's setting), a board that
+    stays keeps data that is still its own. On where the boards' own world changes with the
+    session (a shift's tasks, a room's use): old windows would drag the new session's model back.
+    """
+
+    once_per_aux_model: bool = True
+    forget_on_new_session: bool = False
+
+
+class SessionsAgentPlugin(AgentPlugin):
+    """Follows the session in the global model; rests after its auxiliary round."""
+
+    name = "sessions"
+    Config = SessionsAgentConfig
+
+    def __init__(self, config: SessionsAgentConfig):
+        super().__init__(config)
+        self.terms: Optional[SessionTerms] = None
+        #: The version of the auxiliary model in force (None when the model is the session's).
+        self.aux_version: Optional[int] = None
+        self.aux_trained = False
+        self._forget = False
+
+    def on_global_model(self, gm: GlobalModel) -> None:
+        terms = gm.extras.get(SessionTerms.KIND)
+        if not isinstance(terms, SessionTerms):
+            self.terms, self.aux_version = None, None
+            return
+        old = self.terms
+        if old is not None and terms.session > old.session and self.config.forget_on_new_session:
+            self._forget = True
+        if old is None or (terms.session, terms.aux_round) != (old.session, old.aux_round):
+            if terms.auxiliary:
+                log.info("session %d: auxiliary round %d/%d (model version %d)", terms.session,
+                         terms.aux_round, terms.aux_rounds, gm.version)
+            else:
+                log.info("session %d: training the session's model (version %d)", terms.session, gm.version)
+        self.terms = terms
+        self.aux_version = gm.version if terms.auxiliary else None
+        self.aux_trained = False
+
+    def forgets_windows(self) -> bool:
+        forget, self._forget = self._forget, False
+        return forget
+
+    @property
+    def session(self) -> Optional[int]:
+        """The fleet's session as the newest global model said, None if it says none."""
+        return None if self.terms is None else self.terms.session
+
+    def statistics(self, ctx: RoundContext) -> List[Statistic]:
+        if self.aux_version is not None and ctx.base_version == self.aux_version:
+            self.aux_trained = True
+        return []
+
+    def should_train(self, now: float) -> bool:
+        return not (self.config.once_per_aux_model and self.aux_trained)

@@ -1,0 +1,332 @@
+"""Sessions of a dynamic device set on the coordinator (session-init-dynamic-devices.txt; DESIGN.md s8).
+
+A session runs while the set of online devices stays about the same (``methods/sessions/initializers/
+membership.py``); when it changes by more than ``change_fraction``, or an operator sends
+``new-session``, the session ends: its final model is saved (``SessionLibrary``; after the first
+``pilot_sessions`` their mean is the pilot model) and the next one starts from the model the
+``init`` construction builds (``methods/sessions/initializers/``):
+
+- ``previous``: nothing is built; the fleet keeps training the model it has;
+- ``average``: the mean of the saved session models;
+- ``session-init`` (Algorithm 1): the pilot becomes the global model for ``aux_rounds`` auxiliary
+  rounds (the strategy sees none of their updates: the plug-in merges each round itself), which
+  give the session's gradient ``g_s = w_aux - w_pilot``; the session then starts from the saved
+  models weighted by ``softmax(-kappa ||g_i - g_s||)`` (or, with none saved yet, from where it was).
+
+A switch is a new global version with nothing merged; updates trained from a model before it are
+withheld from the strategy (under FedAsync they would mix the old session back in; FedAvg drops
+them as stale anyway). So every boundary withholds updates for a while (the auxiliary rounds, then
+the updates still trained from the old model), and no boundary, an operator's or the membership's,
+comes before the session trained its own model for ``min_session_s``: an operator's ``new-session``
+inside that time is deferred to its end (logged; several make one), so no stream of commands nor
+of devices coming and going withholds more than about ``W / (W + min_session_s)`` of the updates,
+``W`` being a boundary's withholding time. Every global model carries the session
+(``SessionTerms``), every update record its ``session``, and each boundary and switch is a
+``session`` metrics event (a deferred ``new-session`` too).
+"""
+import logging
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional
+
+import numpy as np
+
+from streamfl.config import bounded
+from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
+from streamfl.methods.sessions.initializers import INITS, make_init
+from streamfl.methods.sessions.initializers.aux import AuxRound
+from streamfl.methods.sessions.initializers.library import SessionLibrary, difference, prefixed, unprefixed
+from streamfl.methods.sessions.initializers.membership import Membership
+from streamfl.methods.sessions.initializers.weighted import DISTANCES
+from streamfl.protocol.extras import Extra
+from streamfl.protocol.messages import Command, Tensors, Update
+from streamfl.methods.sessions.payloads import MAX_AUX_ROUNDS, SessionTerms
+
+log = logging.getLogger(__name__)
+
+#: The operator command kind that starts a new session at once.
+NEW_SESSION = "new-session"
+
+
+@dataclass(frozen=True)
+class SessionsConfig:
+    """Session boundaries and the starting model of each session.
+
+    init: "previous", "average" or "session-init" (the paper's Algorithm 1).
+    pilot_sessions: P, sessions whose final models' mean is the pilot (the paper's experiments: 1).
+    aux_rounds: V, auxiliary rounds from the pilot per session (the paper: 1).
+    max_saved: H, session models kept (oldest dropped first); bounds the state folder's use.
+    kappa, distance: the similarity's sharpness and whether distances are relative to ||g_s||
+      (``methods/sessions/initializers/weighted.py`` says why relative is the default).
+    change_fraction: a session ends when the devices gone plus the devices new exceed this share
+      of the session's devices. The paper leaves the trigger open; 0.3 ignores one board in ten
+      coming and going, and catches a shift change.
+    min_session_s: no boundary, an operator's or the membership's, before the session has trained
+      its own model (its auxiliary rounds done) for this long; a ``new-session`` before then is
+      deferred to it. 60 s: a boundary withholds updates for its auxiliary rounds and about one
+      round more, seconds in a fleet of rounds of seconds, so a flood of commands or a flapping
+      board can withhold a small share of them at most (a real shift change is not an urgent
+      minute), while a fleet that truly changed waits a minute at most.
+    settle_s: a change must last this long to count, and devices arriving this soon after a
+      session starts join it (boards of a shift leave and arrive over a few seconds).
+    silence_s: a device online but unheard for this long counts as gone (0: only Hello and last
+      will count). 60 s is twelve of the agent's 5 s telemetry intervals.
+    aux_quorum, aux_wait_s: an auxiliary round closes when this share of the devices online at
+      its start answered, or after this wait with at least one answer.
+    """
+
+    init: str = "session-init"
+    pilot_sessions: int = bounded(1, 1, 1000)
+    aux_rounds: int = bounded(1, 1, MAX_AUX_ROUNDS)
+    max_saved: int = bounded(8, 1, 1000)
+    kappa: float = bounded(10.0, 0.0, 1e4)
+    distance: str = "relative"
+    change_fraction: float = bounded(0.3, 0.0, 2.0, hi_open=True)
+    min_session_s: float = bounded(60.0, 0.0, 1e8)
+    settle_s: float = bounded(5.0, 0.0, 86400.0)
+    silence_s: float = bounded(60.0, 0.0, 86400.0)
+    aux_quorum: float = bounded(1.0, 0.0, 1.0, lo_open=True)
+    aux_wait_s: float = bounded(30.0, 0.0, 86400.0)
+
+    def __post_init__(self) -> None:
+        if self.init not in INITS:
+            raise ValueError("init must be one of %s, got %r" % (", ".join(INITS), self.init))
+        if self.distance not in DISTANCES:
+            raise ValueError("distance must be one of %s, got %r" % (", ".join(DISTANCES), self.distance))
+        if self.pilot_sessions < 1 or self.max_saved < 1 or not 1 <= self.aux_rounds <= MAX_AUX_ROUNDS:
+            raise ValueError("pilot_sessions and max_saved must be >= 1, aux_rounds in 1..%d"
+                             % MAX_AUX_ROUNDS)
+        if not (self.kappa >= 0 and np.isfinite(self.kappa)):
+            raise ValueError("kappa must be finite and >= 0, got %r" % (self.kappa,))
+        if not 0 <= self.change_fraction < 2:
+            raise ValueError("change_fraction must be in [0, 2), got %r" % (self.change_fraction,))
+        if not (self.min_session_s >= 0 and self.settle_s >= 0 and self.silence_s >= 0):
+            raise ValueError("min_session_s, settle_s and silence_s must be >= 0")
+        if not (0 < self.aux_quorum <= 1 and self.aux_wait_s >= 0):
+            raise ValueError("aux_quorum must be in (0, 1] and aux_wait_s >= 0")
+
+
+class SessionsPlugin(CoordinatorPlugin):
+    """Ends sessions, runs the auxiliary rounds and switches the fleet to each session's model."""
+
+    name = "sessions"
+    Config = SessionsConfig
+
+    def __init__(self, config: SessionsConfig, fleet: FleetView, peers: Mapping[str, CoordinatorPlugin]):
+        super().__init__(config, fleet, peers)
+        self.init = make_init(config.init, config.kappa, config.distance)
+        self.library = SessionLibrary(config.pilot_sessions, config.max_saved)
+        self.membership = Membership(config.change_fraction, config.min_session_s, config.settle_s)
+        #: The running session (-1 until the first device is online).
+        self.session = -1
+        #: The auxiliary round in progress (1..V), 0 while the session trains its own model.
+        self.aux_round = 0
+        self.aux: Optional[AuxRound] = None
+        #: This session's gradient from the pilot, once its auxiliary rounds are done.
+        self.gradient: Optional[Tensors] = None
+        #: The model the last session ended with (the start when nothing better is built).
+        self._previous: Optional[Tensors] = None
+        #: Updates trained from versions before this one are withheld (0: none).
+        self.fence_version = 0
+        #: Since when the running session trains its own model (None: not yet, or not since a restart).
+        self._own_since: Optional[float] = None
+        #: An operator's new-session waits for the session to be ``min_session_s`` old.
+        self._operator_pending = False
+        self._switch: Optional[Tensors] = None
+        self._switch_pending = False
+        self._events: List[Dict[str, Any]] = []
+        #: What ``load_state`` read, for ``load_state_tensors`` (which comes after it).
+        self._loaded: Dict[str, Any] = {}
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def on_tick(self, now: float) -> None:
+        present = self._present(now)
+        if self.session < 0:
+            if present:
+                self.session = 0
+                self._own_since = now
+                self.membership.start(now, present)
+                self._event("start", devices=len(present))
+            return
+        if self.membership.started_s is None:  # restarted: the session's clock starts again
+            self.membership.started_s = now
+        if self._own_since is None and self.aux_round == 0:
+            self._own_since = now
+        if self.aux is not None and self.aux.done(now):
+            self._close_aux_round(now)
+        due = self.membership.due(now, present)  # always asked: it keeps the reference set
+        if self._operator_pending and self._old_enough(now):
+            log.info("sessions: the operator's deferred new session begins")
+            self._boundary(now, present, reason="operator")
+        elif due and self._old_enough(now):
+            self._boundary(now, present)
+
+    def on_operator(self, command: Command, now: float) -> bool:
+        if command.kind != NEW_SESSION:
+            return False
+        if self.session < 0:
+            log.warning("sessions: new-session ignored: no device is online yet")
+        elif self._old_enough(now):
+            log.info("sessions: an operator asked for a new session")
+            self._boundary(now, self._present(now), reason="operator")
+        elif self._operator_pending:
+            log.info("sessions: new-session: one is already deferred until session %d has trained "
+                     "its own model for min_session_s (%g s)", self.session, self.config.min_session_s)
+        else:
+            self._operator_pending = True
+            log.warning("sessions: new-session deferred: session %d %s; it begins once the session "
+                        "has trained its own model for min_session_s (%g s)", self.session,
+                        self._age_text(now), self.config.min_session_s)
+            self._event("deferred", reason="operator")
+        return True
+
+    def on_update(self, update: Update, now: float) -> None:
+        if self.aux is not None and not self._switch_pending and self.aux.offer(update) \
+                and self.aux.done(now):
+            self._close_aux_round(now)
+
+    def withholds(self, update: Update, now: float) -> bool:
+        # A switch pending (this very update closed the aux round) replaces the model it trained from.
+        return self.aux_round > 0 or self._switch_pending or update.base_version < self.fence_version
+
+    def on_aggregation(self, aggregation: Aggregation) -> None:
+        if self._switch_pending and not aggregation.merged:  # our switch became this version
+            self._switch_pending = False
+            self.fence_version = aggregation.version
+            if self.aux is not None:
+                self.aux.version = aggregation.version
+
+    # ---- outputs ------------------------------------------------------------------------------
+    def switch_model(self) -> Optional[Tensors]:
+        out, self._switch = self._switch, None
+        return out
+
+    def extras(self) -> List[Extra]:
+        return [SessionTerms(max(0, self.session), self.aux_round, self.config.aux_rounds)]
+
+    def record_fields(self, update: Update) -> Dict[str, Any]:
+        return {"session": self.session}
+
+    def take_events(self) -> List[Dict[str, Any]]:
+        out, self._events = self._events, []
+        return out
+
+    # ---- the session's life -------------------------------------------------------------------
+    def _old_enough(self, now: float) -> bool:
+        """True once the session has trained its own model for ``min_session_s``: a boundary may
+        come (the bound on the share of time boundaries withhold updates)."""
+        return (self.aux_round == 0 and self._own_since is not None
+                and now - self._own_since >= self.config.min_session_s)
+
+    def _age_text(self, now: float) -> str:
+        if self.aux_round > 0:
+            return "is still in its auxiliary rounds"
+        if self._own_since is None:
+            return "has just been restored"
+        return "has trained its own model for %.0f s" % (now - self._own_since)
+
+    def _present(self, now: float) -> List[str]:
+        online = list(self.fleet.online())
+        seen = self.fleet.last_seen_s
+        if self.config.silence_s <= 0 or seen is None:
+            return online
+        last = {d: seen(d) for d in online}  # an online device is in the registry: never None
+        return [d for d in online if last[d] is None or now - last[d] <= self.config.silence_s]
+
+    def _boundary(self, now: float, present: List[str], reason: str = "membership") -> None:
+        change = self.membership.change(present)
+        if self.aux_round > 0:  # the session ended before it had a model of its own: keep none
+            log.info("sessions: session %d ended during its auxiliary round", self.session)
+        else:
+            final = self._current()
+            self.library.end_session(self.session, final, self.gradient)
+            self._previous = final
+        self.session += 1
+        self.membership.start(now, present)
+        self.gradient, self.aux, self.aux_round = None, None, 0
+        self._operator_pending = False
+        self._own_since = now  # unless an auxiliary round starts below
+        log.info("sessions: session %d begins (%s; %.0f%% of the devices changed, %d online)",
+                 self.session, reason, 100 * change, len(present))
+        self._event("boundary", reason=reason, change=round(change, 4), devices=len(present))
+        if self.init.needs_gradient and self.library.pilot is not None:
+            self._start_aux_round(now, 1, self.library.pilot, present)
+        elif not self.init.needs_gradient:
+            self._switch_to(self.init.build(self.library.saved, None), now)
+
+    def _start_aux_round(self, now: float, number: int, model: Tensors, present: List[str]) -> None:
+        self.aux_round = number
+        self._own_since = None
+        self.aux = AuxRound(-1, now, present, self.config.aux_quorum, self.config.aux_wait_s)
+        self._switch, self._switch_pending = model, True
+        self._event("aux", aux_round=number)
+
+    def _close_aux_round(self, now: float) -> None:
+        merged = self.aux.merged()
+        answers = len(self.aux.updates)
+        if self.aux_round < self.config.aux_rounds:
+            self._start_aux_round(now, self.aux_round + 1, merged, self._present(now))
+            return
+        self.gradient = difference(merged, self.library.pilot)
+        self.aux, self.aux_round = None, 0
+        self._own_since = now
+        built = self.init.build(self.library.saved, self.gradient)
+        weights = self.init.last_weights
+        log.info("sessions: session %d's gradient from %d device(s); starting from %s", self.session,
+                 answers, "saved sessions %s" % weights if built is not None else "the previous model")
+        self._switch_to(built if built is not None else self._previous, now, weights=weights,
+                        answers=answers)
+
+    def _switch_to(self, model: Optional[Tensors], now: float, **fields: Any) -> None:
+        if model is None:
+            return
+        self._switch, self._switch_pending = model, True
+        self._event("init", **fields)
+
+    def _current(self) -> Tensors:
+        return self.fleet.model() if self.fleet.model is not None else {}
+
+    def _event(self, what: str, **fields: Any) -> None:
+        event = {"event": "session", "session": self.session, "what": what, "init": self.config.init}
+        event.update({k: {str(s): w for s, w in v.items()} if isinstance(v, dict) else v
+                      for k, v in fields.items()})
+        self._events.append(event)
+
+    # ---- persistence --------------------------------------------------------------------------
+    def state(self) -> Optional[Dict[str, Any]]:
+        return {"session": self.session, "aux_round": self.aux_round,
+                "aux_version": None if self.aux is None else self.aux.version,
+                "fence_version": self.fence_version, "membership": self.membership.state(),
+                "operator_pending": self._operator_pending,
+                "library": self.library.state(), "gradient": self.gradient is not None,
+                "previous": self._previous is not None}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        session, aux_round = state.get("session", -1), state.get("aux_round", 0)
+        if type(session) is not int or type(aux_round) is not int or not 0 <= aux_round <= self.config.aux_rounds:
+            raise ValueError("sessions: bad saved state")
+        self.membership.load_state(dict(state.get("membership") or {}))
+        self.session, self.aux_round = session, aux_round
+        self.fence_version = int(state.get("fence_version") or 0)
+        self._operator_pending = state.get("operator_pending") is True
+        self._own_since = None  # the session's clock starts again at the first tick
+        self._loaded = dict(state)
+        if aux_round:  # the round starts over from the restored (auxiliary) model
+            self.aux = AuxRound(int(state.get("aux_version") or 0), 0.0, self.fleet.online(),
+                                self.config.aux_quorum, self.config.aux_wait_s)
+
+    def state_tensors(self) -> Optional[Dict[str, np.ndarray]]:
+        out = self.library.arrays()
+        for key, tensors in (("gradient", self.gradient), ("previous", self._previous)):
+            if tensors is not None:
+                out.update(prefixed(key, tensors))
+        return out or None
+
+    def load_state_tensors(self, tensors: Mapping[str, np.ndarray]) -> None:
+        saved = self._loaded
+        spec = {n: a.shape for n, a in self._current().items()}
+        self.library.load(dict(saved.get("library") or {}), tensors, spec)
+        self.gradient = unprefixed(tensors, "gradient", spec) if saved.get("gradient") else None
+        self._previous = unprefixed(tensors, "previous", spec) if saved.get("previous") else None
+        log.info("sessions: session %d restored with %d saved session model(s)%s", self.session,
+                 len(self.library.saved), "" if self.library.pilot is None else " and the pilot")
+

@@ -1,0 +1,26 @@
+"""Session initialization's named runs and the paper's baselines."""
+from typing import List
+
+from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Method
+
+#: The named simulator runs of this method (``streamfl sim --methods NAME``).
+PRESETS: List[Method] = []
+
+# Session initialization for dynamic devices (session-init-dynamic-devices.txt) and its baselines
+# (sec. VI): FedAvg rounds as in the paper, the ``sessions`` plug-in ending a session whenever the
+# online devices change, and each session starting from the model its ``init`` builds. A
+# scenario's ``plugins.sessions`` settings (the trigger, kappa) apply to each.
+PRESETS.append(Method("previous", "sessions that keep training the last session's model (the session "
+                                  "paper's Previous baseline): FedAvg with sessions tracked",
+                      coordinator=_FEDAVG, plugins={"sessions": {"init": "previous"}}))
+PRESETS.append(Method("average", "each session starts from the mean of the saved session models (the "
+                                 "session paper's Average baseline)",
+                      coordinator=_FEDAVG, plugins={"sessions": {"init": "average"}}))
+PRESETS.append(Method("session-init", "each session starts from the saved models weighted by how close "
+                                      "their gradient from the pilot model is to the new session's, after "
+                                      "one auxiliary round (the session paper's Algorithm 1)",
+                      coordinator=_FEDAVG, plugins={"sessions": {"init": "session-init"}}))
+PRESETS.append(Method("session-init+adaclp", "session-init's starting models composed with AdaCLP "
+                                             "(FedAsync, CLP probe, CLP hyper-parameters and clocks)",
+                      coordinator=_FEDASYNC, plugins={"clp": {}, "sessions": {"init": "session-init"}},
+                      dvfs_policy="clp-aware"))

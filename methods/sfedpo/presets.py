@@ -1,0 +1,30 @@
+"""SFedPO's named runs, its ablations and the online-FL baseline FedOGD."""
+from typing import List
+
+from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Method
+
+#: The named simulator runs of this method (``streamfl sim --methods NAME``).
+PRESETS: List[Method] = []
+
+# SFedPO (sfedpo.txt) and its baselines (sec. 6): FedAvg rounds as in the paper. ``sfedpo`` is DDS
+# admission on the devices' buffers and SAW weights on the coordinator; ``dds-only`` and
+# ``saw-only`` are the paper's ablations (SAW off: uniform aggregation; DDS off: every state
+# admitted at the budget alpha_n). FedAvg and FedCurv (registered above) keep FIFO buffers.
+# ``fedogd``: online FL (Kwon et al. 2023): each round's steps on the newest windows only, here a
+# 32-window FIFO buffer (the paper's baselines replace their data with the current state's).
+# ``is``: importance sampling (Li et al. 2021) at the same budget. ``adapfedavg`` (Canonaco et al.
+# 2021) is the drift baseline. A scenario's ``plugins.sfedpo`` settings apply to each SFedPO method.
+PRESETS.append(Method("sfedpo", "SFedPO: distribution-guided admission of each latent state's windows "
+                                "(DDS, eq. 10-11, Algorithm 2) and shift-aware aggregation weights (SAW, "
+                                "eq. 14) under FedAvg",
+                      coordinator=_FEDAVG, plugins={"sfedpo": {}}))
+PRESETS.append(Method("dds-only", "SFedPO's DDS admission with uniform FedAvg aggregation (SAW off)",
+                      coordinator=_FEDAVG, plugins={"sfedpo": {"saw": False}}))
+PRESETS.append(Method("saw-only", "SFedPO's SAW weights with every state admitted at the budget (DDS off)",
+                      coordinator=_FEDAVG, plugins={"sfedpo": {"dds": False}}))
+PRESETS.append(Method("fedogd", "FedOGD: online FL, FedAvg rounds on the newest windows only (a "
+                                "32-window buffer; Kwon et al. 2023)",
+                      coordinator=_FEDAVG, agent={"buffer_capacity": 32, "min_buffer": 16}))
+PRESETS.append(Method("sfedpo+adaclp", "SFedPO's DDS and SAW composed with AdaCLP (FedAsync with SAW "
+                                       "scaling the mixing weight, CLP probe, CLP hyper-parameters and clocks)",
+                      coordinator=_FEDASYNC, plugins={"clp": {}, "sfedpo": {}}, dvfs_policy="clp-aware"))
