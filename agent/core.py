@@ -1,4 +1,4 @@
-"""The agent's decisions without I/O (DESIGN.md s2): windows and messages in, ``Update`` out.
+"""The agent's decisions without I/O: windows and messages in, ``Update`` out.
 
 The daemon (threads, MQTT, disk) and the simulator (virtual clock) drive the same ``AgentCore``.
 A round has three calls so that a runtime holds its lock only while the core's state is read and
@@ -6,7 +6,10 @@ does nothing but I/O: ``begin_round`` fixes the starting weights and hyper-param
 ``frequency_plan`` the clocks); ``finish_round`` trains, taking the runtime's lock only around each
 minibatch draw, so the sensor thread keeps filling the buffer, and adds the plug-ins' statistics;
 ``complete_round`` takes what the runtime measured (clocks, time, energy) and returns the update
-to send. The methods' plug-ins (``streamfl.agent.plugins``) are called, never named.
+to send. The methods' plug-ins (``streamfl.agent.plugins``) are called, never named: each only
+while the newest accepted global model carries one of its ``activated_by`` kinds, and replaced by
+a fresh instance when it goes dormant. The core applies what they decide: the hyper-parameters,
+the buffer's policy and emptying, the critical period, a veto on a round.
 """
 import logging
 import time
@@ -26,13 +29,14 @@ from streamfl.agent.divergence import DivergenceCause, DivergenceWatch, describe
 from streamfl.agent.hparams import clamp_hparams, hparam_limits
 from streamfl.agent.model_gate import RESYNC, STALE, UNNAMED, ModelGate
 from streamfl.agent.orders import Orders
-from streamfl.agent.plugins import AgentPlugin, ReportContext, RoundContext, make_plugins
+from streamfl.agent.plugins import AgentPlugin, ReportContext, RoundContext, make_plugin, make_plugins
 from streamfl.agent.quadratic import largest_curvature
 from streamfl.agent.trainer import LocalTrainer
 from streamfl.dvfs.policies.base import DomainView, PolicyInput
 from streamfl.dvfs.policies.factory import make_policy
 from streamfl.errors import StreamflError
 from streamfl.models import ModelSpec, arrays_to_model, build_model, model_to_arrays
+from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import COMMAND_KINDS, Command, GlobalModel, Hello, Update
 from streamfl.sensors.window import Window
 
@@ -108,8 +112,14 @@ class AgentCore:
         self.buffer = Buffer(config.buffer_capacity, self.spec.window_len, self.spec.in_channels,
                              self.spec.num_classes, self.policy)
         self.trainer = LocalTrainer(self.model, self.spec.num_classes, momentum=config.momentum)
-        #: The methods' device sides, each dormant until a global model asks for it.
+        #: The methods' device sides, in calling order, each dormant until a global model asks for
+        #: it (``active_plugins``).
         self.plugins = make_plugins(config.plugins, self.seed, self.spec.num_classes)
+        #: Names of the plug-ins called now: those the newest global model activates, and those
+        #: with no ``activated_by`` (always active).
+        self._active = {plugin.name for plugin in self.plugins if not plugin.activated_by}
+        #: Each active plug-in's critical-period answer to the newest global model.
+        self._critical: Dict[str, bool] = {}
         self._rng = np.random.default_rng(self.seed)
         #: What this board accepts from the coordinator (``hparam_limits`` in its YAML).
         self.hparam_limits = hparam_limits(config.hparam_limits)
@@ -149,8 +159,8 @@ class AgentCore:
 
     def add_window(self, window: Window) -> bool:
         """Offer one sensor window to the buffer; False if it was not stored (see buffer counters)."""
-        for plugin in self.plugins:
-            plugin.on_window(window)
+        for plugin in self.active_plugins:
+            plugin.on_window_arrived(window)
         return self.buffer.add(window.x, window.label, window.state)
 
     def on_global_model(self, gm: GlobalModel) -> bool:
@@ -181,15 +191,25 @@ class AgentCore:
                         gm.run_id or "(unnamed)", gm.version)
             self.base_version = -1
         self.global_model = gm
+        active = self._activated_by(gm)
         hparams = dict(gm.hparams)
-        for plugin in self.plugins:
-            plugin.on_global_model(gm)
-            hparams = plugin.refine_hparams(hparams)
-        if any([plugin.forgets_windows() for plugin in self.plugins]):  # a list: each clears its flag
+        forget = False
+        lent: Optional[ReplacementPolicy] = None
+        critical: Dict[str, bool] = {}
+        for plugin in active:
+            decision = plugin.on_model_received(gm, hparams)
+            hparams = decision.hparams
+            forget = forget or decision.forget_windows
+            if lent is None:
+                lent = decision.buffer_policy
+            critical[plugin.name] = bool(decision.critical_period)
+        self._critical = critical
+        # Published only now: a plug-in's other hooks never run before it has seen its model.
+        self._active = {plugin.name for plugin in active}
+        if forget:
             log.info("window buffer emptied (%d windows): they describe a world that is gone", len(self.buffer))
             self.buffer.clear()
-        lent = [p for p in (plugin.buffer_policy() for plugin in self.plugins) if p is not None]
-        self.buffer.use(lent[0] if lent else self.policy)
+        self.buffer.use(lent if lent is not None else self.policy)
         before = dict(self.hparams)
         self.apply_hparams(hparams, "global model v%d" % gm.version)
         if self.hparams != before:
@@ -199,14 +219,38 @@ class AgentCore:
         log.debug("global model v%d received", gm.version)
         return True
 
+    def _activated_by(self, gm: GlobalModel) -> List[AgentPlugin]:
+        """The plug-ins active under ``gm``, in calling order: those with no ``activated_by`` and
+        those ``gm`` carries an extra of one of its kinds for. Each active one that ``gm`` leaves
+        dormant is replaced at once by a fresh instance (built and bound as at start), so no state
+        of the method's run survives to its next."""
+        active = []
+        for i, plugin in enumerate(self.plugins):
+            if not plugin.activated_by or any(
+                    isinstance(gm.extras.get(kind), Extra) and gm.extras[kind].KIND == kind
+                    for kind in plugin.activated_by):
+                if plugin.name not in self._active:
+                    log.debug("plug-in %s active from global model v%d", plugin.name, gm.version)
+                active.append(plugin)
+            elif plugin.name in self._active:
+                self._active.discard(plugin.name)
+                self.plugins[i] = make_plugin(plugin.name, self.config.plugins, self.seed,
+                                              self.spec.num_classes)
+                log.info("plug-in %s dormant from global model v%d (its coordinator side does not "
+                         "run): started afresh", plugin.name, gm.version)
+        return active
+
+    @property
+    def active_plugins(self) -> List[AgentPlugin]:
+        """The plug-ins whose hooks are called now, in calling order."""
+        return [plugin for plugin in self.plugins if plugin.name in self._active]
+
     def on_command(self, cmd: Command) -> bool:
-        """Handle a coordinator command: skip n rounds, train now, override hyper-parameters, or a
-        plug-in's own kind; False (logged) if nothing here handles it."""
+        """Handle a coordinator command: skip n rounds, train now or override hyper-parameters;
+        False (logged) for any other kind."""
         if not self.gate.command_ok(cmd):
             return False
         if cmd.kind not in COMMAND_KINDS:
-            if any(plugin.on_command(cmd) for plugin in self.plugins):
-                return True
             log.warning("ignoring unsupported command %r", cmd.kind)
             return False
         if cmd.kind == "skip":
@@ -228,7 +272,7 @@ class AgentCore:
     def ready(self, now: float) -> bool:
         """True when a round can start: enough windows, a global model, the orders allow it
         (no skip in force, the commanded model arrived), the last round did not diverge on the
-        model held (``DivergenceWatch.allows``) and every plug-in agrees."""
+        model held (``DivergenceWatch.allows``) and every active plug-in agrees."""
         version = None if self.global_model is None else self.global_model.version
         return (self.orders.allow(now, version) and self.global_model is not None
                 and self.divergence.allows((self.global_model.run_id, version), now)
@@ -236,10 +280,11 @@ class AgentCore:
                 and self._plugins_agree(now))
 
     def _plugins_agree(self, now: float) -> bool:
-        """Every plug-in's answer, each asked whatever the others say: a plug-in keeps its own
-        clock in ``should_train`` (SFedPO counts round opportunities there), so stopping at the
-        first no would skip it whenever an earlier one (a resting CLP) declines."""
-        answers = [plugin.should_train(now) for plugin in self.plugins]
+        """Every active plug-in's answer, each told of the opportunity whatever the others say:
+        ``on_round_opportunity`` is an event with a clock (SFedPO counts round opportunities
+        there), so stopping at the first no would skip it whenever an earlier one (a resting CLP)
+        declines."""
+        answers = [plugin.on_round_opportunity(now) for plugin in self.active_plugins]
         return all(answers)
 
     @property
@@ -252,16 +297,17 @@ class AgentCore:
         return self.orders.take_train_request()
 
     def plugin(self, name: str) -> Optional[AgentPlugin]:
-        """The plug-in called ``name`` (every registered one runs), None if there is none."""
+        """The plug-in called ``name`` (every registered one is held, active or dormant), None if
+        there is none."""
         return next((p for p in self.plugins if p.name == name), None)
 
     # ---- clocks -------------------------------------------------------------------------------
 
     @property
     def critical_period(self) -> bool:
-        """True while a plug-in says the learning is in a critical period; False by default, so
-        clock policies see "after the critical period"."""
-        return any(plugin.critical_period() for plugin in self.plugins)
+        """True while an active plug-in said, on the newest global model, that the learning is in a
+        critical period; False by default, so clock policies see "after the critical period"."""
+        return any(self._critical.values())
 
     def frequency_plan(self, domains: Sequence[DomainView]) -> Dict[str, int]:
         """The clock level per domain for the next round; empty means "touch nothing"."""
@@ -322,7 +368,7 @@ class AgentCore:
         self.base_version = plan.base_version
         held = self.global_model  # the model whose pulls and lr this round trains with
         self.model.set_dropout(plan.dropout)
-        penalties = [(plugin.name, plugin.penalty(self.model)) for plugin in self.plugins]
+        penalties = [(plugin.name, plugin.before_round(self.model)) for plugin in self.active_plugins]
         self.trainer.penalties = [p for _, p in penalties if p is not None]
         t0 = self._timer()
         with torch.random.fork_rng(devices=[]):
@@ -391,8 +437,8 @@ class AgentCore:
                            buffer_counts=buffer_counts, base_version=plan.base_version,
                            round_interval_s=float(self.config.round_interval_s))
         extras: Dict[str, Any] = {}
-        for plugin in self.plugins:
-            for stat in plugin.statistics(ctx):
+        for plugin in self.active_plugins:
+            for stat in plugin.after_round(ctx):
                 for key, n in (("batched", stat.batched_windows), ("per_window", stat.per_window_windows)):
                     if n:
                         self.statistics_windows[key] = self.statistics_windows.get(key, 0) + n
@@ -401,14 +447,14 @@ class AgentCore:
         return extras
 
     def report_extras(self, now: float, lock: Optional[ContextManager] = None) -> Dict[str, Any]:
-        """The plug-ins' cheap reports for a telemetry message while no round runs (empty when no
-        method asks for one, or before the first global model)."""
+        """The active plug-ins' cheap reports for a telemetry message while no round runs (empty
+        when no method asks for one, or before the first global model)."""
         if self.global_model is None:
             return {}
         with lock if lock is not None else nullcontext():
             counts = self.buffer.class_counts()
         ctx = ReportContext(buffer_counts=counts, num_classes=self.spec.num_classes, now_s=float(now))
-        return {extra.KIND: extra for plugin in self.plugins for extra in plugin.report(ctx)}
+        return {extra.KIND: extra for plugin in self.active_plugins for extra in plugin.before_telemetry(ctx)}
 
     def complete_round(self, update: Update, measured: RoundMeasurement) -> Update:
         """The round's update as sent: stamped with what the runtime measured, which the clock

@@ -249,9 +249,13 @@ def test_round_stops_at_the_next_step_when_asked():
 def test_every_plugin_is_asked_whether_to_train_even_after_one_declines():
     """A resting CLP plug-in (first in calling order) must not hide the round opportunity from
     SFedPO, whose availability q_n counts every time a round could start."""
+    from streamfl.methods.clp.payloads import ClpState
+    from streamfl.methods.sfedpo.payloads import SfedpoTerms
     core = make_core()
     fill(core)
-    core.on_global_model(global_model(1))
+    gm = global_model(1)
+    gm.extras = {"clp": ClpState(1, None, None, False, 0, 0, False), "sfedpo": SfedpoTerms()}  # both run
+    core.on_global_model(gm)
     clp, sfedpo = core.plugin("clp"), core.plugin("sfedpo")
     clp._rest_until_s = 1e9                               # CLP rests for the whole test
     assert not core.ready(0.0)

@@ -115,10 +115,19 @@ class TestCoordinatorPluginContract:
     def test_weight_factors_are_finite_and_non_negative(self, name):
         core = make_core(name)
         plugin = next(p for p in core.plugins if p.name == name)
+        verdicts = []
+        decide = plugin.on_update_admitted
+
+        def recorded(update, now):
+            verdicts.append(decide(update, now))
+            return verdicts[-1]
+
+        plugin.on_update_admitted = recorded
         for k, u in enumerate(updates(core, 12)):
-            factor = plugin.weight(u, 1.0 + k)
-            assert np.isfinite(factor) and factor >= 0.0
             core.on_message(u, 1.0 + k)
+        assert verdicts, "the plug-in saw no admitted update"
+        for verdict in verdicts:
+            assert np.isfinite(verdict.weight) and verdict.weight >= 0.0
 
     def test_state_round_trips_through_json(self, name):
         core = make_core(name)
@@ -183,13 +192,40 @@ class TestAgentPluginContract:
 
     def test_dormant_without_its_extra(self, name):
         core = agent()
-        gm = GlobalModel(version=1, arch_id=SPEC.arch_id, tensors=make_core("clp").model,
-                         hparams={"lr": 0.05, "batch_size": 4, "local_steps": 3, "dropout": 0.0})
+        calls = _spy(core, name)
+        plugin = core.plugin(name)
+        assert plugin.activated_by, "a method's plug-in names the extra its coordinator side sends"
+        gm = _plain_model(1)
         core.on_global_model(gm)
-        plugin = next(p for p in core.plugins if p.name == name)
-        assert plugin.refine_hparams(dict(gm.hparams)) == gm.hparams
-        assert plugin.penalty(core.model) is None and not plugin.critical_period()
+        core.add_window(Window(np.zeros((4, 2), dtype=np.float32), 0, 99.0))
+        assert core.ready(1.0)
         assert core.train_round().extras == {} and core.statistics_windows == {}
+        assert core.report_extras(2.0) == {}
+        assert calls == [] and plugin not in core.active_plugins     # no hook of a dormant plug-in
+        assert core.hparams == gm.hparams and not core.critical_period
+        assert core.buffer.policy is core.policy
+
+    def test_its_extra_activates_it_and_its_absence_starts_it_afresh(self, name):
+        gm = model_asking_for(name)
+        if gm is None:
+            pytest.skip("no coordinator plug-in of that name makes its extra")
+        core = agent()
+        plugin = core.plugin(name)
+        assert set(plugin.activated_by) & set(gm.extras), "activated_by names no kind its coordinator sends"
+        core.on_global_model(gm)
+        assert plugin in core.active_plugins
+        core.ready(1.0)
+        core.train_round()
+        calls = _spy(core, name)
+        core.on_global_model(_plain_model(gm.version + 1))
+        fresh = core.plugin(name)
+        assert fresh is not plugin and type(fresh) is type(plugin) and fresh not in core.active_plugins
+        assert core.plugins.index(fresh) == [p.name for p in core.plugins].index(name)   # its place kept
+        assert vars(fresh).keys() == vars(type(plugin)(plugin.config)).keys()
+        assert calls == []                          # the deactivating model is not shown to it
+        assert not core.critical_period and core.buffer.policy is core.policy
+        core.ready(2.0)
+        assert core.train_round().extras == {}
 
     def test_same_inputs_give_the_same_update(self, name):
         gm = model_asking_for(name)
@@ -221,6 +257,29 @@ class TestAgentPluginContract:
             back = decoder().decode(encode(update))
             assert encode(_only_extras(back)) == encode(_only_extras(update))
         assert frame(gm) == kept
+
+
+#: The hooks a dormant plug-in never hears (``bind`` runs once, at construction).
+HOOKS = ("on_window_arrived", "on_model_received", "on_round_opportunity", "before_round", "after_round",
+         "before_telemetry")
+
+
+def _spy(core, name):
+    """Record every hook call the core makes on the plug-in ``name`` (as it is now)."""
+    calls = []
+    plugin = core.plugin(name)
+    for hook in HOOKS:
+        def recorded(*args, _hook=hook, _inner=getattr(plugin, hook)):
+            calls.append(_hook)
+            return _inner(*args)
+        setattr(plugin, hook, recorded)
+    return calls
+
+
+def _plain_model(version):
+    """A global model with no extras: a coordinator that runs no method plug-in."""
+    return GlobalModel(version=version, arch_id=SPEC.arch_id, tensors=make_core("clp").model,
+                       hparams={"lr": 0.05, "batch_size": 4, "local_steps": 3, "dropout": 0.0})
 
 
 def _only_extras(update):

@@ -1,12 +1,17 @@
 """The device side of a learning method: a small hook class the agent core calls, never names.
 
-Every registered agent plug-in runs on every board, dormant until the coordinator's global model
-carries its extra (the coordinator decides the fleet's method; a board needs no per-method
-configuration beyond the plug-in's settings). A plug-in sees each accepted global model and the
-commands addressed to the device; it refines the round's hyper-parameters, adds penalty terms to
-the loss, computes round statistics for the update (and cheap reports while the device skips), says whether the learning is in a critical
-period (clock policies follow it) and may veto a round. Hooks are called in the registry's order
-(``streamfl.agent.plugins.PLUGINS``); all default to doing nothing. Hooks do no I/O.
+Every registered agent plug-in runs on every board, dormant until the coordinator runs its
+counterpart: the core calls a plug-in's hooks only while the newest accepted global model carries
+an extra of one of its ``activated_by`` kinds (the coordinator decides the fleet's method; a board
+needs no per-method configuration beyond the plug-in's settings), and replaces it with a fresh
+instance when it goes dormant, so no state of an earlier run survives. The hooks, by their place
+in the device's life: ``bind`` (once), ``on_window_arrived`` (every sensor window),
+``on_model_received`` (each accepted global model: the round's hyper-parameters and what the
+buffer and clocks should do, as a ``ModelDecision``), ``on_round_opportunity`` (each time the
+agent checks whether a round may start: the plug-in may veto it), ``before_round`` (a loss term),
+``after_round`` (statistics for the update) and ``before_telemetry`` (cheap reports while the
+device does not train). Hooks are called in the registry's order (``streamfl.methods``); all
+default to doing nothing. Hooks do no I/O.
 """
 import abc
 from dataclasses import dataclass, field
@@ -18,7 +23,7 @@ from torch import nn
 
 from streamfl.agent.buffer_policies.base import ReplacementPolicy
 from streamfl.protocol.extras import Extra
-from streamfl.protocol.messages import Command, GlobalModel
+from streamfl.protocol.messages import GlobalModel
 from streamfl.sensors.window import Window
 
 Tensors = Dict[str, np.ndarray]
@@ -81,13 +86,35 @@ class Statistic:
     per_window_windows: int = 0
 
 
+@dataclass(frozen=True)
+class ModelDecision:
+    """What a plug-in decides when a global model arrives (``AgentPlugin.on_model_received``)."""
+
+    #: The round's hyper-parameters as this plug-in refines them; the core hands them to the next
+    #: plug-in in calling order, and applies the last one's (clamped to the board's limits).
+    hparams: Dict[str, float]
+    #: True to empty the window buffer: the windows held describe a world that is gone (e.g. a
+    #: new session). A round in progress is interrupted.
+    forget_windows: bool = False
+    #: The buffer's replacement policy while this method runs (the first plug-in to name one
+    #: wins), or None to leave the configured one.
+    buffer_policy: Optional[ReplacementPolicy] = None
+    #: True while the learning is in a critical period (the ``clp-aware`` clocks run low); the
+    #: core keeps each plug-in's latest answer until the next global model.
+    critical_period: bool = False
+
+
 class AgentPlugin(abc.ABC):
-    """Hooks of one method on a device; subclasses set ``name`` and ``Config``."""
+    """Hooks of one method on a device; subclasses set ``name``, ``Config`` and ``activated_by``."""
 
     #: The registry name (also the key of its settings under ``plugins:`` in the agent YAML).
     name: ClassVar[str] = ""
     #: Frozen dataclass of the plug-in's settings.
     Config: ClassVar[Type[Any]]
+    #: The global-model extra kinds whose presence says the coordinator runs this method's
+    #: counterpart: the core calls the hooks below (``bind`` aside) only while the newest accepted
+    #: global model carries one of them. Empty: always active, before any global model too.
+    activated_by: ClassVar[Tuple[str, ...]] = ()
 
     def __init__(self, config: Any):
         self.config = config
@@ -95,48 +122,31 @@ class AgentPlugin(abc.ABC):
     def bind(self, seed: int, num_classes: int) -> None:
         """Told once, before any window, the device's seed and the model's class count."""
 
-    def on_global_model(self, gm: GlobalModel) -> None:
-        """A newer global model of this device's architecture was accepted."""
-
-    def on_window(self, window: Window) -> None:
+    def on_window_arrived(self, window: Window) -> None:
         """A sensor window is about to be offered to the buffer (called for every one: keep it
         cheap)."""
 
-    def buffer_policy(self) -> Optional[ReplacementPolicy]:
-        """The buffer's replacement policy while this method runs (asked after every accepted
-        global model; the first plug-in to name one wins), or None to leave the configured one."""
-        return None
+    def on_model_received(self, gm: GlobalModel, hparams: Dict[str, float]) -> ModelDecision:
+        """A newer global model of this device's architecture was accepted; ``hparams`` are its
+        hyper-parameters as the plug-ins before this one refined them. Default: unchanged, and
+        nothing else to do."""
+        return ModelDecision(hparams)
 
-    def forgets_windows(self) -> bool:
-        """True (once) to empty the window buffer after the model just accepted: the windows held
-        describe a world that is gone (e.g. a new session). A round in progress is interrupted."""
-        return False
-
-    def on_command(self, command: Command) -> bool:
-        """A command of a kind the core does not handle; True if this plug-in handled it."""
-        return False
-
-    def refine_hparams(self, hparams: Dict[str, float]) -> Dict[str, float]:
-        """The round's hyper-parameters from the global model's (``hparams``); default unchanged."""
-        return hparams
-
-    def critical_period(self) -> bool:
-        """True while the learning is in a critical period (the ``clp-aware`` clocks run low)."""
-        return False
-
-    def should_train(self, now: float) -> bool:
-        """False to skip the round that would start now."""
+    def on_round_opportunity(self, now: float) -> bool:
+        """An event with a clock, not a pure query: the agent checks at ``now`` whether a round
+        may start, and every active plug-in hears of it each time, whatever the others answer (a
+        plug-in may count opportunities or end a rest here). False vetoes the round."""
         return True
 
-    def penalty(self, model: nn.Module) -> Optional[Penalty]:
-        """A term to add to this round's loss, or None."""
+    def before_round(self, model: nn.Module) -> Optional[Penalty]:
+        """A term to add to the loss of the round about to train ``model``, or None."""
         return None
 
-    def statistics(self, ctx: RoundContext) -> List[Statistic]:
+    def after_round(self, ctx: RoundContext) -> List[Statistic]:
         """Typed statistics for this round's update (computed after training)."""
         return []
 
-    def report(self, ctx: ReportContext) -> List[Extra]:
+    def before_telemetry(self, ctx: ReportContext) -> List[Extra]:
         """Cheap typed statistics for the telemetry of a device that does not train now (e.g. one
         told to skip, so a scheduler still sees its data); field-only extras, no tensors."""
         return []

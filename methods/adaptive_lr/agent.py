@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from streamfl.agent.plugins.base import AgentPlugin
+from streamfl.agent.plugins.base import AgentPlugin, ModelDecision
 from streamfl.methods.adaptive_lr.payloads import AdaptiveLr
 from streamfl.protocol.messages import GlobalModel
 
@@ -30,26 +30,22 @@ class AdaptiveLrAgentPlugin(AgentPlugin):
 
     name = "adaptive_lr"
     Config = AdaptiveLrAgentConfig
+    activated_by = (AdaptiveLr.KIND,)
 
     def __init__(self, config: AdaptiveLrAgentConfig):
         super().__init__(config)
-        #: The newest global model's extra (None: dormant).
+        #: The newest global model's extra (None: no global model has activated it yet).
         self.terms: Optional[AdaptiveLr] = None
 
-    def on_global_model(self, gm: GlobalModel) -> None:
-        terms = gm.extras.get(AdaptiveLr.KIND)
-        self.terms = terms if isinstance(terms, AdaptiveLr) else None
-
-    def refine_hparams(self, hparams: Dict[str, float]) -> Dict[str, float]:
-        if self.terms is None:
-            return hparams
+    def on_model_received(self, gm: GlobalModel, hparams: Dict[str, float]) -> ModelDecision:
+        self.terms = gm.extras[AdaptiveLr.KIND]
         base = hparams.get("lr")
         if self.terms.lr0 is None and (isinstance(base, bool) or not isinstance(base, (int, float))
                                        or not math.isfinite(base) or base <= 0):
             log.warning("adaptive_lr: the global model's lr %r is no rate to scale; kept", base)
-            return hparams
+            return ModelDecision(hparams)
         out = dict(hparams)
         out["lr"] = self.terms.lr_for(base)
         log.debug("adaptive_lr: lr %.4g (scale %.4g of %s)", out["lr"], self.terms.scale,
                   "lr0 %g" % self.terms.lr0 if self.terms.lr0 is not None else "the broadcast lr")
-        return out
+        return ModelDecision(out)

@@ -15,7 +15,7 @@ import torch
 
 from streamfl.methods.clp.hparams import ClpHparamsConfig, refine
 from streamfl.methods.clp.learned import learned_lr, should_rest
-from streamfl.agent.plugins.base import AgentPlugin, RoundContext, Statistic
+from streamfl.agent.plugins.base import AgentPlugin, ModelDecision, RoundContext, Statistic
 from streamfl.config import bounded
 from streamfl.models.fisher import fisher_trace
 from streamfl.protocol.messages import GlobalModel
@@ -40,7 +40,7 @@ class ClpAgentConfig(ClpHparamsConfig):
     #: the rate falls, and the device rests, once its own data is learned). Eq. 5-6 apply to both.
     lr_rule: str = "paper"
     #: "learned": full rate above this fraction of ln K (chance-level loss), proportionally less
-    #: below; 0 (default) keeps eta0 and lets the rest alone regulate: on the paper-regime
+    #: below; 0 (default) keeps initial_lr and lets the rest alone regulate: on the paper-regime
     #: scenario (seed 0, docs/results.md) resting alone kept more accuracy (0.441 against 0.437
     #: mean) at less energy (66% against 84% of FedAsync's) than resting plus a falling rate.
     learned_loss_frac: float = bounded(0.0, 0.0, 10.0)
@@ -76,10 +76,11 @@ class ClpAgentPlugin(AgentPlugin):
 
     name = "clp"
     Config = ClpAgentConfig
+    activated_by = (ClpState.KIND,)
 
     def __init__(self, config: ClpAgentConfig):
         super().__init__(config)
-        #: The newest global model's CLP state; None while the coordinator runs no probe.
+        #: The newest global model's CLP state (None until one activates the plug-in).
         self.current: Optional[ClpState] = None
         #: ``lr_rule: learned``: the last round's loss, the model's class count, when the last
         #: round started, and until when the device rests.
@@ -90,23 +91,20 @@ class ClpAgentPlugin(AgentPlugin):
         #: Rounds rested so far (``lr_rule: learned``), for logs and summaries.
         self.rests = 0
 
-    def on_global_model(self, gm: GlobalModel) -> None:
-        state = gm.extras.get(ClpState.KIND)
-        self.current = state if isinstance(state, ClpState) else None
-
     def _learned(self) -> bool:
         """True while streamfl's rule is the one regulating."""
-        return (self.config.lr_rule == "learned" and self.current is not None
-                and self.current.regulating is True)
+        return self.config.lr_rule == "learned" and self.current.regulating is True
 
-    def refine_hparams(self, hparams: Dict[str, float]) -> Dict[str, float]:
+    def on_model_received(self, gm: GlobalModel, hparams: Dict[str, float]) -> ModelDecision:
+        """Eq. 4-6 (or the learned rate) from the model's CLP state; its ``in_clp`` flag."""
+        self.current = gm.extras[ClpState.KIND]
         out = refine(self.current, hparams, self.config)
         if self._learned():
-            out["lr"] = learned_lr(self._last_loss, self._num_classes, self.config.eta0,
+            out["lr"] = learned_lr(self._last_loss, self._num_classes, self.config.initial_lr,
                                    self.config.lr_min, self.config.learned_loss_frac)
-        return out
+        return ModelDecision(out, critical_period=bool(self.current.in_clp))
 
-    def should_train(self, now: float) -> bool:
+    def on_round_opportunity(self, now: float) -> bool:
         """``lr_rule: learned``: rest for ``rest_rounds`` round-lengths once the data is learned."""
         if self._started_s is not None and self._last_loss is not None:
             # First call after a round: it took about now - start (start to its end).
@@ -124,16 +122,13 @@ class ClpAgentPlugin(AgentPlugin):
         self._started_s = now
         return True
 
-    def critical_period(self) -> bool:
-        return bool(self.current is not None and self.current.in_clp)
-
-    def statistics(self, ctx: RoundContext) -> List[Statistic]:
-        """The trace at the trained model; none when the coordinator runs no probe (a plain
-        FedAsync fleet does not pay for a backward pass nobody reads)."""
+    def after_round(self, ctx: RoundContext) -> List[Statistic]:
+        """The trace at the trained model (only while the coordinator runs the probe: a plain
+        FedAsync fleet, leaving the plug-in dormant, does not pay for a backward pass nobody reads)."""
         self._last_loss = ctx.loss if self.config.learned_signal == "mean" else ctx.start_loss
         self._num_classes = ctx.num_classes
         n = min(int(self.config.fisher_samples), ctx.buffer_len)
-        if n < 1 or self.current is None:
+        if n < 1:
             return []
         X, _ = ctx.sample(n)
         gen = torch.Generator().manual_seed((ctx.seed * 7919 + ctx.round_index) & 0x7FFFFFFFFFFFFFFF)

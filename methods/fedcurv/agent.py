@@ -17,7 +17,7 @@ Guard (as ST-EWC's, ``methods/stewc/agent.py``): ``U`` comes from the fleet, so 
 forged diagonal (1e30 once made every honest agent's rounds NaN) or a plain sum over many devices
 sets the pull's curvature ``c = lambda2 * A``, and SGD diverges where ``lr * c > 2``. Each element
 of ``lambda2 * A`` is capped at ``stability / lr`` (the lr the global model's hyper-parameters
-give, as this plug-in sees them in ``refine_hparams``), and ``B`` is scaled by the same factor
+give, as this plug-in sees them in ``on_model_received``), and ``B`` is scaled by the same factor
 there, so the pull still points at the peers' target ``B / A``, only no faster than a full step.
 The trainer caps the merged pull of every method again at the round's own lr
 (``agent/quadratic.py``): this cap keeps FedCurv's own target where it binds, that one holds
@@ -26,13 +26,13 @@ whatever the round's lr and the other pulls are. A pull that is not finite anywh
 """
 import logging
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from streamfl.agent.plugins.base import AgentPlugin, Penalty, RoundContext, Statistic, Tensors
+from streamfl.agent.plugins.base import AgentPlugin, ModelDecision, Penalty, RoundContext, Statistic, Tensors
 from streamfl.agent.quadratic import MIN_CURVATURE, QuadraticPull
 from streamfl.config import bounded
 from streamfl.models.fisher import fisher_diagonal
@@ -64,6 +64,7 @@ class FedCurvAgentPlugin(AgentPlugin):
 
     name = "fedcurv"
     Config = FedCurvAgentConfig
+    activated_by = (CurvatureTerms.KIND,)
 
     def __init__(self, config: FedCurvAgentConfig = FedCurvAgentConfig()):
         super().__init__(config)
@@ -85,17 +86,16 @@ class FedCurvAgentPlugin(AgentPlugin):
         #: Whether the last pull built was capped (a WARNING when capping starts, INFO when it ends).
         self._capping = False
 
-    def on_global_model(self, gm: GlobalModel) -> None:
-        terms = gm.extras.get(CurvatureTerms.KIND)
-        self.terms = terms if isinstance(terms, CurvatureTerms) and terms.active else None
+    def on_model_received(self, gm: GlobalModel, hparams: Dict[str, float]) -> ModelDecision:
+        """The model's terms (kept only while lambda2 > 0) and the round's lr, for the cap."""
+        terms = gm.extras[CurvatureTerms.KIND]
+        self.terms = terms if terms.active else None
         self._version = gm.version
-
-    def refine_hparams(self, hparams):
         lr = hparams.get("lr")
         self._lr = float(lr) if isinstance(lr, (int, float)) and 0 < lr < float("inf") else None
-        return hparams
+        return ModelDecision(hparams)
 
-    def penalty(self, model: nn.Module) -> Optional[Penalty]:
+    def before_round(self, model: nn.Module) -> Optional[Penalty]:
         """The round's ``QuadraticPull``, or None (FedCurv off, no peer statistics yet, or a pull
         that is not finite); built once per global model's terms, lr and own contribution."""
         if self.terms is None or self.terms.U is None or self.terms.V is None:
@@ -158,7 +158,7 @@ class FedCurvAgentPlugin(AgentPlugin):
         self._capping = bool(capped)
         return QuadraticPull(coefficients, stability=self.config.stability)
 
-    def statistics(self, ctx: RoundContext) -> List[Statistic]:
+    def after_round(self, ctx: RoundContext) -> List[Statistic]:
         """The Fisher diagonal on as many labelled windows as the coordinator asks for; remembers
         ``(F_k, theta_k)`` to subtract from the next round's sums."""
         if self.terms is None:

@@ -7,14 +7,13 @@ eviction sample, and after each round the plug-in measures each class's mean log
 batched forward pass, charged to the round as batched statistics work. It sends nothing.
 """
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 import torch
 
-from streamfl.agent.buffer_policies.base import ReplacementPolicy
 from streamfl.methods.importance.buffer_policy import ImportancePolicy
-from streamfl.agent.plugins.base import AgentPlugin, RoundContext, Statistic
+from streamfl.agent.plugins.base import AgentPlugin, ModelDecision, RoundContext, Statistic
 from streamfl.config import bounded
 from streamfl.protocol.messages import GlobalModel
 from streamfl.methods.importance.payloads import ImportanceTerms
@@ -36,6 +35,7 @@ class ImportanceAgentPlugin(AgentPlugin):
 
     name = "importance"
     Config = ImportanceAgentConfig
+    activated_by = (ImportanceTerms.KIND,)
 
     def __init__(self, config: ImportanceAgentConfig):
         super().__init__(config)
@@ -46,19 +46,16 @@ class ImportanceAgentPlugin(AgentPlugin):
     def bind(self, seed: int, num_classes: int) -> None:
         self._seed = int(seed)
 
-    def on_global_model(self, gm: GlobalModel) -> None:
-        self.terms = gm.extras.get(ImportanceTerms.KIND)
-        if self.terms is None:
-            return
+    def on_model_received(self, gm: GlobalModel, hparams: Dict[str, float]) -> ModelDecision:
+        """Lends the buffer the importance policy, at the terms' budget and eviction sample."""
+        self.terms = gm.extras[ImportanceTerms.KIND]
         if self.policy is None:
             self.policy = ImportancePolicy(self._seed, self.terms.budget, self.terms.candidates)
         self.policy.budget, self.policy.candidates = self.terms.budget, self.terms.candidates
+        return ModelDecision(hparams, buffer_policy=self.policy)
 
-    def buffer_policy(self) -> Optional[ReplacementPolicy]:
-        return self.policy if self.terms is not None else None
-
-    def statistics(self, ctx: RoundContext) -> List[Statistic]:
-        if self.terms is None or ctx.buffer_len == 0:
+    def after_round(self, ctx: RoundContext) -> List[Statistic]:
+        if ctx.buffer_len == 0:
             return []
         X, y = ctx.sample(min(self.config.sample_windows, ctx.buffer_len))
         was_training = ctx.model.training

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from streamfl.agent.plugins.base import AgentPlugin, ReportContext, RoundContext, Statistic
+from streamfl.agent.plugins.base import AgentPlugin, ModelDecision, ReportContext, RoundContext, Statistic
 from streamfl.config import bounded
 from streamfl.models.class_gradients import gradient_stats
 from streamfl.protocol.extras import Extra
@@ -67,6 +67,7 @@ class ScheduleAgentPlugin(AgentPlugin):
 
     name = "schedule"
     Config = ScheduleAgentConfig
+    activated_by = (ScheduleRequest.KIND,)
 
     def __init__(self, config: ScheduleAgentConfig = ScheduleAgentConfig()):
         super().__init__(config)
@@ -81,9 +82,9 @@ class ScheduleAgentPlugin(AgentPlugin):
         self._last: Tuple[Tuple[float, ...], Optional[float], Optional[float], Optional[float]] = (
             (), None, None, None)
 
-    def on_global_model(self, gm: GlobalModel) -> None:
-        request = gm.extras.get(ScheduleRequest.KIND)
-        self.request = request if isinstance(request, ScheduleRequest) else None
+    def on_model_received(self, gm: GlobalModel, hparams: Dict[str, float]) -> ModelDecision:
+        self.request = gm.extras[ScheduleRequest.KIND]
+        return ModelDecision(hparams)
 
     def _observe(self, counts: np.ndarray) -> None:
         """Start a new frame when a class is new to this frame or the mix moved past frame_shift."""
@@ -113,10 +114,8 @@ class ScheduleAgentPlugin(AgentPlugin):
                              class_grad_norms=norms, grad_var=variance, grad_norm=norm, loss=loss,
                              snr_hz=self.config.channel_snr_hz)
 
-    def statistics(self, ctx: RoundContext) -> List[Statistic]:
+    def after_round(self, ctx: RoundContext) -> List[Statistic]:
         """The round's statistics at the trained model; gradient figures only when asked for."""
-        if self.request is None:
-            return []
         counts = _vector(ctx.buffer_counts, ctx.num_classes)
         loss = ctx.start_loss if ctx.start_loss is not None else ctx.loss
         windows = 0
@@ -140,8 +139,6 @@ class ScheduleAgentPlugin(AgentPlugin):
         # Every window goes through one backward pass (two per class, over its halves).
         return [Statistic(self._stats(counts), batched_windows=windows)]
 
-    def report(self, ctx: ReportContext) -> List[Extra]:
+    def before_telemetry(self, ctx: ReportContext) -> List[Extra]:
         """The counts now, with the last trained round's gradient figures (no training here)."""
-        if self.request is None:
-            return []
         return [self._stats(_vector(ctx.buffer_counts, ctx.num_classes))]

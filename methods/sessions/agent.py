@@ -9,9 +9,9 @@ nothing. Dormant while the global model carries no ``session`` extra.
 """
 import logging
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional
 
-from streamfl.agent.plugins.base import AgentPlugin, RoundContext, Statistic
+from streamfl.agent.plugins.base import AgentPlugin, ModelDecision, RoundContext, Statistic
 from streamfl.protocol.messages import GlobalModel
 from streamfl.methods.sessions.payloads import SessionTerms
 
@@ -37,6 +37,7 @@ class SessionsAgentPlugin(AgentPlugin):
 
     name = "sessions"
     Config = SessionsAgentConfig
+    activated_by = (SessionTerms.KIND,)
 
     def __init__(self, config: SessionsAgentConfig):
         super().__init__(config)
@@ -44,16 +45,12 @@ class SessionsAgentPlugin(AgentPlugin):
         #: The version of the auxiliary model in force (None when the model is the session's).
         self.aux_version: Optional[int] = None
         self.aux_trained = False
-        self._forget = False
 
-    def on_global_model(self, gm: GlobalModel) -> None:
-        terms = gm.extras.get(SessionTerms.KIND)
-        if not isinstance(terms, SessionTerms):
-            self.terms, self.aux_version = None, None
-            return
+    def on_model_received(self, gm: GlobalModel, hparams: Dict[str, float]) -> ModelDecision:
+        """Follows the session; forgets the windows at a new one when told to."""
+        terms = gm.extras[SessionTerms.KIND]
         old = self.terms
-        if old is not None and terms.session > old.session and self.config.forget_on_new_session:
-            self._forget = True
+        forget = bool(old is not None and terms.session > old.session and self.config.forget_on_new_session)
         if old is None or (terms.session, terms.aux_round) != (old.session, old.aux_round):
             if terms.auxiliary:
                 log.info("session %d: auxiliary round %d/%d (model version %d)", terms.session,
@@ -63,20 +60,17 @@ class SessionsAgentPlugin(AgentPlugin):
         self.terms = terms
         self.aux_version = gm.version if terms.auxiliary else None
         self.aux_trained = False
-
-    def forgets_windows(self) -> bool:
-        forget, self._forget = self._forget, False
-        return forget
+        return ModelDecision(hparams, forget_windows=forget)
 
     @property
     def session(self) -> Optional[int]:
         """The fleet's session as the newest global model said, None if it says none."""
         return None if self.terms is None else self.terms.session
 
-    def statistics(self, ctx: RoundContext) -> List[Statistic]:
+    def after_round(self, ctx: RoundContext) -> List[Statistic]:
         if self.aux_version is not None and ctx.base_version == self.aux_version:
             self.aux_trained = True
         return []
 
-    def should_train(self, now: float) -> bool:
+    def on_round_opportunity(self, now: float) -> bool:
         return not (self.config.once_per_aux_model and self.aux_trained)

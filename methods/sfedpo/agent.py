@@ -23,11 +23,10 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from streamfl.agent.buffer_policies.base import ReplacementPolicy
 from streamfl.methods.sfedpo.buffer_policy import VICTIMS, DdsPolicy
 from streamfl.methods.sfedpo.dds import DirichletOracle, dds_rates, dds_scores, heterogeneity_score, population_weights
 from streamfl.methods.sfedpo.latent import SOURCES, StateSource, make_state_source
-from streamfl.agent.plugins.base import AgentPlugin, RoundContext, Statistic
+from streamfl.agent.plugins.base import AgentPlugin, ModelDecision, RoundContext, Statistic
 from streamfl.config import bounded
 from streamfl.protocol.messages import GlobalModel
 from streamfl.methods.sfedpo.payloads import MAX_STATES, SfedpoReport, SfedpoTerms
@@ -78,6 +77,7 @@ class SfedpoAgentPlugin(AgentPlugin):
 
     name = "sfedpo"
     Config = SfedpoAgentConfig
+    activated_by = (SfedpoTerms.KIND,)
 
     def __init__(self, config: SfedpoAgentConfig):
         super().__init__(config)
@@ -104,22 +104,24 @@ class SfedpoAgentPlugin(AgentPlugin):
         self.oracle = DirichletOracle(k, prior=c.prior, class_prior=c.class_prior, max_states=c.max_states)
         self.policy = DdsPolicy(self._seed, default_rate=self.terms.budget, victim=c.victim)
 
-    def on_global_model(self, gm: GlobalModel) -> None:
-        terms = gm.extras.get(SfedpoTerms.KIND)
+    def on_model_received(self, gm: GlobalModel, hparams: Dict[str, float]) -> ModelDecision:
+        """Lends the buffer the DDS policy (built at the first terms), its shares recomputed when
+        the terms change; keeps the round's local steps for s_n (eq. 12)."""
+        terms = gm.extras[SfedpoTerms.KIND]
         changed = terms != self.terms
         self.terms = terms
-        if terms is None:
-            return
         if self.policy is None:
             self._build()
             log.info("SFedPO: admitting windows by latent state (%s states, budget %.2f, DDS %s)",
                      self.config.states, terms.budget, "on" if terms.dds else "off")
         if changed:
             self.refresh()
+        steps = hparams.get("local_steps")
+        if steps is not None and steps >= 1:
+            self._local_steps = int(steps)
+        return ModelDecision(hparams, buffer_policy=self.policy)
 
-    def on_window(self, window: Window) -> None:
-        if self.terms is None:
-            return
+    def on_window_arrived(self, window: Window) -> None:
         state = self.source.state_of(window)
         new = state not in self.oracle.counts
         self.oracle.observe(state, window.label)
@@ -127,9 +129,6 @@ class SfedpoAgentPlugin(AgentPlugin):
         self._since_refresh += 1
         if new or self._since_refresh >= self.config.refresh_windows:
             self.refresh()
-
-    def buffer_policy(self) -> Optional[ReplacementPolicy]:
-        return self.policy if self.terms is not None else None
 
     def _inputs(self):
         """(states, pi_hat, w, d) over the states known to this device and, if shared, the fleet."""
@@ -153,13 +152,7 @@ class SfedpoAgentPlugin(AgentPlugin):
         self.policy.rates = {s: float(r) for s, r in zip(states, rates)}
         return self.policy.rates
 
-    def refine_hparams(self, hparams):
-        steps = hparams.get("local_steps")
-        if steps is not None and steps >= 1:
-            self._local_steps = int(steps)
-        return hparams
-
-    def should_train(self, now: float) -> bool:
+    def on_round_opportunity(self, now: float) -> bool:
         if self._first_s is None:
             self._first_s = float(now)
         self._last_s = float(now)
@@ -172,9 +165,7 @@ class SfedpoAgentPlugin(AgentPlugin):
         chances = (self._last_s - self._first_s) / round_interval_s + 1.0
         return float(min(1.0, max(self.config.min_availability, (self.rounds + 1.0) / (chances + 2.0))))
 
-    def statistics(self, ctx: RoundContext) -> List[Statistic]:
-        if self.terms is None:
-            return []
+    def after_round(self, ctx: RoundContext) -> List[Statistic]:
         self.rounds += 1
         t = self.terms
         states, pi, w, d = self._inputs()

@@ -19,14 +19,15 @@ in its telemetry while it skips, the signal a ``drift`` boundary cuts periods on
 import copy
 import logging
 from dataclasses import dataclass
-from typing import List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
 from streamfl.methods.stewc.drift import InputDrift
-from streamfl.agent.plugins.base import AgentPlugin, Penalty, ReportContext, RoundContext, Statistic, Tensors
+from streamfl.agent.plugins.base import (AgentPlugin, ModelDecision, Penalty, ReportContext, RoundContext,
+                                         Statistic, Tensors)
 from streamfl.agent.quadratic import MIN_CURVATURE, QuadraticPull
 from streamfl.config import bounded
 from streamfl.sensors.window import Window
@@ -62,6 +63,7 @@ class StEwcAgentPlugin(AgentPlugin):
 
     name = "stewc"
     Config = StEwcAgentConfig
+    activated_by = (PeriodTerms.KIND,)
 
     def __init__(self, config: StEwcAgentConfig = StEwcAgentConfig()):
         super().__init__(config)
@@ -76,25 +78,24 @@ class StEwcAgentPlugin(AgentPlugin):
         #: The period whose temporal term was last logged (once a period, with its pull).
         self._logged: Optional[int] = None
 
-    def on_global_model(self, gm: GlobalModel) -> None:
-        terms = gm.extras.get(PeriodTerms.KIND)
-        self.terms = terms if isinstance(terms, PeriodTerms) else None
-        if self.terms is not None and self.terms.period != self._period:
+    def on_model_received(self, gm: GlobalModel, hparams: Dict[str, float]) -> ModelDecision:
+        """The period's terms; the anchor theta*_t when a period is being consolidated; the
+        round's lr, for the cap."""
+        self.terms = gm.extras[PeriodTerms.KIND]
+        if self.terms.period != self._period:
             if self._period is not None:
                 log.info("period %d begins (global model v%d)", self.terms.period, gm.version)
             self._period = self.terms.period
-        t = None if self.terms is None else self.terms.consolidating
+        t = self.terms.consolidating
         if t is not None and t not in self._answered and (self._anchor is None or self._anchor[0] != t):
             self._anchor = (t, gm.tensors)
-
-    def on_window(self, window: Window) -> None:
-        if self.terms is not None and self.drift.add(window.x):
-            log.info("input drift %d (shift %.2f)", self.drift.drifts, self.drift.shift)
-
-    def refine_hparams(self, hparams):
         lr = hparams.get("lr")
         self._lr = float(lr) if lr is not None and lr > 0 else None
-        return hparams
+        return ModelDecision(hparams)
+
+    def on_window_arrived(self, window: Window) -> None:
+        if self.drift.add(window.x):
+            log.info("input drift %d (shift %.2f)", self.drift.drifts, self.drift.shift)
 
     def _pull(self, model: nn.Module) -> Optional[QuadraticPull]:
         """This global model's P and Q as a ``QuadraticPull`` (cached while they and lr hold)."""
@@ -119,9 +120,9 @@ class StEwcAgentPlugin(AgentPlugin):
         self._cached = (self.terms, self._lr, pull)  # the terms themselves: an id() can be reused
         return pull
 
-    def penalty(self, model: nn.Module) -> Optional[Penalty]:
+    def before_round(self, model: nn.Module) -> Optional[Penalty]:
         """The temporal ``QuadraticPull``, or None before any period was consolidated."""
-        if self.terms is None or self.terms.P is None or not self.terms.lambda1 > 0:
+        if self.terms.P is None or not self.terms.lambda1 > 0:
             return None
         pull = self._pull(model)
         if pull is not None and self._logged != self.terms.period:
@@ -133,10 +134,8 @@ class StEwcAgentPlugin(AgentPlugin):
                      float(torch.sqrt(sum((g.double() ** 2).sum() for g in grads))))
         return pull
 
-    def statistics(self, ctx: RoundContext) -> List[Statistic]:
+    def after_round(self, ctx: RoundContext) -> List[Statistic]:
         """The drift count, and the T-FDM owed for a period being consolidated (once)."""
-        if self.terms is None:
-            return []
         out = [Statistic(DriftSignal(self.drift.drifts, self.drift.shift))]
         if self._anchor is None or ctx.buffer_len == 0:
             return out
@@ -157,7 +156,5 @@ class StEwcAgentPlugin(AgentPlugin):
         log.info("T-FDM of period %d from %d windows sent", period, n)
         return out + [Statistic(PeriodFisher(period, int(ctx.buffer_len), diag), per_window_windows=n)]
 
-    def report(self, ctx: ReportContext) -> List[Extra]:
-        if self.terms is None:
-            return []
+    def before_telemetry(self, ctx: ReportContext) -> List[Extra]:
         return [DriftSignal(self.drift.drifts, self.drift.shift)]
