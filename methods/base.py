@@ -35,10 +35,12 @@ class Method:
 @dataclass(frozen=True)
 class ReportSection:
     """A method's section of ``streamfl report``: ``streamfl report DIR --section NAME`` calls
-    ``render(dirs, methods, option)`` and prints what it returns.
+    ``render(dirs, methods, option, reference=..., labels=..., overview=...)`` and prints what it
+    returns.
 
     ``render`` gets the run folders, the methods to show (None: all) and the section's option
-    string (``--option``; "" where none was given)."""
+    string (``--option``; "" where none was given), and by keyword the report's ``--reference``
+    method, ``--labels`` (None: the folders' names) and ``--overview`` flag, which it may ignore."""
 
     name: str
     help: str
@@ -71,6 +73,11 @@ class MethodPackage:
     presets: Optional[str] = None
     #: The method's sections of ``streamfl report``.
     reports: Tuple[ReportSection, ...] = ()
+    #: Module of the method's simulator hooks, each optional: ``device_settings(device)`` (its
+    #: agent plug-in's settings from a simulated device's facts, a ``streamfl.sim.device.DeviceModel``,
+    #: under the scenario's own) and ``tuned_lr_settings(lr)`` (its agent plug-in's settings for a
+    #: learning rate ``streamfl tune`` found, over everything else). ``{}``: nothing to set.
+    sim: Optional[str] = None
 
     def resolve(self, ref: str) -> Any:
         """The object ``ref`` (``"module:Name"``, ``"module"``, or ``":Name"`` for a name of the

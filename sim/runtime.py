@@ -1,6 +1,6 @@
 """The simulator's runtime: the unmodified ``AgentCore`` and ``CoordinatorCore`` in virtual time.
 
-One discrete-event queue drives a fleet (DESIGN.md sections 2 and 7). A device's round trains its
+One discrete-event queue drives a fleet. A device's round trains its
 real model on the windows its stream delivered; how long that took, what it cost and when the
 update reaches the coordinator come from its ``DeviceModel`` (seconds per sample at the clock level
 its DVFS policy chose, shifted-exponential noise, bandwidth), never from this machine's wall clock.
@@ -8,6 +8,11 @@ Every message goes through the real codec. A device sees the newest global model
 has finished, as an MQTT client with a retained model topic does. The same seed gives the same run.
 Every new version, made by an update or by FedAvg's deadline, emits an ``aggregate`` event naming
 what it merged (the summary's per-round figures count those).
+
+The runtime names no method and no stream kind: a method's package states what a simulated
+device's facts and a tuned learning rate set in its agent plug-in (``MethodPackage.sim``), a train
+command's bandwidth grant is a generic field of it (``streamfl.protocol.train``), and a stream kind
+states what its ``eval`` events add (``streamfl.sim.stream_kinds.evaluation``).
 """
 import dataclasses
 import logging
@@ -17,6 +22,7 @@ import numpy as np
 
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore, DivergedError, RoundMeasurement
+from streamfl import methods as method_packages
 from streamfl.config import build, merge
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore, Step
@@ -27,6 +33,7 @@ from streamfl.models import ModelSpec, tensor_spec
 from streamfl.models.evaluation import Evaluator
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import GlobalModel, Offline, Telemetry
+from streamfl.protocol.train import TrainRequest
 from streamfl.sensors.window import Window
 from streamfl.sim.device import DeviceModel, make_devices
 from streamfl.sim.device_state import DeviceState, device_specs
@@ -34,6 +41,7 @@ from streamfl.sim.events import EventQueue
 from streamfl.sim.methods import Method
 from streamfl.sim.scenario import Scenario
 from streamfl.sim.scenario_data import SimData
+from streamfl.sim.stream_kinds import evaluation
 from streamfl.sim.stream_timeline import AggregationClock
 
 log = logging.getLogger(__name__)
@@ -41,6 +49,17 @@ log = logging.getLogger(__name__)
 Emit = Callable[[Dict[str, Any]], None]
 FLEET = "sim"
 
+
+def plugin_settings(hook: str, *args: Any) -> Dict[str, Any]:
+    """``{"plugins": {name: settings}}`` from every method package whose simulator hooks
+    (``MethodPackage.sim``) define ``hook``, called with ``args``; empty settings are left out."""
+    out = {}
+    for name, package in method_packages.packages().items():
+        fn = None if package.sim is None else getattr(package.resolve(package.sim), hook, None)
+        settings = {} if fn is None else fn(*args)
+        if settings:
+            out[name] = settings
+    return {"plugins": out} if out else {}
 
 
 class SimRun:
@@ -56,7 +75,9 @@ class SimRun:
         plugins = {name: merge(scenario.plugins.get(name, {}), settings)
                    for name, settings in method.plugins.items()}
         lr = scenario.method_lr.get(method.name)
-        self._lr_agent = {} if lr is None else {"plugins": {"clp": {"eta0": lr, "lr_max": lr}}}
+        # A tuned rate is the coordinator's lr and whatever rate settings the methods' agent
+        # plug-ins keep of their own (``tuned_lr_settings``), over the scenario's and the run's.
+        self._lr_agent = {} if lr is None else plugin_settings("tuned_lr_settings", lr)
         # Simulated boards are honest and train back to back in virtual time, faster than the
         # fixed cap a real coordinator puts on a device, and the event queue hands the coordinator
         # uploads and ticks in the order they complete, not always in time order: the per-device
@@ -101,7 +122,9 @@ class SimRun:
 
     def _device(self, i: int, dev: DeviceModel, stream: Any, policy: str) -> DeviceState:
         T, C, K = self.data.shape
-        radio = {} if dev.snr_hz is None else {"plugins": {"schedule": {"channel_snr_hz": dev.snr_hz}}}
+        # What the device's facts (its radio) set in the methods' agent plug-ins, under the
+        # scenario's and the run's own settings.
+        facts = plugin_settings("device_settings", dev)
         values = merge({"fleet": FLEET, "device_id": "dev-%03d" % i, "board": dev.profile.name,
                         "model": dataclasses.asdict(self.spec),
                         # The runtime delivers the stream's windows itself: the sensor section only
@@ -109,7 +132,7 @@ class SimRun:
                         "sensor": {"kind": "mqtt", "window_len": T, "channels": C, "num_classes": K},
                         "dvfs": {"backend": "simulated", "board": dev.profile.name, "policy": policy},
                         "seed": self.seed * 100003 + i, "round_interval_s": 1.0, "min_buffer": 32},
-                       radio, self.scenario.agent, self.method.agent, self._lr_agent)
+                       facts, self.scenario.agent, self.method.agent, self._lr_agent)
         cfg = build(AgentConfig, values, "%s: agent" % self.scenario.name)
         agent = AgentCore(cfg, clock=self._now, timer=lambda: 0.0)
         backend = SimulatedBackend([SimulatedDomain(s.name, s.kind, s.levels_khz, clock=self._now)
@@ -196,7 +219,7 @@ class SimRun:
         except DivergedError as exc:
             self._diverged(i, d, t, levels, interval, exc)
             return
-        # The Fisher trace and FedCurv's diagonal take time too (a real agent spends it the same way).
+        # The plug-ins' round statistics (a Fisher trace or diagonal) take time too (a real agent spends it the same way).
         work = d.model.work_samples(update.num_samples, d.agent.statistics_windows)
         compute_s = d.model.compute_s(work, levels)
         train_j = d.model.train_w(levels) * compute_s
@@ -287,8 +310,8 @@ class SimRun:
         """A command reaches its device through the codec, as over MQTT. A device offline at that
         moment misses it here, where a broker holding the device's persistent session would
         deliver it on reconnect: plug-ins must not rely on either. A ``train`` command starts a
-        round at once on a device not computing one, as the daemon does, and its ``bandwidth_hz``
-        (a scheduler's grant of the shared band) sets the next upload's bandwidth."""
+        round at once on a device not computing one, as the daemon does, and its bandwidth grant
+        (``TrainRequest.bandwidth_hz``) sets the next upload's bandwidth."""
         d = self.devices[i]
         if not d.online:
             return
@@ -296,16 +319,15 @@ class SimRun:
         d.agent.on_command(command)
         if command.kind != "train":
             return
-        grant = command.params.get("bandwidth_hz")
-        ok = isinstance(grant, (int, float)) and not isinstance(grant, bool) and 0 < grant < float("inf")
-        d.grant_hz = float(grant) if ok else None
+        request = TrainRequest.of(command.params)
+        d.grant_hz = request.bandwidth_hz
         d.agent.take_train_request()
         if t >= d.busy_until_s:
             d.round_gen += 1
             # The daemon starts the round once the model the command names has arrived.
-            wanted = command.params.get("version")
+            wanted = request.version
             arrive_s = [t_pub + d.model.download_s(nbytes) for t_pub, gm, nbytes in self.published
-                        if type(wanted) is int and gm.version >= wanted]
+                        if wanted is not None and gm.version >= wanted]
             self._next_round(i, max([t] + arrive_s[:1]))
 
     def _message(self, msg: Any, t: float) -> None:
@@ -348,10 +370,8 @@ class SimRun:
             if d.model.presence.online_s(t) > 0:
                 seen |= set(d.stream.classes_seen(t))
         tensors = self.coordinator.model
-        sets = [seen]
-        if self.scenario.stream.kind == "sessions":  # the session's own labels: what the paper scores
-            sets.append({int(c) for d in self.devices if d.model.presence.available(t)
-                         for c in np.flatnonzero(d.stream.class_distribution(t) > 0)})
+        kind = evaluation(self.scenario.stream.kind)
+        sets = [seen] + kind.class_sets(t, self.devices)
         accuracy, loss, on_sets = self.evaluator.evaluate_sets(tensors, sets)
         accuracy_seen = on_sets[0]
         train_j, idle_j = self.energy_split_j(t)
@@ -361,14 +381,7 @@ class SimRun:
                  "energy_j": round(train_j + idle_j, 3), "train_energy_j": round(train_j, 3),
                  "idle_energy_j": round(idle_j, 3), "period": self.data.period(t),
                  "final": final}
-        if len(on_sets) > 1:
-            event["accuracy_now"] = on_sets[1]
-        if self.scenario.stream.kind == "latent_states":  # one device's buffer class mix (SFedPO)
-            event["buffer_counts"] = list(self.devices[0].agent.buffer.counts)
-        if self.scenario.stream.kind == "domain_incremental":  # every period's, future ones too
-            stream = self.devices[0].stream
-            event["period_accuracy"] = [round(self.evaluator.evaluate_classes(tensors, (), stream.transform, p)[0], 6)
-                                        for p in range(stream.num_periods)]
+        event.update(kind.fields(t, self.devices, self.evaluator, tensors, on_sets[1:]))
         self.emit(event)
         if self.progress is not None:
             self.progress(min(1.0, t / self.end_s))

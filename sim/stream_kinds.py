@@ -1,8 +1,10 @@
-"""Per-kind timeline builders for ``sim.streams`` (one ``_kind_*`` per scenario kind, with sources).
+"""Per-kind timeline builders for ``sim.streams`` (one ``_kind_*`` per scenario kind, with sources),
+and what each kind adds to the simulator's ``eval`` events (``KindEval``, ``EVALS``).
 
-Split out of ``streams`` (DESIGN.md s10): ``make_streams`` picks a builder from ``BUILDERS``.
+``make_streams`` picks a builder from ``BUILDERS``; the runtime asks ``evaluation(kind)`` for the
+kind's extra class sets and event fields, so it never names a kind.
 """
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -315,3 +317,60 @@ BUILDERS = {
     "periodic": _kind_periodic, "aperiodic_rare": _kind_aperiodic_rare,
     "new_class_frames": _kind_new_class_frames, "sessions": _kind_sessions,
     "domain_incremental": _kind_domain_incremental, "latent_states": _kind_latent_states}
+
+
+class KindEval:
+    """What a stream kind adds to an ``eval`` event beyond accuracy on all and on seen classes.
+
+    ``devices`` are the runtime's ``DeviceState`` values (``.model.presence``, ``.stream``,
+    ``.agent``). The default adds nothing."""
+
+    def class_sets(self, t_s: float, devices: Sequence[Any]) -> List[Set[int]]:
+        """Further class sets to score in the same pass as the seen classes."""
+        return []
+
+    def fields(self, t_s: float, devices: Sequence[Any], evaluator: Any, tensors: Dict[str, np.ndarray],
+               set_accuracies: Sequence[Optional[float]]) -> Dict[str, Any]:
+        """The event's extra fields; ``set_accuracies`` holds the accuracy on each of
+        ``class_sets``' sets, in order (None: no windows of it)."""
+        return {}
+
+
+class CurrentLabels(KindEval):
+    """"sessions": accuracy on the current session's own labels (``accuracy_now``), what the
+    session paper scores, over the devices online now."""
+
+    def class_sets(self, t_s: float, devices: Sequence[Any]) -> List[Set[int]]:
+        return [{int(c) for d in devices if d.model.presence.available(t_s)
+                 for c in np.flatnonzero(d.stream.class_distribution(t_s) > 0)}]
+
+    def fields(self, t_s, devices, evaluator, tensors, set_accuracies) -> Dict[str, Any]:
+        return {"accuracy_now": set_accuracies[0]} if set_accuracies else {}
+
+
+class BufferMix(KindEval):
+    """"latent_states": one device's buffer class mix (``buffer_counts``), which shows how the
+    states' windows are admitted."""
+
+    def fields(self, t_s, devices, evaluator, tensors, set_accuracies) -> Dict[str, Any]:
+        return {"buffer_counts": list(devices[0].agent.buffer.counts)}
+
+
+class EveryPeriod(KindEval):
+    """"domain_incremental": accuracy on every period's inputs, future ones too
+    (``period_accuracy``), from which forgetting and transfer are read."""
+
+    def fields(self, t_s, devices, evaluator, tensors, set_accuracies) -> Dict[str, Any]:
+        stream = devices[0].stream
+        return {"period_accuracy": [round(evaluator.evaluate_classes(tensors, (), stream.transform, p)[0], 6)
+                                    for p in range(stream.num_periods)]}
+
+
+#: The kinds whose ``eval`` events carry more than the common fields.
+EVALS: Dict[str, KindEval] = {"sessions": CurrentLabels(), "latent_states": BufferMix(),
+                              "domain_incremental": EveryPeriod()}
+
+
+def evaluation(kind: str) -> KindEval:
+    """What stream kind ``kind`` adds to ``eval`` events (nothing for most)."""
+    return EVALS.get(kind, KindEval())

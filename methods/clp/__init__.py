@@ -10,4 +10,5 @@ METHOD = MethodPackage(
     agent='agent:ClpAgentPlugin',
     payloads="payloads",
     presets="presets",
+    sim="sim",
 )

@@ -1,6 +1,6 @@
 """The schedule method: its parts, declared for the registry (``streamfl.methods``); README.md here
 says what it does, when to use it and how to turn it on."""
-from streamfl.methods.base import MethodPackage
+from streamfl.methods.base import MethodPackage, ReportSection
 
 METHOD = MethodPackage(
     name='schedule',
@@ -10,4 +10,11 @@ METHOD = MethodPackage(
     agent='agent:ScheduleAgentPlugin',
     payloads="payloads",
     presets="presets",
+    reports=(ReportSection(
+        'frames',
+        'rounds to target accuracies on the classes seen so far after each new-class frame, '
+        'compared with the reference method (option: the comma-separated targets, with '
+        '--overview one list per folder separated by ";")',
+        render="report:section", many_runs=True),),
+    sim="sim",
 )

@@ -1,6 +1,6 @@
 """FedTeddi's figures as Markdown: per method, the rounds (aggregations) from each frame's start to a
 target accuracy on the classes seen so far, the time it took, how many devices a round trained
-and what a round cost, from a run's ``summary.json`` (``streamfl report --frames``).
+and what a round cost, from a run's ``summary.json`` (``streamfl report --section frames``).
 
 Rounds are counted at evaluations (every ``eval_every_s``), so they are resolved to the versions
 made between two evaluations. A seed that never reaches the target in a frame is left out of
@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from streamfl.errors import StreamflError
+from streamfl.errors import ConfigError, StreamflError
 from streamfl.sim.summary import read_summary
 from streamfl.sim.tables import markdown_rows
 
@@ -235,3 +235,23 @@ def overview_for_runs(run_dirs: Sequence[Path], targets: Sequence[Sequence[str]]
     return overview_table([(name, read_summary(d / "summary.json"), t)
                            for (name, d), t in zip(_labelled(run_dirs, labels), lists)], reference,
                           methods=methods)
+
+
+def section(run_dirs: Sequence[Path], methods: Optional[Sequence[str]], option: str,
+            reference: Optional[str] = "random", labels: Optional[Sequence[str]] = None,
+            overview: bool = False) -> str:
+    """``streamfl report DIR... --section frames --option TARGETS``: rounds to these comma-separated
+    accuracies after each new-class frame (one folder), or the folders side by side; with
+    ``overview``, only each folder's change against ``reference`` and their mean, and then
+    ``option`` may give one target list per folder, separated by ';'."""
+    lists = [[t.strip() for t in part.split(",") if t.strip()]
+             for part in option.split(";") if part.strip()]
+    if not lists:
+        raise ConfigError("section frames: --option takes comma-separated target accuracies, e.g. 0.7,0.8")
+    if overview:
+        return overview_for_runs(run_dirs, lists, reference, methods, labels)
+    if len(lists) > 1:
+        raise ConfigError("one target list per folder goes with --overview only")
+    if len(run_dirs) == 1:
+        return frames_for_run(run_dirs[0], lists[0], reference, methods)
+    return grid_for_runs(run_dirs, lists[0], reference, methods, labels)
