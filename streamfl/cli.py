@@ -7,6 +7,7 @@ from typing import List, Optional
 from streamfl import __version__
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.logs import setup_logging
+from streamfl.methods import report_renderer, report_sections
 
 
 #: The help texts: plain words, since argparse prints them as they are (a docstring's ``markup``
@@ -18,7 +19,7 @@ DEMO_HELP = "run a broker, a coordinator and N agents on this machine"
 SIM_HELP = "run a scenario's methods on a simulated fleet in virtual time"
 REPORT_HELP = "PNG plots and an HTML page from a sim run folder"
 TUNE_HELP = "find each method's best learning rate on a scenario with a small sweep"
-OPERATOR_HELP = "send the running coordinator an operator's command, e.g. new-session"
+OPERATOR_HELP = "send the running coordinator an operator's command, a kind one of its plug-ins knows"
 
 
 def _sub(sub, name: str, help_text: str, details: str) -> argparse.ArgumentParser:
@@ -90,56 +91,51 @@ def build_parser() -> argparse.ArgumentParser:
                       help="runs at a time in worker processes (default 1)")
     tune.add_argument("--also", default="", metavar="NAME=FROM,...",
                       help="methods that take a tuned method's rate in tuned.flags, e.g. an "
-                           "ablation: adaclp-no-dvfs=adaclp")
+                           "ablation: NAME-no-dvfs=NAME")
     tune.add_argument("--out", required=True, help="output folder")
     tune.add_argument("--log-level", default="WARNING")
     report = _sub(sub, "report", REPORT_HELP,
                   "Reads the folder written by 'streamfl sim' and writes the plots and the page "
                   "into it.")
+    sections = report_sections()
     report.add_argument("run_dir", nargs="+",
-                        help="folder written by 'streamfl sim'; with --frames, several folders of "
-                             "one scenario (a sweep) print side by side")
+                        help="folder written by 'streamfl sim'; with a section that compares runs, "
+                             "several folders (a sweep) print side by side")
     report.add_argument("--markdown", action="store_true",
                         help="print the methods as a Markdown table instead of rendering the report")
     report.add_argument("--reference", default="fedasync",
                         help="method the table compares energy and mean accuracy with (default fedasync)")
-    report.add_argument("--frames", metavar="TARGETS", default=None,
-                        help="print rounds to these comma-separated accuracies (on the classes seen "
-                             "so far) after each new-class frame instead, compared with --reference")
+    report.add_argument("--section", choices=sorted(sections), default=None, metavar="NAME",
+                        help="print a method's own figures instead: %s" % "; ".join(
+                            "%s: %s" % (name, sections[name].help) for name in sorted(sections)))
+    report.add_argument("--option", default=None, metavar="STRING",
+                        help="the section's argument, where it takes one")
     report.add_argument("--overview", action="store_true",
-                        help="with --frames and several folders: only each folder's change against "
-                             "--reference and their mean; --frames may then give one target list "
-                             "per folder, separated by ';'")
-    report.add_argument("--periods", action="store_true",
-                        help="print ST-EWC's metrics of a domain-incremental run instead (accuracy "
-                             "on period 1, average and overall accuracy, compared with --reference) "
-                             "and write periods.png beside it")
-    report.add_argument("--sessions", metavar="TARGETS", nargs="?", const="0.95,0.97", default=None,
-                        help="print the session paper's figures of churn runs instead: rounds, "
-                             "seconds and joules after each session boundary to these shares of "
-                             "session-init's peak (default 0.95,0.97), and the accumulated gain "
-                             "over previous; several folders make one table")
-    report.add_argument("--sfedpo", action="store_true",
-                        help="print SFedPO's comparison of latent-state runs instead: accuracy at the "
-                             "end and over the run per method, the best baseline and sfedpo's margin "
-                             "over it; several folders make one table, and sfedpo.png and "
-                             "sfedpo-buffer.png go beside them")
+                        help="with --section and several folders: only each folder's change against "
+                             "--reference and their mean, where the section has that short form")
+    for name in sorted(sections):
+        # Deprecated: --NAME [OPTION] was --section NAME [--option OPTION] before sections were
+        # the methods' own; kept so that older scripts run.
+        if "--" + name not in report._option_string_actions:
+            report.add_argument("--" + name, nargs="?", const="", default=None, metavar="OPTION",
+                                dest="section_alias_" + name, help=argparse.SUPPRESS)
     report.add_argument("--labels", default=None,
                         help="with several folders: their column labels, comma-separated, in order "
                              "(default: the folder names)")
     report.add_argument("--methods", default=None,
-                        help="with --frames, --periods, --sessions, --sfedpo or --markdown: only these comma-separated methods' "
+                        help="with --section or --markdown: only these comma-separated methods' "
                              "rows, in this order")
     report.add_argument("--log-level", default="WARNING")
     operator = _sub(sub, "operator", OPERATOR_HELP,
                     "Publishes the command on the fleet's coordinator command topic (QoS 1) and "
                     "returns once the broker acknowledged it; the coordinator's plug-ins act on the "
-                    "kinds they know (sessions: new-session) and log and ignore the others. The "
+                    "kinds they know and log and ignore the others. The "
                     "command is stamped with this machine's clock (the coordinator obeys each stamp "
                     "once, and only a fresh one) and, with --signing-key-file, signed: a "
                     "coordinator that pins operator keys (operator.public_keys) obeys nothing else. "
                     "The shipped broker ACL lets the 'operator' account write that topic.")
-    operator.add_argument("kind", metavar="KIND", help="command kind, e.g. new-session")
+    operator.add_argument("kind", metavar="KIND", help="command kind, as a plug-in of the "
+                                                          "coordinator names it")
     operator.add_argument("--param", action="append", default=[], dest="params", metavar="KEY=VALUE",
                           help="one parameter of the command (the value is YAML); repeat for more")
     operator.add_argument("--broker", default="localhost", help="MQTT broker host (default localhost)")
@@ -250,6 +246,26 @@ def _operator(args) -> int:
     return 0
 
 
+def _section(args):
+    """The report section asked for and its option string: ``--section NAME [--option STRING]``
+    or the deprecated ``--NAME [STRING]``; ``(None, "")`` for none."""
+    aliases = {key[len("section_alias_"):]: value for key, value in vars(args).items()
+               if key.startswith("section_alias_") and value is not None}
+    if len(aliases) + (args.section is not None) > 1:
+        raise ConfigError("one report section at a time, got %s" % ", ".join(
+            sorted(aliases) + ([args.section] if args.section else [])))
+    if aliases:
+        (name, option), = aliases.items()
+        if args.option is not None:
+            raise ConfigError("--%s takes its option itself, not from --option" % name)
+        return name, option
+    if args.section is None:
+        if args.option is not None:
+            raise ConfigError("--option goes with --section")
+        return None, ""
+    return args.section, args.option or ""
+
+
 def _fmt(value, pattern: str = "%.3f") -> str:
     return "-" if value is None else pattern % value
 
@@ -277,39 +293,17 @@ def main(argv: Optional[List[str]] = None) -> int:
 
             rows = [m.strip() for m in args.methods.split(",")] if args.methods else None
             dirs = [Path(d) for d in args.run_dir]
-            if args.frames:
-                from streamfl.methods.schedule.report import frames_for_run, grid_for_runs, overview_for_runs
-                lists = [[t.strip() for t in part.split(",") if t.strip()]
-                         for part in args.frames.split(";") if part.strip()]
-                labels = [x for x in args.labels.split(",") if x.strip()] if args.labels else None
-                if args.overview:
-                    print(overview_for_runs(dirs, lists, args.reference, rows, labels))
-                elif len(lists) > 1:
-                    raise ConfigError("one target list per folder goes with --overview only")
-                else:
-                    print(frames_for_run(dirs[0], lists[0], args.reference, rows) if len(dirs) == 1
-                          else grid_for_runs(dirs, lists[0], args.reference, rows, labels))
-                return 0
-            if args.sessions:
-                from streamfl.methods.sessions.report import sessions_for_runs
-                try:
-                    targets = [float(t) for t in args.sessions.split(",") if t.strip()]
-                except ValueError:
-                    raise ConfigError("--sessions: comma-separated shares, e.g. 0.95,0.97") from None
-                if not targets or not all(0 < t <= 1 for t in targets):
-                    raise ConfigError("--sessions: shares must be in (0, 1]")
-                print(sessions_for_runs(dirs, targets, methods=rows))
-                return 0
-            if args.sfedpo:
-                from streamfl.methods.sfedpo.report import sfedpo_for_runs
-                print(sfedpo_for_runs(dirs, methods=rows))
+            section, option = _section(args)
+            labels = [x for x in args.labels.split(",") if x.strip()] if args.labels else None
+            if section is not None:
+                if len(dirs) > 1 and not report_sections()[section].many_runs:
+                    raise ConfigError("section %s takes one run folder" % section)
+                print(report_renderer(section)(dirs, rows, option, reference=args.reference,
+                                               labels=labels, overview=args.overview))
                 return 0
             if len(dirs) > 1:
-                raise ConfigError("several run folders go with --frames, --sessions or --sfedpo only")
-            if args.periods:
-                from streamfl.methods.stewc.report import periods_for_run
-                print(periods_for_run(dirs[0], args.reference, rows))
-                return 0
+                raise ConfigError("several run folders go with these sections only: %s" % ", ".join(
+                    name for name, s in sorted(report_sections().items()) if s.many_runs))
             if args.markdown:
                 from streamfl.sim.tables import markdown_for_run
                 print(markdown_for_run(dirs[0], args.reference, rows))

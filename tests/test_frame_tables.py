@@ -54,7 +54,10 @@ def test_a_run_without_frames_is_an_error(tmp_path):
     with pytest.raises(StreamflError):
         frames_table({"methods": {"a": {"runs": [{"periods": []}]}}}, ["0.7"])
     (tmp_path / "summary.json").write_text(json.dumps(_summary({"random": [20]})))
+    assert main(["report", str(tmp_path), "--section", "frames", "--option", "0.7"]) == 0
+    # The flag of before sections were the methods' own still works.
     assert main(["report", str(tmp_path), "--frames", "0.7"]) == 0
+    assert main(["report", str(tmp_path), "--section", "frames"]) != 0  # targets needed
 
 
 def test_the_grid_sets_runs_side_by_side_and_marks_a_missing_method(tmp_path):
@@ -70,11 +73,11 @@ def test_the_grid_sets_runs_side_by_side_and_marks_a_missing_method(tmp_path):
     for name, summary in (("a", fast), ("b", slow)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.json").write_text(json.dumps(summary))
-    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--frames", "0.7",
-                 "--reference", "random", "--methods", "fedteddi,random"]) == 0
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--section", "frames",
+                 "--option", "0.7", "--reference", "random", "--methods", "fedteddi,random"]) == 0
     assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--markdown"]) != 0
-    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--frames", "0.7",
-                 "--labels", "only one"]) != 0
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "--section", "frames",
+                 "--option", "0.7", "--labels", "only one"]) != 0
     grid = grid_for_runs([tmp_path / "a", tmp_path / "b"], ["0.7"], labels=["T 0.8", "T 1.2"])
     assert "| T 0.8: to 0.7 (rounds) |" in grid and "T 1.2: vs `random`" in grid
 
@@ -90,6 +93,7 @@ def test_the_overview_keeps_each_settings_change_and_their_mean(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.json").write_text(json.dumps(summary))
     dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
-    assert main(["report", *dirs, "--frames", "0.7;0.7", "--overview", "--reference", "random"]) == 0
-    assert main(["report", *dirs, "--frames", "0.7;0.7;0.7", "--overview"]) != 0
-    assert main(["report", *dirs, "--frames", "0.7;0.7"]) != 0  # per-folder targets: overview only
+    assert main(["report", *dirs, "--section", "frames", "--option", "0.7;0.7", "--overview",
+                 "--reference", "random"]) == 0
+    assert main(["report", *dirs, "--section", "frames", "--option", "0.7;0.7;0.7", "--overview"]) != 0
+    assert main(["report", *dirs, "--section", "frames", "--option", "0.7;0.7"]) != 0  # per-folder targets: overview only

@@ -1,4 +1,4 @@
-"""``streamfl report --periods``: ST-EWC's metrics table and plot from a domain-incremental run."""
+"""``streamfl report --section periods``: ST-EWC's metrics table and plot from a domain-incremental run."""
 import json
 
 import pytest
@@ -52,6 +52,9 @@ def test_the_table_compares_each_method_with_the_reference_and_the_plot_is_writt
     assert "eq. 15 after period 3" in table
     out = periods_for_run(tmp_path, "fedavg")
     assert out == table
+    from streamfl.cli import main
+    assert main(["report", str(tmp_path), "--section", "periods", "--reference", "fedavg"]) == 0
+    assert main(["report", str(tmp_path), str(tmp_path), "--section", "periods"]) == 2  # one folder
     pytest.importorskip("matplotlib")
     assert (tmp_path / "periods.png").stat().st_size > 0
 

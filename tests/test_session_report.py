@@ -75,10 +75,11 @@ def test_streamfl_report_sessions(tmp_path, capsys):
     (tmp_path / "a").mkdir()
     with open(tmp_path / "a" / "metrics.jsonl", "w") as f:
         f.write("\n".join(json.dumps(r) for r in _rows()) + "\n")
-    assert main(["report", str(tmp_path / "a"), "--sessions", "0.9", "--methods", "session-init"]) == 0
+    assert main(["report", str(tmp_path / "a"), "--section", "sessions", "--option", "0.9",
+                 "--methods", "session-init"]) == 0
     out = capsys.readouterr().out
     assert "rounds to 90%" in out and "| `session-init` |" in out and "| `previous` |" not in out
     pytest.importorskip("matplotlib")
     assert (tmp_path / "a" / "sessions.png").stat().st_size > 1000
-    assert main(["report", str(tmp_path / "a"), "--sessions", "1.5"]) == 2
+    assert main(["report", str(tmp_path / "a"), "--section", "sessions", "--option", "1.5"]) == 2
     assert "shares must be in (0, 1]" in capsys.readouterr().err

@@ -56,6 +56,6 @@ def test_streamfl_report_sfedpo(tmp_path, capsys):
     from streamfl.cli import main
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in _rows()) + "\n")
-    assert main(["report", str(tmp_path / "a"), "--sfedpo", "--methods", "sfedpo,fedavg"]) == 0
+    assert main(["report", str(tmp_path / "a"), "--section", "sfedpo", "--methods", "sfedpo,fedavg"]) == 0
     out = capsys.readouterr().out
     assert "`sfedpo`" in out and "`is`" not in out.split("\n\n")[0]

@@ -1,4 +1,4 @@
-"""The session paper's figures from a churn run (``streamfl report DIR --sessions``): after each
+"""The session paper's figures from a churn run (``streamfl report DIR --section sessions``): after each
 session boundary, the rounds, virtual seconds and joules each method needs to recover a target
 accuracy, and its accumulated accuracy gain over ``previous``.
 
@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from streamfl.coordinator.metrics import read_metrics
-from streamfl.errors import StreamflError
+from streamfl.errors import ConfigError, StreamflError
 from streamfl.sim.plots import TAB10, band_over_seeds, draw_band, have_matplotlib, new_figure, save_figure
 from streamfl.sim.tables import markdown_rows
 
@@ -240,3 +240,19 @@ def plot_sessions(records: Sequence[Dict[str, Any]], out_path: Path,
         ax.legend(loc="lower right", fontsize=8)
     fig.suptitle("Recovery after each session boundary: mean over seeds, band = min..max", fontsize=10)
     return save_figure(fig, out_path)
+
+
+def section(run_dirs: Sequence[Path], methods: Optional[Sequence[str]], option: str,
+            reference: Optional[str] = None, labels: Optional[Sequence[str]] = None,
+            overview: bool = False) -> str:
+    """``streamfl report DIR... --section sessions [--option SHARES]``: ``sessions_for_runs`` with
+    the comma-separated target shares of the reference's peak in ``option`` ("": ``TARGETS``)."""
+    if not option.strip():
+        return sessions_for_runs(run_dirs, TARGETS, methods=methods)
+    try:
+        targets = [float(t) for t in option.split(",") if t.strip()]
+    except ValueError:
+        raise ConfigError("section sessions: --option takes comma-separated shares, e.g. 0.95,0.97") from None
+    if not targets or not all(0 < t <= 1 for t in targets):
+        raise ConfigError("section sessions: shares must be in (0, 1]")
+    return sessions_for_runs(run_dirs, targets, methods=methods)

@@ -1,6 +1,6 @@
 """The sfedpo method: its parts, declared for the registry (``streamfl.methods``); README.md here
 says what it does, when to use it and how to turn it on."""
-from streamfl.methods.base import MethodPackage
+from streamfl.methods.base import MethodPackage, ReportSection
 
 METHOD = MethodPackage(
     name='sfedpo',
@@ -11,4 +11,10 @@ METHOD = MethodPackage(
     payloads="payloads",
     buffer_policies=('buffer_policy:DdsPolicy',),
     presets="presets",
+    reports=(ReportSection(
+        'sfedpo',
+        'accuracy at the end and over the run per method of latent-state runs, the best '
+        'baseline and the margin over it; several folders make one table, with two plots '
+        'beside them',
+        render="report:section", many_runs=True),),
 )

@@ -1,4 +1,4 @@
-"""SFedPO's comparison from latent-state runs (``streamfl report DIR... --sfedpo``).
+"""SFedPO's comparison from latent-state runs (``streamfl report DIR... --section sfedpo``).
 
 One Markdown table over one or several run folders (a folder per dataset and access scenario):
 per method, the held-out accuracy at the run's end and its mean over the run (mean +- std over
@@ -169,3 +169,11 @@ def plot_buffer_mix(records: Sequence[Dict[str, Any]], out_path: Path, name: str
     ax.set_xlabel("virtual time (s)")
     fig.suptitle("Class mix of one device's buffer over time (%s)" % name, fontsize=10)
     return save_figure(fig, out_path)
+
+
+def section(run_dirs: Sequence[Path], methods: Optional[Sequence[str]], option: str = "",
+            reference: Optional[str] = None, labels: Optional[Sequence[str]] = None,
+            overview: bool = False) -> str:
+    """``streamfl report DIR... --section sfedpo``: ``sfedpo_for_runs`` (it takes no option; the
+    margin is always ``REFERENCE``'s over the best of ``BASELINES``)."""
+    return sfedpo_for_runs(run_dirs, methods=methods)

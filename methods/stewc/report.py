@@ -1,4 +1,4 @@
-"""ST-EWC's figures from a domain-incremental run (``streamfl report DIR --periods``): a Markdown table
+"""ST-EWC's figures from a domain-incremental run (``streamfl report DIR --section periods``): a Markdown table
 of the paper's three metrics per method and a plot of accuracy on period 1 and overall accuracy
 against virtual time (its Fig. 3 and 4), mean and min..max over seeds.
 
@@ -103,3 +103,11 @@ def periods_for_run(run_dir: Path, reference: Optional[str] = "fedavg",
     names = list(methods or summary.get("methods") or {})
     plot_periods(run_dir / "metrics.jsonl", names, run_dir / "periods.png")
     return periods_table(summary, reference, methods)
+
+
+def section(run_dirs: Sequence[Path], methods: Optional[Sequence[str]], option: str = "",
+            reference: Optional[str] = "fedavg", labels: Optional[Sequence[str]] = None,
+            overview: bool = False) -> str:
+    """``streamfl report DIR --section periods``: ``periods_for_run`` of the one folder, compared
+    with ``reference`` (it takes no option)."""
+    return periods_for_run(run_dirs[0], reference, methods)
