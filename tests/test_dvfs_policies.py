@@ -26,8 +26,8 @@ def cpu_gpu(current=0):
     return cpu_only(current) + (DomainView("gpu", "gpu", GPU_LEVELS, current),)
 
 
-def inp(domains, in_clp=False, timings=None):
-    return PolicyInput(in_clp=in_clp, domains=domains, seconds_per_sample=timings or {})
+def inp(domains, critical_period=False, timings=None):
+    return PolicyInput(critical_period=critical_period, domains=domains, seconds_per_sample=timings or {})
 
 
 BOARDS = pytest.mark.parametrize("domains", [cpu_only(2), cpu_gpu(2)], ids=["cpu-only", "cpu+gpu"])
@@ -77,7 +77,7 @@ def test_base_observe_is_a_no_op():
 @BOARDS
 def test_none_touches_nothing(domains):
     assert NonePolicy().plan(inp(domains)) == {}
-    assert NonePolicy().plan(inp(domains, in_clp=True)) == {}
+    assert NonePolicy().plan(inp(domains, critical_period=True)) == {}
 
 
 @BOARDS
@@ -88,7 +88,7 @@ def test_performance_sets_every_domain_to_its_top(domains):
 
 @BOARDS
 def test_powersave_sets_every_domain_to_zero(domains):
-    assert PowersavePolicy().plan(inp(domains, in_clp=True)) == {d.name: 0 for d in domains}
+    assert PowersavePolicy().plan(inp(domains, critical_period=True)) == {d.name: 0 for d in domains}
 
 
 # --- fixed -----------------------------------------------------------------------------------
@@ -138,13 +138,13 @@ GPU_T = (0.40, 0.30, 0.24, 0.21, 0.20, 0.197, 0.196)
 CPU_T = (2.0, 1.2, 0.9, 0.8, 0.79, 0.785)
 
 
-def run_rounds(policy, domains, rounds, in_clp=False, times=None, timings=None):
+def run_rounds(policy, domains, rounds, critical_period=False, times=None, timings=None):
     """Plan ``rounds`` rounds, reporting each scaled domain's time per sample at its planned level,
     as the agent does; returns the plans."""
     times = times or {"gpu": GPU_T, "cpu0": CPU_T, "cpu4": CPU_T}
     plans = []
     for _ in range(rounds):
-        plan = policy.plan(inp(domains, in_clp=in_clp, timings=timings))
+        plan = policy.plan(inp(domains, critical_period=critical_period, timings=timings))
         plans.append(plan)
         for name, level in plan.items():
             policy.observe(name, level, times[name][level])
@@ -160,20 +160,20 @@ def test_scaled_domains_prefers_the_gpu():
 @BOARDS
 def test_clp_aware_runs_lowest_during_the_clp(domains):
     policy = ClpAwarePolicy()
-    plans = run_rounds(policy, domains, 5, in_clp=True)
+    plans = run_rounds(policy, domains, 5, critical_period=True)
     scaled = [d.name for d in scaled_domains(domains)]
     assert plans == [{name: 0 for name in scaled}] * 5
 
 
 def test_clp_aware_scales_the_gpu_and_leaves_the_cpus_on_cpu_gpu_boards():
     policy = ClpAwarePolicy()
-    plans = run_rounds(policy, cpu_gpu(4), 2, in_clp=True) + run_rounds(policy, cpu_gpu(4), 3)
+    plans = run_rounds(policy, cpu_gpu(4), 2, critical_period=True) + run_rounds(policy, cpu_gpu(4), 3)
     assert all(set(p) == {"gpu"} for p in plans)
 
 
 def test_clp_aware_climbs_one_level_per_round_then_holds_on_the_gpu():
     policy = ClpAwarePolicy()
-    run_rounds(policy, cpu_gpu(), 3, in_clp=True)
+    run_rounds(policy, cpu_gpu(), 3, critical_period=True)
     levels = [p["gpu"] for p in run_rounds(policy, cpu_gpu(), 8)]
     # 0->1 probes (no last step); 1->2 after 25%, 2->3 after 20%, 3->4 after 12.5%; the step to 4
     # saved 4.8% < 5%, so it holds at 4 for good.
@@ -183,7 +183,7 @@ def test_clp_aware_climbs_one_level_per_round_then_holds_on_the_gpu():
 
 def test_clp_aware_climbs_every_cpu_policy_on_cpu_only_boards():
     policy = ClpAwarePolicy()
-    run_rounds(policy, cpu_only(), 2, in_clp=True)
+    run_rounds(policy, cpu_only(), 2, critical_period=True)
     plans = run_rounds(policy, cpu_only(), 6)
     # Steps save 40%, 25%, 11.1%, 1.25%: climb to 4, then hold.
     assert [p["cpu0"] for p in plans] == [1, 2, 3, 4, 4, 4]
@@ -192,22 +192,22 @@ def test_clp_aware_climbs_every_cpu_policy_on_cpu_only_boards():
 
 def test_clp_aware_absolute_threshold_in_seconds():
     policy = ClpAwarePolicy(threshold=0.05, saving="absolute")
-    run_rounds(policy, cpu_gpu(), 1, in_clp=True)
+    run_rounds(policy, cpu_gpu(), 1, critical_period=True)
     # Steps save 0.10, 0.06, 0.03 s: the step to 3 saved under 0.05 s, so it holds at 3.
     assert [p["gpu"] for p in run_rounds(policy, cpu_gpu(), 5)] == [1, 2, 3, 3, 3]
 
 
 def test_clp_aware_zero_threshold_climbs_to_the_top_while_time_falls():
     policy = ClpAwarePolicy(threshold=0.0)
-    run_rounds(policy, cpu_gpu(), 1, in_clp=True)
+    run_rounds(policy, cpu_gpu(), 1, critical_period=True)
     assert [p["gpu"] for p in run_rounds(policy, cpu_gpu(), 8)] == [1, 2, 3, 4, 5, 6, 6, 6]
 
 
 def test_clp_aware_a_renewed_clp_sends_it_back_down():
     policy = ClpAwarePolicy()
-    run_rounds(policy, cpu_gpu(), 1, in_clp=True)
+    run_rounds(policy, cpu_gpu(), 1, critical_period=True)
     run_rounds(policy, cpu_gpu(), 6)
-    assert run_rounds(policy, cpu_gpu(), 2, in_clp=True) == [{"gpu": 0}, {"gpu": 0}]
+    assert run_rounds(policy, cpu_gpu(), 2, critical_period=True) == [{"gpu": 0}, {"gpu": 0}]
     # Every level is measured now, so the second climb judges each step before taking it and
     # stops below the step that did not pay.
     assert [p["gpu"] for p in run_rounds(policy, cpu_gpu(), 5)] == [1, 2, 3, 3, 3]
@@ -215,9 +215,9 @@ def test_clp_aware_a_renewed_clp_sends_it_back_down():
 
 def test_clp_aware_can_hold_through_a_renewed_clp():
     policy = ClpAwarePolicy(drop_on_clp=False)
-    assert run_rounds(policy, cpu_gpu(5), 1, in_clp=True) == [{"gpu": 0}]
+    assert run_rounds(policy, cpu_gpu(5), 1, critical_period=True) == [{"gpu": 0}]
     run_rounds(policy, cpu_gpu(), 3)
-    assert run_rounds(policy, cpu_gpu(), 2, in_clp=True) == [{"gpu": 3}, {"gpu": 3}]
+    assert run_rounds(policy, cpu_gpu(), 2, critical_period=True) == [{"gpu": 3}, {"gpu": 3}]
 
 
 def test_clp_aware_holds_until_a_level_is_measured():
@@ -275,7 +275,7 @@ def test_clp_aware_own_observations_win_over_the_input_and_are_windowed():
 def test_clp_aware_start_at_current_and_default_start():
     assert ClpAwarePolicy(start_at_current=True).plan(inp(cpu_only(3))) == {"cpu0": 3, "cpu4": 3}
     assert ClpAwarePolicy().plan(inp(cpu_only(3))) == {"cpu0": 0, "cpu4": 0}
-    assert ClpAwarePolicy(start_at_current=True).plan(inp(cpu_only(3), in_clp=True)) == {
+    assert ClpAwarePolicy(start_at_current=True).plan(inp(cpu_only(3), critical_period=True)) == {
         "cpu0": 0, "cpu4": 0}
 
 
@@ -283,7 +283,7 @@ def test_clp_aware_one_level_domain():
     single = (DomainView("cpu0", "cpu", (1500000,)), DomainView("gpu", "gpu", (921600,)))
     policy = ClpAwarePolicy()
     times = {"gpu": (0.3,), "cpu0": (1.0,)}
-    assert run_rounds(policy, single, 2, in_clp=True, times=times) == [{"gpu": 0}] * 2
+    assert run_rounds(policy, single, 2, critical_period=True, times=times) == [{"gpu": 0}] * 2
     assert run_rounds(policy, single, 3, times=times) == [{"gpu": 0}] * 3
 
 
@@ -351,11 +351,11 @@ def test_clp_aware_efficient_runs_the_clp_at_the_first_energy_minimum():
     policy = efficient()
     times = {"gpu": GPU_T_BOUND}
     assert policy.efficient_level(cpu_gpu()[-1]) == 3
-    assert run_rounds(policy, gpu_top(), 3, in_clp=True, times=times) == [{"gpu": 3}] * 3
+    assert run_rounds(policy, gpu_top(), 3, critical_period=True, times=times) == [{"gpu": 3}] * 3
     # After the CLP the climb starts from there, one level per round while it pays.
     assert [p["gpu"] for p in run_rounds(policy, cpu_gpu(), 5, times=times)] == [4, 5, 6, 6, 6]
     # A renewed CLP goes back to the efficient level, not to the lowest.
-    assert run_rounds(policy, cpu_gpu(), 1, in_clp=True, times=times) == [{"gpu": 3}]
+    assert run_rounds(policy, cpu_gpu(), 1, critical_period=True, times=times) == [{"gpu": 3}]
     # Without a CLP first, the climb also starts at the CLP's level.
     assert efficient().plan(inp(gpu_top())) == {"gpu": 3}
 
@@ -366,7 +366,7 @@ def test_clp_aware_efficient_level_follows_measured_timings():
     policy.observe("gpu", 1, 0.3)
     policy.observe("gpu", 2, 0.3)
     assert policy.efficient_level(cpu_gpu()[-1]) == 1
-    assert policy.plan(inp(cpu_gpu(), in_clp=True)) == {"gpu": 1}
+    assert policy.plan(inp(cpu_gpu(), critical_period=True)) == {"gpu": 1}
 
 
 def test_clp_aware_efficient_on_a_real_profile_is_the_modeled_optimum():
@@ -378,14 +378,14 @@ def test_clp_aware_efficient_on_a_real_profile_is_the_modeled_optimum():
     views = tuple(DomainView(d.name, d.kind, d.levels_khz, len(d.levels_khz) - 1)
                   for d in nano.domains)
     policy = ClpAwarePolicy(clp_level="efficient", power_w=table)
-    assert policy.plan(inp(views, in_clp=True)) == {"gpu": energy.index(min(energy))}
+    assert policy.plan(inp(views, critical_period=True)) == {"gpu": energy.index(min(energy))}
 
 
 @pytest.mark.parametrize("cap, top_reached", [(1.02, 4), (1.035, 5), (1.1, 6)])
 def test_clp_aware_climb_energy_ratio_stops_the_climb(cap, top_reached):
     policy = efficient(climb_energy_ratio=cap)
     times = {"gpu": GPU_T_BOUND}
-    run_rounds(policy, cpu_gpu(), 2, in_clp=True, times=times)
+    run_rounds(policy, cpu_gpu(), 2, critical_period=True, times=times)
     levels = [p["gpu"] for p in run_rounds(policy, cpu_gpu(), 6, times=times)]
     assert levels[-1] == top_reached and levels == sorted(levels)
     # It caps the climb only: a level above the cap is not stepped down from.
@@ -397,7 +397,7 @@ def test_clp_aware_climb_energy_ratio_with_the_lowest_clp_level():
     # The cap is relative to the efficient level whatever level the CLP ran at.
     policy = ClpAwarePolicy(power_w={"gpu": GPU_W}, climb_energy_ratio=1.02)
     times = {"gpu": GPU_T_BOUND}
-    assert run_rounds(policy, cpu_gpu(), 1, in_clp=True, times=times) == [{"gpu": 0}]
+    assert run_rounds(policy, cpu_gpu(), 1, critical_period=True, times=times) == [{"gpu": 0}]
     assert [p["gpu"] for p in run_rounds(policy, cpu_gpu(), 7, times=times)] == [
         1, 2, 3, 4, 4, 4, 4]
 
@@ -405,12 +405,12 @@ def test_clp_aware_climb_energy_ratio_with_the_lowest_clp_level():
 def test_clp_aware_power_w_must_fit_the_board():
     with pytest.raises(ConfigError, match="power_w has no watts for domain 'gpu'"):
         ClpAwarePolicy(clp_level="efficient", power_w={"cpu0": (1.0,) * 6}).plan(
-            inp(cpu_gpu(), in_clp=True))
+            inp(cpu_gpu(), critical_period=True))
     with pytest.raises(ConfigError, match=r"power_w\[gpu\] has 3 figures for 7 levels"):
         ClpAwarePolicy(clp_level="efficient", power_w={"gpu": (1.0, 2.0, 3.0)}).plan(
-            inp(cpu_gpu(), in_clp=True))
+            inp(cpu_gpu(), critical_period=True))
     # The paper's setting never reads it.
-    assert ClpAwarePolicy(power_w={"npu": [1.0]}).plan(inp(cpu_gpu(), in_clp=True)) == {"gpu": 0}
+    assert ClpAwarePolicy(power_w={"npu": [1.0]}).plan(inp(cpu_gpu(), critical_period=True)) == {"gpu": 0}
 
 
 @pytest.mark.parametrize("kwargs, match", [

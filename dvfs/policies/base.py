@@ -1,4 +1,4 @@
-"""The DVFS policy interface (issue 3, point 6): a sans-I/O object that turns the CLP flag and the
+"""The DVFS policy interface: a sans-I/O object that turns the critical-period flag and the
 measured seconds per training sample into a plan of clock levels for the next round.
 
 A policy never touches sysfs: the agent builds a ``PolicyInput`` from its ``DvfsBackend`` before
@@ -52,13 +52,15 @@ class DomainView:
 
 @dataclasses.dataclass(frozen=True)
 class PolicyInput:
-    """Everything a policy decides from: the CLP flag, the domains and the timings measured so far."""
+    """Everything a policy decides from: the critical-period flag, the domains and the timings
+    measured so far."""
 
-    #: The CLP flag of the latest global model (false until the CLP probe exists, issue 3 point 6).
-    in_clp: bool
+    #: Whether training is in a critical learning period, as the agent's plug-ins judge it from
+    #: the latest global model (false while no plug-in says so).
+    critical_period: bool
     domains: Tuple[DomainView, ...]
     #: Seconds per training sample by (domain name, level index), averaged by the agent over recent
-    #: rounds at that level (AdaCLP s4.2.1 ``t_avg``); may be empty or cover only some levels.
+    #: rounds at that level; may be empty or cover only some levels.
     seconds_per_sample: Mapping[Tuple[str, int], float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):

@@ -1,4 +1,4 @@
-"""The ``clp-aware`` policy: AdaCLP's CLP-aware DVFS (adaclp.txt s4.2; DESIGN.md s8).
+"""The ``clp-aware`` policy: AdaCLP's CLP-aware DVFS (AdaCLP s4.2).
 
 During the critical learning period the scaled domains run at their lowest level ``f_0``, which
 lengthens the CLP in wall-clock time and saves energy (s4.1). After it, the level rises by one per
@@ -185,15 +185,15 @@ class ClpAwarePolicy(DvfsPolicy):
             if before is None:
                 before = dom.current_level if self.start_at_current else self.clp_target(dom, inp)
             level = min(before, dom.top_level)
-            if inp.in_clp:
+            if inp.critical_period:
                 if self.drop_on_clp or not self._climbing.get(dom.name, False):
                     level = self.clp_target(dom, inp)
             else:
                 self._climbing[dom.name] = True
                 level = self._climb(dom, level, inp)
             if level != before:
-                log.info("clp-aware: %s level %d -> %d (%d kHz, in_clp=%s)", dom.name, before, level,
-                         dom.levels_khz[level], inp.in_clp)
+                log.info("clp-aware: %s level %d -> %d (%d kHz, critical period %s)", dom.name, before,
+                         level, dom.levels_khz[level], inp.critical_period)
             self._target[dom.name] = level
             out[dom.name] = level
         return out

@@ -1,7 +1,7 @@
 """The ``performance`` and ``powersave`` policies: every domain at its top or bottom level.
 
-They are the two baselines AdaCLP's CLP-aware DVFS is compared against (fixed high and fixed low
-frequency, AdaCLP s5.4.6), and the ends of the ladder ``streamfl-agent dvfs probe`` walks.
+They are the two baselines a critical-period-aware DVFS policy is compared against (fixed high and
+fixed low frequency), and the ends of the ladder ``streamfl-agent dvfs probe`` walks.
 """
 import logging
 from typing import Dict
