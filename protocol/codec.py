@@ -8,7 +8,7 @@ The tensor block's layout lives in ``streamfl.protocol.tensorblock``; nothing is
 
 The ``extras`` of a ``GlobalModel`` or an ``Update`` (plug-ins' typed payloads,
 ``streamfl.protocol.extras``) put their fields in the header under ``extras.<kind>`` and their
-tensor groups (FedCurv's U and V, a device's Fisher diagonal F) in the tensor block as
+tensor groups (sums of Fisher diagonals, a device's Fisher diagonal F) in the tensor block as
 ``extra/<kind>/<group>/<name>``, always float32 (Fisher values underflow in float16), checked
 against the architecture like the model tensors; ``Extra.parse`` then checks the fields.
 """

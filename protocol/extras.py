@@ -1,6 +1,6 @@
 """Typed payloads that plug-ins add to a ``GlobalModel`` or an ``Update`` (``extras``, keyed by kind).
 
-A method's coordinator plug-in puts, say, its CLP state into every global model and the matching
+A method's coordinator plug-in puts, say, its own state into every global model and the matching
 agent plug-in reads it back; neither core looks inside. Each payload is a small frozen dataclass
 subclassing ``Extra``: its JSON-able fields travel in the frame header under ``extras.<kind>`` and its
 tensor groups (``{group: {tensor name: array}}``, each shaped like the model) in the tensor block as

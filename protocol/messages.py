@@ -63,7 +63,7 @@ class GlobalModel:
     arch_id: str
     tensors: Tensors
     hparams: Dict[str, float] = field(default_factory=dict)
-    #: Plug-ins' typed payloads by kind (``streamfl.protocol.extras``), e.g. the CLP state.
+    #: Plug-ins' typed payloads by kind (``streamfl.protocol.extras``), e.g. a method's state.
     extras: Dict[str, Any] = field(default_factory=dict)
     #: The coordinator run (its state folder) that made this version: versions are compared only
     #: within one run, so a coordinator restarted on a fresh state is followed, not ignored.
