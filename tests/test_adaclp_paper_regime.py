@@ -102,33 +102,32 @@ class _GM:
 def _after_round(plugin, loss):
     ctx = RoundContext(model=None, tensors={}, round_index=0, seed=0, sample=None, buffer_len=0,
                        loss=loss + 5.0, start_loss=loss, num_classes=7)
-    plugin.current, saved = None, plugin.current       # no Fisher trace computed here
-    plugin.statistics(ctx)
-    plugin.current = saved
+    plugin.after_round(ctx)                             # buffer_len 0: no Fisher trace computed here
 
 
 def test_the_clp_plugin_rests_for_rest_rounds_round_lengths_then_measures_again():
-    plugin = ClpAgentPlugin(ClpAgentConfig(eta0=0.05, lr_max=0.05, lr_min=0.0005, lr_rule="learned",
+    plugin = ClpAgentPlugin(ClpAgentConfig(initial_lr=0.05, lr_max=0.05, lr_min=0.0005, lr_rule="learned",
                                            rest_loss_frac=0.05, rest_rounds=3.0))
-    plugin.on_global_model(_GM(_state()))
-    assert plugin.should_train(0.0)                      # a round starts at 0 ...
+    hparams = {"lr": 0.05, "batch_size": 32, "dropout": 0.0}
+    plugin.on_model_received(_GM(_state()), hparams)
+    assert plugin.on_round_opportunity(0.0)              # a round starts at 0 ...
     _after_round(plugin, 0.01)                           # ... learned data ...
-    assert not plugin.should_train(2.0)                  # ... took 2 s: rest 6 s
-    assert not plugin.should_train(7.9)
-    assert plugin.should_train(8.0) and plugin.rests == 1
+    assert not plugin.on_round_opportunity(2.0)          # ... took 2 s: rest 6 s
+    assert not plugin.on_round_opportunity(7.9)
+    assert plugin.on_round_opportunity(8.0) and plugin.rests == 1
     _after_round(plugin, 1.5)                            # not learned: train on
-    assert plugin.should_train(9.0)
-    assert plugin.refine_hparams({"lr": 0.05, "batch_size": 32, "dropout": 0.0})["lr"] == 0.05
-    paper = ClpAgentPlugin(ClpAgentConfig(eta0=0.05, lr_max=0.05, lr_min=0.0005))
-    paper.on_global_model(_GM(_state()))
-    paper.should_train(0.0)
+    assert plugin.on_round_opportunity(9.0)
+    assert plugin.on_model_received(_GM(_state()), hparams).hparams["lr"] == 0.05
+    paper = ClpAgentPlugin(ClpAgentConfig(initial_lr=0.05, lr_max=0.05, lr_min=0.0005))
+    paper.on_model_received(_GM(_state()), hparams)
+    paper.on_round_opportunity(0.0)
     _after_round(paper, 0.01)
-    assert paper.should_train(2.0)                       # the paper's rule never rests
+    assert paper.on_round_opportunity(2.0)               # the paper's rule never rests
     after_r_end = ClpAgentPlugin(ClpAgentConfig(lr_rule="learned"))
-    after_r_end.on_global_model(_GM(_state(regulating=False)))
-    after_r_end.should_train(0.0)
+    after_r_end.on_model_received(_GM(_state(regulating=False)), hparams)
+    after_r_end.on_round_opportunity(0.0)
     _after_round(after_r_end, 0.0)
-    assert after_r_end.should_train(2.0)                 # after R_end: plain FedAsync
+    assert after_r_end.on_round_opportunity(2.0)         # after R_end: plain FedAsync
     with pytest.raises(ValueError, match="lr_rule"):
         ClpAgentConfig(lr_rule="other")
 

@@ -37,7 +37,7 @@ class Fleet:
 
     def __init__(self):
         self.model = {"a": np.zeros(1, np.float32), "b": np.zeros(1, np.float32)}
-        self.view = FleetView(online=lambda: (), strategy=None, model=lambda: self.model)
+        self.view = FleetView(online=lambda: (), model=lambda: self.model)
 
     def set(self, x):
         self.model = {"a": np.array([x[0]], np.float32), "b": np.array([x[1]], np.float32)}
@@ -50,28 +50,28 @@ def plugin(**settings):
 
 def aggregate(p, fleet, x, version):
     fleet.set(x)
-    p.on_aggregation(Aggregation(version, (), float(version)))
+    return p.on_model_made(Aggregation(version, (), float(version)))
 
 
 # ---- the rule -----------------------------------------------------------------------------------
 
 def test_no_extra_before_the_first_aggregation():
     p, _ = plugin()
-    assert p.extras() == [] and p.scale() is None and p.events(Aggregation(0, (), 0.0)) == []
+    assert p.before_publish() == [] and p.scale() is None
 
 
 def test_three_aggregations_at_hand_computed_points():
     p, fleet = plugin(lr0=0.1)
     for t, x in enumerate(MODELS, start=1):
-        aggregate(p, fleet, x, t)
+        effects = aggregate(p, fleet, x, t)
         assert p.stats.t == t
         assert p.stats.v_hat() == pytest.approx(V_HATS[t - 1], rel=1e-12)
         assert p.stats.r_hat() == pytest.approx(R_HATS[t - 1], rel=1e-12)
         assert p.scale() == pytest.approx(SCALES[t - 1], rel=1e-12)
-        (extra,) = p.extras()
+        (extra,) = p.before_publish()
         assert isinstance(extra, AdaptiveLr) and extra.lr0 == 0.1
         assert extra.lr_for(0.5) == pytest.approx(0.1 * SCALES[t - 1], rel=1e-12)
-        (event,) = p.events(Aggregation(t, (), float(t)))
+        (event,) = effects.events
         assert event["event"] == "adaptive_lr" and event["t"] == t
         assert event["lr"] == pytest.approx(0.1 * SCALES[t - 1], rel=1e-12)
     np.testing.assert_allclose(p.stats.m_hat(), [5.0, -1.0], rtol=1e-12)
@@ -83,7 +83,7 @@ def test_the_min_with_lr0_binds_at_t2():
     aggregate(p, fleet, MODELS[0], 1)
     aggregate(p, fleet, MODELS[1], 2)
     assert p.stats.r_hat() / 2 == pytest.approx(169.0 / 90.0) and p.scale() == 1.0
-    (extra,) = p.extras()
+    (extra,) = p.before_publish()
     assert extra.lr0 is None and extra.lr_for(0.02) == 0.02   # lr0: the broadcast rate
 
 
@@ -126,7 +126,7 @@ def test_a_settled_model_decays_but_never_to_zero():
 def test_matches_a_direct_reimplementation_on_a_random_run():
     rng = np.random.default_rng(3)
     xs = [rng.normal(size=2) * (1 + 5 * (k == 7)) for k in range(12)]   # a jump at t = 8
-    p, fleet = plugin(beta1=0.3, beta2=0.6, beta3=0.9, decay_every=4)
+    p, fleet = plugin(mean_decay=0.3, variance_decay=0.6, ratio_decay=0.9, decay_every=4)
     m, v, r, v_prev = np.zeros(2), 0.0, 0.0, None
     for t, x in enumerate(xs, start=1):
         x = x.astype(np.float32).astype(np.float64)
@@ -149,7 +149,7 @@ def test_flat_parameters_skips_integer_tensors():
 # ---- settings -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("settings", [
-    {"beta1": NAN}, {"beta1": 1.0}, {"beta2": -0.1}, {"beta3": NAN}, {"beta3": INF},
+    {"mean_decay": NAN}, {"mean_decay": 1.0}, {"variance_decay": -0.1}, {"ratio_decay": NAN}, {"ratio_decay": INF},
     {"lr0": 0.0}, {"lr0": -0.01}, {"lr0": 10.5}, {"lr0": NAN}, {"lr0": INF},
     {"decay_every": 0}, {"decay_every": True}, {"decay_every": 2.5},
     {"min_lr_ratio": -0.1}, {"min_lr_ratio": 1.5}, {"min_lr_ratio": NAN},
@@ -164,7 +164,7 @@ def test_bad_settings_are_refused(settings):
 def test_settings_from_yaml_values():
     config = plugin_configs({"adaptive_lr": {"lr0": 0.05, "decay_every": 20, "min_lr_ratio": 0.1}},
                             "fedavg")["adaptive_lr"]
-    assert (config.lr0, config.decay_every, config.min_lr_ratio, config.beta1) == (0.05, 20, 0.1, 0.5)
+    assert (config.lr0, config.decay_every, config.min_lr_ratio, config.mean_decay) == (0.05, 20, 0.1, 0.5)
     assert build(AdaptiveLrConfig, {}, "t") == AdaptiveLrConfig()
 
 
@@ -272,22 +272,26 @@ HPARAMS = {"lr": 0.05, "batch_size": 4, "local_steps": 3, "dropout": 0.0}
 
 
 def test_the_agent_plugin_is_dormant_without_the_extra():
-    a = AdaptiveLrAgentPlugin(AdaptiveLrAgentConfig())
-    a.on_global_model(make_global_model(SPEC, hparams=dict(HPARAMS)))
-    assert a.terms is None and a.refine_hparams(dict(HPARAMS)) == HPARAMS
+    core = agent_core()
+    core.on_global_model(make_global_model(SPEC, hparams=dict(HPARAMS)))
+    assert core.plugin("adaptive_lr") not in core.active_plugins and core.hparams == HPARAMS
 
 
 def test_the_agent_plugin_sets_the_lr_and_goes_dormant_again():
     a = AdaptiveLrAgentPlugin(AdaptiveLrAgentConfig())
-    a.on_global_model(make_global_model(SPEC, hparams=dict(HPARAMS), extras={"adaptive_lr": AdaptiveLr(0.2)}))
     given = dict(HPARAMS)
-    out = a.refine_hparams(given)
+    out = a.on_model_received(make_global_model(SPEC, hparams=dict(HPARAMS),
+                                                extras={"adaptive_lr": AdaptiveLr(0.2)}), given).hparams
     assert out["lr"] == pytest.approx(0.01) and given == HPARAMS
     assert {k: v for k, v in out.items() if k != "lr"} == {k: v for k, v in HPARAMS.items() if k != "lr"}
-    a.on_global_model(make_global_model(SPEC, hparams=dict(HPARAMS), extras={"adaptive_lr": AdaptiveLr(0.5, 0.1)}))
-    assert a.refine_hparams(dict(HPARAMS))["lr"] == pytest.approx(0.05)
-    a.on_global_model(make_global_model(SPEC, hparams=dict(HPARAMS)))
-    assert a.refine_hparams(dict(HPARAMS)) == HPARAMS
+    gm = make_global_model(SPEC, hparams=dict(HPARAMS), extras={"adaptive_lr": AdaptiveLr(0.5, 0.1)})
+    assert a.on_model_received(gm, dict(HPARAMS)).hparams["lr"] == pytest.approx(0.05)
+    core = agent_core()
+    core.on_global_model(make_global_model(SPEC, version=1, hparams=dict(HPARAMS),
+                                           extras={"adaptive_lr": AdaptiveLr(0.5, 0.1)}))
+    assert core.hparams["lr"] == pytest.approx(0.05)
+    core.on_global_model(make_global_model(SPEC, version=2, hparams=dict(HPARAMS)))
+    assert core.hparams == HPARAMS and core.plugin("adaptive_lr") not in core.active_plugins
 
 
 def agent_core():

@@ -100,7 +100,7 @@ def test_fedcurv_pull_of_a_fleet_sized_curvature_no_longer_diverges_a_round():
     # The agent caps it at stability / lr (1 / 0.5 = 2 per element) and trains finitely.
     core = make_core()
     assert core.on_global_model(gm)
-    pull = core.plugin("fedcurv").penalty(core.model)    # the round's (built once per model and lr)
+    pull = core.plugin("fedcurv").before_round(core.model)    # the round's (built once per model and lr)
     update = core.train_round()
     assert np.isfinite(update.loss) and all(np.isfinite(t).all() for t in update.tensors.values())
     assert LR * largest_curvature(core.trainer.applied.values()) == pytest.approx(1.0)

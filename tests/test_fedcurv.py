@@ -98,8 +98,8 @@ def test_penalty_gradient_is_lambda2_times_peers_pull():
     def terms(**kw):
         return GlobalModel(version=1, arch_id="x", tensors={}, extras={"curvature": CurvatureTerms(**kw)})
 
-    client.on_global_model(terms(lambda2=0.7, fisher_samples=4, U=U, V=V))
-    penalty = client.penalty(model)
+    client.on_model_received(terms(lambda2=0.7, fisher_samples=4, U=U, V=V), {})
+    penalty = client.before_round(model)
     model.zero_grad()
     penalty(model).backward()
     for n, p in model.named_parameters():
@@ -107,12 +107,11 @@ def test_penalty_gradient_is_lambda2_times_peers_pull():
         want = 0.7 * ((U[n] - own_f[n]) * theta - (V[n] - own_f[n] * own_t[n]))
         np.testing.assert_allclose(p.grad.double().numpy(), want, rtol=1e-4, atol=1e-5)
     assert float(penalty(model).detach()) >= 0.0
-    client.on_global_model(terms(lambda2=0.7, fisher_samples=4))
-    assert client.penalty(model) is None                              # no peer sums yet
-    client.on_global_model(terms(lambda2=0.0, fisher_samples=4, U=U, V=V))
-    assert client.penalty(model) is None                              # FedCurv off
-    client.on_global_model(GlobalModel(version=2, arch_id="x", tensors={}))
-    assert client.penalty(model) is None                              # a coordinator without FedCurv
+    client.on_model_received(terms(lambda2=0.7, fisher_samples=4), {})
+    assert client.before_round(model) is None                         # no peer sums yet
+    client.on_model_received(terms(lambda2=0.0, fisher_samples=4, U=U, V=V), {})
+    assert client.before_round(model) is None                         # FedCurv off
+    # A coordinator without FedCurv leaves the plug-in dormant (the agent contract suite).
 
 
 def _agent(device):
@@ -128,7 +127,7 @@ def _agent(device):
 
 def test_fleet_through_the_codec_builds_sums_and_devices_train_with_them():
     coord = greet(CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "plugins": {"fedcurv": {
-        "lambda2": 1.5, "fisher_samples": 6}}}, "test")), "d1", "d2")
+        "penalty_strength": 1.5, "fisher_samples": 6}}}, "test")), "d1", "d2")
     dec = Decoder({coord.arch_id: tensor_spec(ModelSpec(**SPEC))})
     agents = [_agent("d1"), _agent("d2")]
     sent = {}

@@ -78,21 +78,22 @@ def test_the_split_half_variance_tracks_the_within_class_per_sample_variance():
 # ---- the agent plug-in ------------------------------------------------------------------------
 
 def test_dormant_until_a_global_model_asks():
-    plugin = ScheduleAgentPlugin()
-    assert plugin.report(ReportContext({0: 4}, 3, 0.0)) == []
-    plugin.on_global_model(global_model(1))
-    assert plugin.report(ReportContext({0: 4}, 3, 0.0)) == []
-    plugin.on_global_model(scheduled_model(2))
-    [stats] = plugin.report(ReportContext({0: 4}, 3, 0.0))
+    core = make_core()
+    core.on_global_model(global_model(1))
+    assert core.plugin("schedule") not in core.active_plugins
+    core.on_global_model(scheduled_model(2))
+    plugin = core.plugin("schedule")
+    assert plugin in core.active_plugins
+    [stats] = plugin.before_telemetry(ReportContext({0: 4}, 3, 0.0))
     assert isinstance(stats, ScheduleStats) and stats.counts == (4, 0, 0)
 
 
 def test_a_new_class_starts_a_frame_and_keeps_the_previous_distribution():
     plugin = ScheduleAgentPlugin(ScheduleAgentConfig(channel_snr_hz=1e9))
-    plugin.on_global_model(scheduled_model(1))
+    plugin.on_model_received(scheduled_model(1), {})
 
     def rep(counts):
-        [s] = plugin.report(ReportContext(counts, 3, 0.0))
+        [s] = plugin.before_telemetry(ReportContext(counts, 3, 0.0))
         return s
 
     first = rep({0: 10})
@@ -106,9 +107,9 @@ def test_a_new_class_starts_a_frame_and_keeps_the_previous_distribution():
 
 def test_a_large_shift_of_known_classes_is_a_frame_too():
     plugin = ScheduleAgentPlugin(ScheduleAgentConfig(frame_shift=0.3))
-    plugin.on_global_model(scheduled_model(1))
+    plugin.on_model_received(scheduled_model(1), {})
     for counts, frame in (({0: 8, 1: 8}, 0), ({0: 10, 1: 6}, 0), ({0: 15, 1: 1}, 1)):
-        [s] = plugin.report(ReportContext(counts, 3, 0.0))
+        [s] = plugin.before_telemetry(ReportContext(counts, 3, 0.0))
         assert s.frame == frame
 
 

@@ -145,7 +145,7 @@ def test_aux_round_takes_each_devices_first_update_from_its_model():
 
 
 def test_config_refuses_bad_values():
-    for bad in ({"init": "nope"}, {"kappa": float("nan")}, {"aux_rounds": 0}, {"aux_quorum": 0.0},
+    for bad in ({"init": "nope"}, {"similarity_sharpness": float("nan")}, {"aux_rounds": 0}, {"aux_quorum": 0.0},
                 {"change_fraction": float("nan")}, {"distance": "cosine"}, {"settle_s": -1.0}):
         with pytest.raises(ValueError):
             SessionsConfig(**bad)
@@ -346,25 +346,23 @@ def _ctx(base_version):
 
 def test_agent_trains_an_aux_model_once_and_forgets_windows_on_a_new_session_when_asked():
     plugin = SessionsAgentPlugin(SessionsAgentConfig(forget_on_new_session=True))
-    plugin.on_global_model(make_global_model(MSPEC, version=3, extras={"session": SessionTerms(0)}))
-    assert plugin.session == 0 and not plugin.forgets_windows() and plugin.should_train(0.0)
-    plugin.on_global_model(make_global_model(MSPEC, version=4, extras={"session": SessionTerms(1, 1)}))
-    assert plugin.forgets_windows() and not plugin.forgets_windows()      # once
-    plugin.statistics(_ctx(3))                          # a round from the old model: not the aux one
-    assert plugin.should_train(0.0)
-    plugin.statistics(_ctx(4))
-    assert not plugin.should_train(0.0)                 # rests until the next model
-    plugin.on_global_model(make_global_model(MSPEC, version=5, extras={"session": SessionTerms(1)}))
-    assert plugin.should_train(0.0) and not plugin.forgets_windows()
-    plugin.on_global_model(make_global_model(MSPEC, version=6))
-    assert plugin.session is None and plugin.should_train(0.0)
+    decision = plugin.on_model_received(make_global_model(MSPEC, version=3, extras={"session": SessionTerms(0)}), {})
+    assert plugin.session == 0 and not decision.forget_windows and plugin.on_round_opportunity(0.0)
+    decision = plugin.on_model_received(make_global_model(MSPEC, version=4, extras={"session": SessionTerms(1, 1)}), {})
+    assert decision.forget_windows
+    plugin.after_round(_ctx(3))                         # a round from the old model: not the aux one
+    assert plugin.on_round_opportunity(0.0)
+    plugin.after_round(_ctx(4))
+    assert not plugin.on_round_opportunity(0.0)         # rests until the next model
+    decision = plugin.on_model_received(make_global_model(MSPEC, version=5, extras={"session": SessionTerms(1)}), {})
+    assert plugin.on_round_opportunity(0.0) and not decision.forget_windows
 
 
 def test_agent_keeps_its_windows_by_default():
     plugin = SessionsAgentPlugin(SessionsAgentConfig())
-    plugin.on_global_model(make_global_model(MSPEC, version=1, extras={"session": SessionTerms(0)}))
-    plugin.on_global_model(make_global_model(MSPEC, version=2, extras={"session": SessionTerms(1)}))
-    assert not plugin.forgets_windows()
+    plugin.on_model_received(make_global_model(MSPEC, version=1, extras={"session": SessionTerms(0)}), {})
+    assert not plugin.on_model_received(make_global_model(MSPEC, version=2, extras={"session": SessionTerms(1)}),
+                                        {}).forget_windows
 
 
 def test_an_agent_core_empties_its_buffer_when_a_new_session_is_announced():
@@ -399,3 +397,10 @@ def test_an_agent_core_empties_its_buffer_when_a_new_session_is_announced():
     assert not agent.ready(0.0)                           # ... then it waits for the next model
     agent.on_global_model(model(3, 1))
     assert len(agent.buffer) == 6 and agent.ready(0.0)    # same session: the windows stay
+    agent.finish_round(agent.begin_round())
+    agent.on_global_model(model(4, 1, aux_round=1))
+    agent.finish_round(agent.begin_round())               # an auxiliary round trained ...
+    assert not agent.ready(0.0)
+    agent.on_global_model(GlobalModel(version=5, arch_id=MSPEC.arch_id, tensors=_model(0.1), hparams={"lr": 0.05}))
+    assert agent.plugin("sessions").session is None       # ... sessions stop: the plug-in starts afresh
+    assert agent.ready(0.0)

@@ -128,7 +128,7 @@ def test_a_period_nobody_answered_is_dropped():
 
 # ---- through the coordinator core ------------------------------------------------------------
 def _core(tensors=None, **stewc):
-    settings = {"boundary": "schedule", "period_s": 10.0, "lambda1": 2.0, "fisher_samples": 6}
+    settings = {"boundary": "schedule", "period_s": 10.0, "temporal_strength": 2.0, "fisher_samples": 6}
     settings.update(stewc)
     return CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "admission": UNBOUNDED_ADMISSION,
                                                      "plugins": {"stewc": settings}}, "test"),
@@ -150,7 +150,9 @@ def _consolidate(core, devices, now):
     fishers = [_tensors(int(now) + i, positive=True) for i in range(len(devices))]
     for i, (device, f) in enumerate(zip(devices, fishers)):
         core.on_update(_update(core, device, {"period_fisher": PeriodFisher(terms.consolidating, 10 * (i + 1), f)}), now)
-    core.tick(now + 0.5)
+    folded = core.tick(now + 0.5)
+    assert [e["event"] for e in folded.events] == ["consolidated"]    # said when it happens
+    assert folded.events[0]["devices"] == len(devices)
     weights = [10 * (i + 1) for i in range(len(devices))]
     F = {k: sum(w * f[k] for w, f in zip(weights, fishers)) / sum(weights) for k in anchor}
     return F, {k: F[k] * anchor[k] for k in anchor}
@@ -234,24 +236,24 @@ def test_penalty_gradient_is_lambda1_times_p_theta_minus_q_and_capped_for_stabil
     model = build_model(MSPEC, seed=0)
     P, Q = _tensors(1, positive=True), _tensors(2)
     plugin = StEwcAgentPlugin()
-    plugin.on_global_model(_terms(P, Q))
-    plugin.refine_hparams({"lr": 0.01})       # cap stability / (lr lambda1) = 50 > every P here
+    gm = _terms(P, Q)
+    plugin.on_model_received(gm, {"lr": 0.01})       # cap stability / (lr lambda1) = 50 > every P here
     model.zero_grad()
-    plugin.penalty(model)(model).backward()
+    plugin.before_round(model)(model).backward()
     for n, p in model.named_parameters():
         want = 2.0 * (P[n] * p.detach().double().numpy() - Q[n])
         np.testing.assert_allclose(p.grad.double().numpy(), want, rtol=1e-4, atol=1e-5)
-    plugin.refine_hparams({"lr": 1.0})        # cap 0.5: lr * lambda1 * P never above 1
+    plugin.on_model_received(gm, {"lr": 1.0})        # cap 0.5: lr * lambda1 * P never above 1
     model.zero_grad()
-    plugin.penalty(model)(model).backward()
+    plugin.before_round(model)(model).backward()
     for n, p in model.named_parameters():
         theta = p.detach().double().numpy()
         want = 2.0 * np.minimum(P[n], 0.5) * (theta - Q[n] / P[n])
         np.testing.assert_allclose(p.grad.double().numpy(), want, rtol=1e-3, atol=1e-4)
-    plugin.on_global_model(_terms(None, None))
-    assert plugin.penalty(model) is None      # nothing consolidated yet
-    plugin.on_global_model(_terms(P, Q, lam=0.0))
-    assert plugin.penalty(model) is None      # TimeEWC off
+    plugin.on_model_received(_terms(None, None), {"lr": 0.01})
+    assert plugin.before_round(model) is None      # nothing consolidated yet
+    plugin.on_model_received(_terms(P, Q, lam=0.0), {"lr": 0.01})
+    assert plugin.before_round(model) is None      # TimeEWC off
 
 
 def _agent(device="d1"):
@@ -280,12 +282,12 @@ def test_a_device_answers_a_consolidation_once_with_the_fisher_at_theta_star():
     assert plugin._anchor is None and plugin._answered == {0}
     # The T-FDM is the Fisher at theta* (the announcing model), not at the trained model.
     fresh = StEwcAgentPlugin()
-    fresh.on_global_model(gm)
+    fresh.on_model_received(gm, dict(gm.hparams))
     X, y = _all_windows(agent)
     trained = build_model(MSPEC, seed=1)
     ctx = RoundContext(model=trained, tensors=model_to_arrays(trained), round_index=1, seed=3,
                        sample=lambda n: (X[:n], y[:n]), buffer_len=len(y))
-    stats = fresh.statistics(ctx)
+    stats = fresh.after_round(ctx)
     got = next(s.extra for s in stats if isinstance(s.extra, PeriodFisher)).F
     at = build_model(MSPEC, seed=0)
     arrays_to_model(at, gm.tensors)
