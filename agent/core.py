@@ -91,7 +91,7 @@ class AgentCore:
 
     ``clock`` stamps ``Update.created_s`` (the daemon passes wall time, the simulator virtual time);
     ``timer`` measures seconds per sample; ``seed`` (default ``config.seed``) seeds the model's
-    initialization, minibatch sampling and dropout; ``spec`` overrides ``config.model``.
+    initialization, the minibatch draws and dropout; ``spec`` overrides ``config.model``.
     """
 
     def __init__(self, config: AgentConfig, clock: Callable[[], float] = time.monotonic,
@@ -281,9 +281,9 @@ class AgentCore:
 
     def _plugins_agree(self, now: float) -> bool:
         """Every active plug-in's answer, each told of the opportunity whatever the others say:
-        ``on_round_opportunity`` is an event with a clock (SFedPO counts round opportunities
-        there), so stopping at the first no would skip it whenever an earlier one (a resting CLP)
-        declines."""
+        ``on_round_opportunity`` is an event with a clock (a plug-in may count round opportunities
+        or end a rest there), so stopping at the first no would hide the opportunity from every
+        plug-in after one that declines."""
         answers = [plugin.on_round_opportunity(now) for plugin in self.active_plugins]
         return all(answers)
 

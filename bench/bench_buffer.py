@@ -135,9 +135,10 @@ def time_dds(args) -> dict:
     for _ in range(args.repeats):
         plugin = SfedpoAgentPlugin(SfedpoAgentConfig())
         plugin.bind(0, args.classes)
-        plugin.on_global_model(GlobalModel(version=1, arch_id="bench", tensors={}, extras={"sfedpo": terms}))
-        buf = Buffer(args.capacity, args.window_len, args.channels, args.classes, plugin.buffer_policy())
-        on_window, add = plugin.on_window, buf.add
+        decision = plugin.on_model_received(GlobalModel(version=1, arch_id="bench", tensors={},
+                                                        extras={"sfedpo": terms}), {})
+        buf = Buffer(args.capacity, args.window_len, args.channels, args.classes, decision.buffer_policy)
+        on_window, add = plugin.on_window_arrived, buf.add
         t0 = time.perf_counter()
         for w in windows:
             on_window(w)

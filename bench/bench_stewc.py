@@ -70,11 +70,11 @@ def main(argv=None) -> int:
     spatial_fisher = FedCurvConfig().fisher_samples
     temporal_fisher = StEwcConfig().fisher_samples
     curv, temporal = FedCurvAgentPlugin(), StEwcAgentPlugin()
-    curv.on_global_model(GlobalModel(1, spec.arch_id, {}, extras={
-        "curvature": CurvatureTerms(1.0, spatial_fisher, rand(True), rand(False))}))
-    temporal.on_global_model(GlobalModel(1, spec.arch_id, {}, extras={
-        "periods": PeriodTerms(2, StEwcConfig().lambda1, temporal_fisher, None, rand(True), rand(False))}))
-    temporal.refine_hparams({"lr": 0.01})
+    curv.on_model_received(GlobalModel(1, spec.arch_id, {}, extras={
+        "curvature": CurvatureTerms(1.0, spatial_fisher, rand(True), rand(False))}), {})
+    temporal.on_model_received(GlobalModel(1, spec.arch_id, {}, extras={
+        "periods": PeriodTerms(2, StEwcConfig().temporal_strength, temporal_fisher, None, rand(True), rand(False))}),
+        {"lr": 0.01})
     gen = torch.Generator().manual_seed(0)
 
     def batches():
@@ -86,12 +86,12 @@ def main(argv=None) -> int:
 
     def penalized():
         # As the agent core does each round: the plug-ins build their penalties, then train.
-        trainer.penalties = [curv.penalty(model), temporal.penalty(model)]
+        trainer.penalties = [curv.before_round(model), temporal.before_round(model)]
         trainer.run(batches(), lr=0.01)
 
     def as_loss_terms():
         # The same two terms added to the loss instead (their own autograd graph every step).
-        pulls = [curv.penalty(model), temporal.penalty(model)]
+        pulls = [curv.before_round(model), temporal.before_round(model)]
         trainer.penalties = [lambda m, p=p: p(m) for p in pulls]
         trainer.run(batches(), lr=0.01)
 
