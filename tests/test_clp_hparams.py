@@ -49,7 +49,7 @@ def test_missing_prev_counts_as_flat():
 def test_fisher_below_one_hits_lr_max_and_batch_max():
     cfg = ClpHparamsConfig()
     out = refine(clp(0.5, prev=0.5), BASE, cfg)
-    assert out["lr"] == cfg.lr_max == cfg.eta0           # eq. 4 would give 0.0162
+    assert out["lr"] == cfg.lr_max == cfg.initial_lr           # eq. 4 would give 0.0162
     assert out["batch_size"] == cfg.batch_max            # eq. 5 would give 164
     wide = ClpHparamsConfig(lr_max=0.05)
     assert refine(clp(0.5), BASE, wide)["lr"] == pytest.approx(0.01 * 0.5 ** -math.log(2))
@@ -72,11 +72,11 @@ def test_dropout_floor_and_ceiling():
     cfg = ClpHparamsConfig(dropout_min=0.05)
     assert refine(clp(5.0, prev=1.0), BASE, cfg)["dropout"] == 0.05   # eq. 6: ~0
     with pytest.raises(ValueError, match="dropout_max"):
-        ClpHparamsConfig(d0=0.6)                          # D <= D0, so the ceiling bounds D0
+        ClpHparamsConfig(initial_dropout=0.6)                          # D <= D0, so the ceiling bounds D0
 
 
 def test_segment_start_resets_to_initial_values():
-    cfg = ClpHparamsConfig(d0=0.3)
+    cfg = ClpHparamsConfig(initial_dropout=0.3)
     out = refine(clp(1e6, prev=10.0, version=40, start=40), BASE, cfg)
     assert (out["lr"], out["batch_size"], out["dropout"]) == (0.01, 50, 0.3)
     after = refine(clp(1e6, prev=10.0, version=41, start=40), BASE, cfg)
@@ -111,7 +111,7 @@ def test_not_regulating_returns_the_coordinators_hparams(state):
 
 
 def test_probe_state_drives_refine_after_json():
-    probe = ClpProbe(ClpProbeConfig(window_m=1, lam=0.0, r_end=3))
+    probe = ClpProbe(ClpProbeConfig(trace_window=1, staleness_decay=0.0, last_regulated_version=3))
     states = [probe.on_aggregation(v, v - 1, E ** v) for v in range(1, 5)]
     outs = [refine(ClpState.parse(json.loads(json.dumps(s.as_dict())), {}), BASE) for s in states]
     assert outs[1]["lr"] == pytest.approx(0.01 * 2.0 ** -2)   # F_G = e^2
@@ -125,9 +125,9 @@ def test_sigmoid_is_stable():
 
 
 @pytest.mark.parametrize("kwargs, field", [
-    ({"eta0": 0.0}, "eta0"), ({"eta0": 0.02}, "eta0 <= lr_max"), ({"lr_min": -1.0}, "lr_min"),
-    ({"b0": 0}, "b0"), ({"b0": 60}, "b0 <= batch_max"), ({"batch_min": 2.5}, "batch_min"),
-    ({"d0": 1.0}, "d0"), ({"dropout_min": 0.3}, "dropout_min <= d0"), ({"beta": -1.0}, "beta"),
+    ({"initial_lr": 0.0}, "initial_lr"), ({"initial_lr": 0.02}, "initial_lr <= lr_max"), ({"lr_min": -1.0}, "lr_min"),
+    ({"initial_batch": 0}, "initial_batch"), ({"initial_batch": 60}, "initial_batch <= batch_max"), ({"batch_min": 2.5}, "batch_min"),
+    ({"initial_dropout": 1.0}, "initial_dropout"), ({"dropout_min": 0.3}, "dropout_min <= initial_dropout"), ({"dropout_slope": -1.0}, "dropout_slope"),
     ({"fisher_reference": "relative"}, "fisher_reference"), ({"fisher_scale": 0.0}, "fisher_scale"),
 ])
 def test_config_validation(kwargs, field):
@@ -137,7 +137,7 @@ def test_config_validation(kwargs, field):
 
 def test_defaults_follow_the_paper():
     cfg = ClpHparamsConfig()
-    assert (cfg.eta0, cfg.b0) == (0.01, 50)
+    assert (cfg.initial_lr, cfg.initial_batch) == (0.01, 50)
 
 
 def test_module_parses_as_python_38():
@@ -145,7 +145,7 @@ def test_module_parses_as_python_38():
 
 
 def test_warmup_reference_reads_f_g_relative_to_the_broadcast_reference():
-    cfg = ClpHparamsConfig(eta0=0.05, lr_max=0.05, lr_min=0.0005, b0=32, batch_max=32,
+    cfg = ClpHparamsConfig(initial_lr=0.05, lr_max=0.05, lr_min=0.0005, initial_batch=32, batch_max=32,
                            fisher_reference="warmup")
     base = {"lr": 0.05, "batch_size": 32, "dropout": 0.0, "local_steps": 10}
     state = ClpState(version=9, fisher_global=40.0, fisher_global_prev=40.0, in_clp=True,

@@ -39,7 +39,7 @@ def _coordinator(**clp):
 
 
 def test_updates_carry_a_fisher_trace_and_the_probe_broadcasts_it():
-    coord, agent = _coordinator(window_m=3), _agent()
+    coord, agent = _coordinator(trace_window=3), _agent()
     decoder = Decoder({coord.arch_id: tensor_spec(ModelSpec(**SPEC))})
     gm = coord.global_model()
     state = gm.extras["clp"]
@@ -58,7 +58,7 @@ def test_updates_carry_a_fisher_trace_and_the_probe_broadcasts_it():
     assert clp.fisher_global > 0 and clp.version == 4
     assert set(coord.plugin("clp").probe.weights()) == {2, 3, 4}
     # Persisted and restored with the coordinator's state.
-    again = _coordinator(window_m=3)
+    again = _coordinator(trace_window=3)
     again.restore(coord.model, coord.state(), 0.0)
     assert again.global_model().extras["clp"] == coord.global_model().extras["clp"]
 
@@ -108,7 +108,7 @@ def test_devices_refine_lr_batch_and_dropout_from_the_clp_state():
 def test_a_clp_change_over_mqtt_reaches_the_agents_lr_and_clocks(fleet):
     """sigma is set out of reach, so the fleet starts in the CLP (lowest clocks, eta0) and leaves it
     once F_G has a history; agents then take eq. 4's lr and clp-aware climbs the clocks."""
-    run = fleet(coordinator_overrides={"plugins": {"clp": {"window_m": 3, "sigma": 1e6}}},
+    run = fleet(coordinator_overrides={"plugins": {"clp": {"trace_window": 3, "growth_threshold": 1e6}}},
                 agent_overrides={"dvfs": {"policy": "clp-aware"},
                                  "plugins": {"clp": {"fisher_scale": 1e-6, "fisher_samples": 8}}})
     run.start_fleet(2)

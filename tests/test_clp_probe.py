@@ -20,7 +20,7 @@ def feed(probe, items):
 def test_fig5_staleness_weights(lam):
     # Fig. 4/5: rounds 1..4 aggregate models trained from versions 0, 0, 1, 0; with window 3 the
     # estimate at round 4 covers rounds [2, 3, 4] from [0, 1, 0]: e^-2l, e^-2l, e^-4l.
-    probe = ClpProbe(ClpProbeConfig(window_m=3, lam=lam))
+    probe = ClpProbe(ClpProbeConfig(trace_window=3, staleness_decay=lam))
     traces = {1: 9.0, 2: 2.0, 3: 3.0, 4: 5.0}
     feed(probe, [(1, 0, traces[1]), (2, 0, traces[2]), (3, 1, traces[3]), (4, 0, traces[4])])
     w = probe.weights()
@@ -33,7 +33,7 @@ def test_fig5_staleness_weights(lam):
 
 
 def test_warmup_divides_by_count_not_m():
-    probe = ClpProbe(ClpProbeConfig(window_m=10, lam=0.0))
+    probe = ClpProbe(ClpProbeConfig(trace_window=10, staleness_decay=0.0))
     s1 = probe.on_aggregation(1, 0, 4.0)
     assert s1.fisher_global == pytest.approx(4.0)
     s2 = probe.on_aggregation(2, 1, 4.0)
@@ -42,13 +42,13 @@ def test_warmup_divides_by_count_not_m():
 
 
 def test_fresh_update_weighs_exp_minus_lambda():
-    probe = ClpProbe(ClpProbeConfig(lam=0.1))
+    probe = ClpProbe(ClpProbeConfig(staleness_decay=0.1))
     probe.on_aggregation(1, 0, 1.0)
     assert probe.weights() == {1: pytest.approx(math.exp(-0.1))}
 
 
 def test_clp_flag_rising_then_flat():
-    probe = ClpProbe(ClpProbeConfig(window_m=2, lam=0.0, sigma=0.15))
+    probe = ClpProbe(ClpProbeConfig(trace_window=2, staleness_decay=0.0, growth_threshold=0.15))
     states = feed(probe, [(v, v - 1, f) for v, f in
                           enumerate([1.0, 2.0, 3.0, 4.0, 5.0, 5.0, 5.0, 5.0], start=1)])
     assert states[0].in_clp is True           # no F_G(T-1) yet: training starts in the CLP
@@ -67,7 +67,7 @@ def _noisy_hump():
 
 
 def test_growth_lag_one_is_the_paper_and_flickers_on_noise():
-    probe = ClpProbe(ClpProbeConfig(window_m=5, lam=0.0, sigma=0.0))
+    probe = ClpProbe(ClpProbeConfig(trace_window=5, staleness_decay=0.0, growth_threshold=0.0))
     flags = [s.in_clp for s in feed(probe, _noisy_hump())]
     # F_G(T) - F_G(T-1) is one noisy trace against the one leaving the window: the flag flips
     # on almost every aggregation, rising trend or not.
@@ -76,7 +76,7 @@ def test_growth_lag_one_is_the_paper_and_flickers_on_noise():
 
 
 def test_growth_lag_of_a_window_follows_the_trend():
-    probe = ClpProbe(ClpProbeConfig(window_m=10, lam=0.0, sigma=0.0, growth_lag=10))
+    probe = ClpProbe(ClpProbeConfig(trace_window=10, staleness_decay=0.0, growth_threshold=0.0, growth_lag=10))
     states = feed(probe, _noisy_hump())
     flags = [s.in_clp for s in states]
     assert all(flags[12:38])                  # rising half: in the CLP throughout
@@ -87,7 +87,7 @@ def test_growth_lag_of_a_window_follows_the_trend():
 
 
 def test_growth_lag_compares_with_the_estimate_k_back():
-    probe = ClpProbe(ClpProbeConfig(window_m=1, lam=0.0, sigma=0.5, growth_lag=3))
+    probe = ClpProbe(ClpProbeConfig(trace_window=1, staleness_decay=0.0, growth_threshold=0.5, growth_lag=3))
     states = feed(probe, [(1, 0, 4.0), (2, 1, 1.0), (3, 2, 1.0), (4, 3, 1.0), (5, 4, 1.6)])
     assert states[1].in_clp is False          # warm-up: against the oldest estimate there is (4.0)
     assert states[3].in_clp is False          # 1.0 against F_G(1) = 4.0
@@ -95,14 +95,14 @@ def test_growth_lag_compares_with_the_estimate_k_back():
 
 
 def test_sigma_threshold_is_inclusive():
-    probe = ClpProbe(ClpProbeConfig(window_m=1, lam=0.0, sigma=0.5))
+    probe = ClpProbe(ClpProbeConfig(trace_window=1, staleness_decay=0.0, growth_threshold=0.5))
     probe.on_aggregation(1, 0, 2.0)
     assert probe.on_aggregation(2, 1, 3.0).in_clp is True    # exactly +50%
     assert probe.on_aggregation(3, 2, 4.4).in_clp is False   # +47%
 
 
 def test_zero_previous_estimate_guard():
-    probe = ClpProbe(ClpProbeConfig(window_m=1, lam=0.0))
+    probe = ClpProbe(ClpProbeConfig(trace_window=1, staleness_decay=0.0))
     probe.on_aggregation(1, 0, 0.0)
     assert probe.on_aggregation(2, 1, 0.0).in_clp is False   # 0 -> 0: no growth
     assert probe.on_aggregation(3, 2, 1.0).in_clp is True    # 0 -> 1: unbounded growth
@@ -110,7 +110,7 @@ def test_zero_previous_estimate_guard():
 
 @pytest.mark.parametrize("bad", [None, float("nan"), float("inf"), -1.0])
 def test_missing_or_invalid_trace_does_not_move_estimate(bad):
-    probe = ClpProbe(ClpProbeConfig(window_m=2, lam=0.0))
+    probe = ClpProbe(ClpProbeConfig(trace_window=2, staleness_decay=0.0))
     feed(probe, [(1, 0, 1.0), (2, 1, 2.0)])
     before = probe.current()
     after = probe.on_aggregation(3, 2, bad)
@@ -122,7 +122,7 @@ def test_missing_or_invalid_trace_does_not_move_estimate(bad):
 
 
 def test_future_base_version_counts_as_staleness_zero():
-    probe = ClpProbe(ClpProbeConfig(lam=1.0))
+    probe = ClpProbe(ClpProbeConfig(staleness_decay=1.0))
     probe.on_aggregation(5, 9, 2.0)
     assert probe.weights() == {5: 1.0}
 
@@ -137,7 +137,7 @@ def test_versions_must_increase():
 
 
 def test_regulation_stops_after_r_end():
-    probe = ClpProbe(ClpProbeConfig(window_m=1, lam=0.0, r_end=3, segment_rounds=2))
+    probe = ClpProbe(ClpProbeConfig(trace_window=1, staleness_decay=0.0, last_regulated_version=3, segment_rounds=2))
     states = feed(probe, [(v, v - 1, float(v)) for v in range(1, 7)])
     assert [s.regulating for s in states] == [True, True, True, False, False, False]
     assert all(s.in_clp is False for s in states[3:])      # rising trace, but no CLP after R_end
@@ -161,14 +161,14 @@ def test_fixed_length_segments():
 
 def test_segment_on_clp_reentry():
     traces = [1.0, 2.0, 3.0, 3.0, 3.0, 6.0, 6.0]
-    probe = ClpProbe(ClpProbeConfig(window_m=1, lam=0.0, sigma=0.1))
+    probe = ClpProbe(ClpProbeConfig(trace_window=1, staleness_decay=0.0, growth_threshold=0.1))
     states = feed(probe, [(v, v - 1, f) for v, f in enumerate(traces, start=1)])
     assert [s.in_clp for s in states] == [True, True, True, False, False, True, False]
     assert [s.segment for s in states] == [0, 0, 0, 0, 0, 1, 1]
     assert states[5].segment_start_version == 6
     assert states[5].fisher_segment_start == pytest.approx(6.0)
 
-    off = ClpProbe(ClpProbeConfig(window_m=1, lam=0.0, sigma=0.1, segment_on_reentry=False))
+    off = ClpProbe(ClpProbeConfig(trace_window=1, staleness_decay=0.0, growth_threshold=0.1, segment_on_reentry=False))
     assert feed(off, [(v, v - 1, f) for v, f in enumerate(traces, start=1)])[-1].segment == 0
 
 
@@ -181,7 +181,7 @@ def test_as_dict_is_json_with_the_agreed_keys():
 
 
 def test_state_round_trip_continues_identically():
-    cfg = ClpProbeConfig(window_m=3, lam=0.05, sigma=0.02, segment_rounds=4, r_end=20)
+    cfg = ClpProbeConfig(trace_window=3, staleness_decay=0.05, growth_threshold=0.02, segment_rounds=4, last_regulated_version=20)
     items = [(v, max(0, v - 1 - v % 3), 1.0 + 0.3 * v - 0.02 * v * v) for v in range(1, 25)]
     items[6] = (7, 5, None)
     original = ClpProbe(cfg)
@@ -195,7 +195,7 @@ def test_state_round_trip_continues_identically():
 
 
 def test_state_round_trip_with_growth_lag():
-    cfg = ClpProbeConfig(window_m=4, lam=0.0, sigma=0.01, growth_lag=4)
+    cfg = ClpProbeConfig(trace_window=4, staleness_decay=0.0, growth_threshold=0.01, growth_lag=4)
     items = _noisy_hump()
     original = ClpProbe(cfg)
     feed(original, items[:30])
@@ -205,9 +205,9 @@ def test_state_round_trip_with_growth_lag():
 
 
 def test_load_state_with_smaller_window_keeps_newest():
-    big = ClpProbe(ClpProbeConfig(window_m=4, lam=0.0))
+    big = ClpProbe(ClpProbeConfig(trace_window=4, staleness_decay=0.0))
     feed(big, [(v, v - 1, float(v)) for v in range(1, 5)])
-    small = ClpProbe(ClpProbeConfig(window_m=2, lam=0.0))
+    small = ClpProbe(ClpProbeConfig(trace_window=2, staleness_decay=0.0))
     small.load_state(big.state())
     assert list(small.weights()) == [3, 4]
     assert small.fisher_global == pytest.approx(3.5)
@@ -219,9 +219,9 @@ def test_load_state_rejects_garbage():
 
 
 @pytest.mark.parametrize("kwargs, field", [
-    ({"window_m": 0}, "window_m"), ({"window_m": 2.5}, "window_m"), ({"lam": -0.1}, "lam"),
-    ({"lam": float("nan")}, "lam"), ({"sigma": -1.0}, "sigma"), ({"r_end": -1}, "r_end"),
-    ({"r_end": True}, "r_end"), ({"segment_rounds": -2}, "segment_rounds"),
+    ({"trace_window": 0}, "trace_window"), ({"trace_window": 2.5}, "trace_window"), ({"staleness_decay": -0.1}, "staleness_decay"),
+    ({"staleness_decay": float("nan")}, "staleness_decay"), ({"growth_threshold": -1.0}, "growth_threshold"), ({"last_regulated_version": -1}, "last_regulated_version"),
+    ({"last_regulated_version": True}, "last_regulated_version"), ({"segment_rounds": -2}, "segment_rounds"),
     ({"segment_on_reentry": 1}, "segment_on_reentry"),
     ({"growth_lag": 0}, "growth_lag"), ({"growth_lag": 1.5}, "growth_lag"),
 ])
@@ -232,11 +232,11 @@ def test_config_validation(kwargs, field):
 
 def test_config_defaults_follow_the_paper():
     cfg = ClpProbeConfig()
-    assert (cfg.lam, cfg.r_end) == (0.01, 30000)
+    assert (cfg.staleness_decay, cfg.last_regulated_version) == (0.01, 30000)
 
 
 def test_warmup_reference_is_the_mean_of_the_first_traced_estimates_then_frozen():
-    probe = ClpProbe(ClpProbeConfig(window_m=1, reference_traces=3, lam=0.0))
+    probe = ClpProbe(ClpProbeConfig(trace_window=1, reference_traces=3, staleness_decay=0.0))
     probe.on_aggregation(1, 0, 2.0)
     probe.on_aggregation(2, 1, None)          # untraced: does not count
     assert probe.current().fisher_reference is None
@@ -245,7 +245,7 @@ def test_warmup_reference_is_the_mean_of_the_first_traced_estimates_then_frozen(
     assert probe.current().fisher_reference == pytest.approx(4.0)
     probe.on_aggregation(5, 4, 100.0)         # frozen after the warm-up
     assert probe.current().fisher_reference == pytest.approx(4.0)
-    restored = ClpProbe(ClpProbeConfig(window_m=1, reference_traces=3, lam=0.0))
+    restored = ClpProbe(ClpProbeConfig(trace_window=1, reference_traces=3, staleness_decay=0.0))
     restored.load_state(json.loads(json.dumps(probe.state())))
     assert restored.current().fisher_reference == pytest.approx(4.0)
 

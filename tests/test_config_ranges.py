@@ -93,8 +93,8 @@ def test_the_walk_sees_nested_sections_and_every_registered_plugin():
     assert {"coordinator:admission.max_abs_value", "coordinator:fedavg.deadline_s",
             "coordinator:hparams.lr", "coordinator:mqtt.reconnect_max_s", "coordinator:model.hidden",
             "agent:sensor.windows_per_s", "agent:dvfs.energy_rate_hz", "agent:round_interval_s",
-            "coordinator:plugins.fedcurv.lambda2", "coordinator:plugins.sfedpo.max_factor",
-            "agent:plugins.clp.eta0", "agent:plugins.stewc.stability"} <= paths
+            "coordinator:plugins.fedcurv.penalty_strength", "coordinator:plugins.sfedpo.max_factor",
+            "agent:plugins.clp.initial_lr", "agent:plugins.stewc.stability"} <= paths
     for program, registry in (("coordinator", coordinator_plugins()), ("agent", agent_plugins())):
         for name, plugin in registry.items():
             numeric = [f for f in dataclasses.fields(plugin.Config) if _numeric(typing.get_type_hints(plugin.Config)[f.name])]
@@ -160,7 +160,7 @@ def test_the_shipped_example_configs_load():
 COORDINATOR_KEYS = ["persist_interval_s", "publish_min_interval_s", "admission.max_abs_value",
                     "admission.norm_multiplier", "admission.reject_multiplier",
                     "admission.min_norm_ratio", "fedavg.deadline_s", "staleness_a",
-                    "plugins.fedcurv.lambda2", "plugins.stewc.lambda1", "plugins.sfedpo.max_factor"]
+                    "plugins.fedcurv.penalty_strength", "plugins.stewc.temporal_strength", "plugins.sfedpo.max_factor"]
 AGENT_KEYS = ["round_interval_s", "lr", "max_skip_rounds", "sensor.windows_per_s", "mqtt.reconnect_max_s"]
 
 

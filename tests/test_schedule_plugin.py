@@ -101,7 +101,7 @@ def test_telemetry_extras_carry_no_tensors():
 @pytest.mark.parametrize("bad", [{"policy": "best"}, {"options": {"lambda9": 1}},
                                  {"deadline_s": 0}, {"total_bandwidth_hz": -1.0},
                                  {"max_devices": 0}, {"frame_rounds": 0}, {"headroom": 1.0},
-                                 {"sigma": float("nan")}])
+                                 {"gradient_noise": float("nan")}])
 def test_bad_settings_are_config_errors(bad):
     with pytest.raises((ConfigError, ValueError)):
         core(**bad)
@@ -150,7 +150,7 @@ def test_fedavg_rounds_wait_for_the_chosen_devices_only():
 
 
 def test_fedteddi_prefers_the_devices_that_drifted_early_in_a_frame():
-    c = core(policy="fedteddi", sigma=0.0)
+    c = core(policy="fedteddi", gradient_noise=0.0)
     _first_round(c, {d: [4, 4, 0, 0] for d in DEVICES})
     p = plugin(c)
     assert len(p._chosen_last) == len(DEVICES)  # no drift, no noise term: every device helps
@@ -270,7 +270,7 @@ def test_fedasync_refills_the_cohort_as_each_device_comes_back():
 
 def test_fedteddi_refill_judges_the_newcomers_with_the_devices_still_out():
     # Two class-0 devices are out: the refill balances the set with class 1, not more class 0.
-    c = core(strategy="fedasync", policy="fedcgd", sigma=0.0, refill=True)
+    c = core(strategy="fedasync", policy="fedcgd", gradient_noise=0.0, refill=True)
     counts = {"d0": [8, 0, 0, 0], "d1": [8, 0, 0, 0], "d2": [8, 0, 0, 0], "d3": [8, 0, 0, 0],
               "d4": [0, 8, 0, 0], "d5": [0, 8, 0, 0]}
     for d, n in counts.items():

@@ -268,7 +268,7 @@ def send(c, device, rep, t, value=0.5, shift=None):
 
 
 def test_fedasync_mixing_weight_is_scaled_by_eq14_over_the_fleet_median():
-    c = coordinator("fedasync", a2=1.0, b2=0.5)
+    c = coordinator("fedasync", score_weight=1.0, weight_offset=0.5)
     send(c, "d0", report(1.0, 0.2), 1.0)               # raw 5 - 1 + .5 = 4.5; alone: factor 1
     assert c.strategy.last_weight == pytest.approx(0.5)
     step = send(c, "d1", report(2.0, 0.5), 2.0)        # raw 2 - 2 + .5 = 0.5
@@ -278,7 +278,7 @@ def test_fedasync_mixing_weight_is_scaled_by_eq14_over_the_fleet_median():
 
 
 def test_fedavg_round_weights_follow_eq14():
-    c = coordinator("fedavg", a2=1.0, b2=0.0)
+    c = coordinator("fedavg", score_weight=1.0, weight_offset=0.0)
     before = c.global_model().tensors
     send(c, "d0", report(0.0, 0.5), 1.0, shift=-0.01)     # raw 2
     send(c, "d1", report(0.0, 0.25), 1.1, shift=0.01)     # raw 4
@@ -335,7 +335,7 @@ def test_the_plugin_state_round_trips():
 
 
 @pytest.mark.parametrize("bad", [{"budget": 1.0}, {"budget": 0.0}, {"budget": float("nan")},
-                                 {"a2": -1.0}, {"b1": float("nan")}, {"max_factor": 0.5},
+                                 {"score_weight": -1.0}, {"admission_offset": float("nan")}, {"max_factor": 0.5},
                                  {"min_availability": 0.0}])
 def test_bad_fleet_settings_are_refused(bad):
     with pytest.raises(ValueError):

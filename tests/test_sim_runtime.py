@@ -232,7 +232,7 @@ def test_a_device_that_leaves_mid_round_loses_that_update(tmp_path):
 
 def test_with_the_clp_probe_on_the_run_records_its_curve_and_the_report_draws_it(tmp_path):
     from streamfl.sim.report_html import render_report
-    summary, lines = _run(tmp_path, "a", methods=["adaclp-no-dvfs"], plugins={"clp": {"window_m": 3}})
+    summary, lines = _run(tmp_path, "a", methods=["adaclp-no-dvfs"], plugins={"clp": {"trace_window": 3}})
     clp = [e for e in lines if e["event"] == "clp"]
     assert clp and all(e["fisher_global"] is None or e["fisher_global"] > 0 for e in clp)
     assert [e["version"] for e in clp] == sorted(e["version"] for e in clp)
@@ -264,7 +264,7 @@ def test_fisher_and_fedcurv_statistics_are_charged_to_the_round(tmp_path):
     summary, lines = _run(tmp_path, "a", methods=["fedasync", "adaclp-no-dvfs", "afedcurv"],
                           duration_s=30.0,
                           agent=dict(TINY["agent"], plugins={"clp": {
-                              "eta0": 0.05, "lr_max": 0.05, "b0": 16, "batch_max": 16, "batch_min": 16}}))
+                              "initial_lr": 0.05, "lr_max": 0.05, "initial_batch": 16, "batch_max": 16, "batch_min": 16}}))
     per_sample = {}
     for method in ("fedasync", "adaclp-no-dvfs", "afedcurv"):
         ups = [e for e in lines if e["event"] == "update" and e["method"] == method]
@@ -282,7 +282,7 @@ def test_a_round_that_diverges_is_counted_and_the_run_goes_on(tmp_path):
     # blow up once peers' sums exist; as on a board (agent/daemon.py), that round sends nothing
     # and the device goes on.
     summary, lines = _run(tmp_path, "a", methods=["afedcurv"], duration_s=40.0,
-                          plugins={"fedcurv": {"lambda2": 1e4}},
+                          plugins={"fedcurv": {"penalty_strength": 1e4}},
                           coordinator={"hparams": {"lr": 0.05, "batch_size": 16, "local_steps": 30}},
                           agent=dict(TINY["agent"], plugins={"fedcurv": {"stability": 100.0}}))
     run = summary["methods"]["afedcurv"]["runs"][0]

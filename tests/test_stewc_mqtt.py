@@ -20,7 +20,7 @@ AGENT = {"round_interval_s": 0.5, "telemetry_interval_s": 1.0, "buffer_capacity"
 COORDINATOR = {
     "strategy": "fedasync",
     "plugins": {"fedcurv": {"fisher_samples": 8},
-                "stewc": {"boundary": "schedule", "period_s": PERIOD_S, "lambda1": 5.0,
+                "stewc": {"boundary": "schedule", "period_s": PERIOD_S, "temporal_strength": 5.0,
                           "fisher_samples": 8, "fisher_wait_s": 20.0}},
 }
 PULL = re.compile(r"temporal EWC term in period (\d+): lambda1 ([0-9.e+-]+), "

@@ -34,7 +34,7 @@ restarts at the restored model); t, v and r in ``state``.
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, ClassVar, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -50,23 +50,32 @@ log = logging.getLogger(__name__)
 class AdaptiveLrConfig:
     """Adaptive-FedAvg's rule and our two guards.
 
-    beta1, beta2, beta3: decay of the running mean, variance and variance ratio, each in [0, 1)
-      (0.5: the value the public code derived from the authors' uses; see the module docstring).
+    mean_decay, variance_decay, ratio_decay: decay of the running mean, variance and variance
+      ratio (Adaptive-FedAvg's beta1, beta2, beta3: b1, b2, b3 of the module docstring's
+      recurrences), each in [0, 1) (0.5: the value the public code derived from the authors'
+      uses; see the module docstring).
     lr0: the starting and largest rate, in (0, 10]; null: the coordinator's ``hparams.lr``.
     decay_every: aggregations per unit of t in the 1/t decay (1: the paper; under FedAsync, where
       every update is an aggregation, about the fleet's size makes t count rounds).
     min_lr_ratio: floor on the rate as a share of lr0, in [0, 1] (0: the paper, no floor).
     """
 
-    beta1: float = bounded(0.5, 0.0, 1.0, hi_open=True)
-    beta2: float = bounded(0.5, 0.0, 1.0, hi_open=True)
-    beta3: float = bounded(0.5, 0.0, 1.0, hi_open=True)
+    #: Old key names (the paper's symbols) that files may still use.
+    RENAMED: ClassVar[Dict[str, str]] = {
+        "beta1": "mean_decay", "beta2": "variance_decay", "beta3": "ratio_decay"}
+
+    #: Decay of the running mean m_t (Adaptive-FedAvg's beta1).
+    mean_decay: float = bounded(0.5, 0.0, 1.0, hi_open=True)
+    #: Decay of the running variance v_t (Adaptive-FedAvg's beta2).
+    variance_decay: float = bounded(0.5, 0.0, 1.0, hi_open=True)
+    #: Decay of the running variance ratio r_t (Adaptive-FedAvg's beta3).
+    ratio_decay: float = bounded(0.5, 0.0, 1.0, hi_open=True)
     lr0: Optional[float] = bounded(None, 0.0, MAX_LR, lo_open=True)
     decay_every: int = bounded(1, 1, 10 ** 6)
     min_lr_ratio: float = bounded(0.0, 0.0, 1.0)
 
     def __post_init__(self) -> None:
-        for key in ("beta1", "beta2", "beta3"):
+        for key in ("mean_decay", "variance_decay", "ratio_decay"):
             value = getattr(self, key)
             if isinstance(value, bool) or not 0 <= value < 1:
                 raise ValueError("%s must be in [0, 1), got %r" % (key, value))
@@ -154,7 +163,7 @@ class AdaptiveLrPlugin(CoordinatorPlugin):
         super().__init__(config, fleet, peers)
         if fleet.model is None:
             raise ValueError("adaptive_lr needs the fleet's model (FleetView.model)")
-        self.stats = DriftStatistics(config.beta1, config.beta2, config.beta3)
+        self.stats = DriftStatistics(config.mean_decay, config.variance_decay, config.ratio_decay)
 
     # ---- inputs -------------------------------------------------------------------------------
     def on_aggregation(self, aggregation: Aggregation) -> None:

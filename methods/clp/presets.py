@@ -8,7 +8,7 @@ PRESETS: List[Method] = []
 
 # AdaCLP (adaclp.txt) and its Table 4 ablations: FedAsync with the federated CLP probe, the devices'
 # CLP hyper-parameters, and clocks as the method says. A scenario's ``plugins.clp`` settings
-# (window, sigma, r_end scaled to the run) apply to each of them.
+# (trace_window, growth_threshold, last_regulated_version scaled to the run) apply to each of them.
 PRESETS.append(Method("adaclp", "AdaCLP: FedAsync with the staleness-decayed CLP probe (eq. 2-3), CLP "
                                 "hyper-parameters on the devices (eq. 4-6) and CLP-aware DVFS (sec. 4.2)",
                       coordinator=_FEDASYNC, plugins={"clp": {}}, dvfs_policy="clp-aware"))

@@ -44,7 +44,7 @@ import logging
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Deque, Dict, List, Mapping, Optional, Tuple
 
 from streamfl.config import bounded
 from streamfl.methods.clp.payloads import ClpState
@@ -68,16 +68,17 @@ def _finite(value: Any) -> bool:
 class ClpProbeConfig:
     """Federated CLP regulator settings (adaclp.txt eq. 2-3, sec. 3.2).
 
-    window_m: eq. 2 window, in traced aggregations. The paper gives no value (Fig. 5 draws 3);
-      10 averages a few updates from each of several concurrent devices (per-device traces are
+    trace_window: eq. 2's window m, in traced aggregations. The paper gives no value (Fig. 5
+      draws 3); 10 averages a few updates from each of several concurrent devices (per-device traces are
       noisy and non-IID) while still following the trace within ~10 versions.
-    lam: eq. 2 staleness decay; 0.01 is the paper's default (sec. 5.4.7).
-    sigma: eq. 3 growth threshold per traced aggregation. The paper gives no value; 0.01 = 1 %
-      growth per aggregation. F_G moves ~1/m of a trace change per step, so scale sigma down with
-      a larger window.
+    staleness_decay: eq. 2's staleness decay lambda; 0.01 is the paper's default (sec. 5.4.7).
+    growth_threshold: eq. 3's growth threshold sigma per traced aggregation. The paper gives no
+      value; 0.01 = 1 % growth per aggregation. F_G moves ~1/m of a trace change per step, so
+      scale it down with a larger window.
     growth_lag: eq. 3 compares F_G(T) with F_G(T - growth_lag) (traced aggregations); 1 is the
-      paper, window_m a trend test robust to per-update trace noise (module docstring).
-    r_end: last regulated version (paper 30000 = 75 class periods of 400 rounds, sec. 5.1/5.4.3).
+      paper, trace_window a trend test robust to per-update trace noise (module docstring).
+    last_regulated_version: R_end, the last regulated version (paper 30000 = 75 class periods of
+      400 rounds, sec. 5.1/5.4.3).
       Scale with the run: about 75 class-switch periods, or the first ~third of the versions the
       run will make; 0 disables regulation.
     segment_rounds: fixed segment length in versions; 0 (default) = none, see module docstring.
@@ -102,11 +103,20 @@ class ClpProbeConfig:
       F_G down only by the device's share of the window.
     """
 
-    window_m: int = bounded(10, 1, 10000)
-    lam: float = bounded(DEFAULT_LAMBDA, 0.0, 10.0)
-    sigma: float = bounded(0.01, 0.0, 1e6)
+    #: Old key names (the paper's symbols) that files may still use.
+    RENAMED: ClassVar[Dict[str, str]] = {
+        "window_m": "trace_window", "lam": "staleness_decay", "sigma": "growth_threshold",
+        "r_end": "last_regulated_version"}
+
+    #: Traced aggregations F_G averages over (AdaCLP's m, eq. 2).
+    trace_window: int = bounded(10, 1, 10000)
+    #: Decay of a trace's weight per version of staleness (AdaCLP's lambda, eq. 2).
+    staleness_decay: float = bounded(DEFAULT_LAMBDA, 0.0, 10.0)
+    #: F_G's relative growth per traced aggregation that means "in the CLP" (AdaCLP's sigma, eq. 3).
+    growth_threshold: float = bounded(0.01, 0.0, 1e6)
     growth_lag: int = bounded(1, 1, 10000)
-    r_end: int = bounded(DEFAULT_R_END, 0, 10 ** 9)
+    #: The last version the CLP regulates; 0: none (AdaCLP's R_end, sec. 3.2).
+    last_regulated_version: int = bounded(DEFAULT_R_END, 0, 10 ** 9)
     segment_rounds: int = bounded(0, 0, 10 ** 9)
     segment_on_reentry: bool = True
     refine_hparams: bool = True
@@ -117,21 +127,21 @@ class ClpProbeConfig:
         if not isinstance(self.segment_on_reentry, bool):
             raise ValueError("clp.segment_on_reentry must be true or false, got %r"
                              % (self.segment_on_reentry,))
-        if not _is_int(self.window_m) or self.window_m < 1:
-            raise ValueError("clp.window_m (eq. 2 window) must be an integer >= 1, got %r"
-                             % (self.window_m,))
+        if not _is_int(self.trace_window) or self.trace_window < 1:
+            raise ValueError("clp.trace_window (eq. 2 window) must be an integer >= 1, got %r"
+                             % (self.trace_window,))
         if not _is_int(self.growth_lag) or self.growth_lag < 1:
             raise ValueError("clp.growth_lag (eq. 3 lag, in traced aggregations) must be an integer "
                              ">= 1, got %r" % (self.growth_lag,))
-        if not _finite(self.lam) or self.lam < 0:
-            raise ValueError("clp.lam (eq. 2 staleness decay lambda) must be a finite number >= 0,"
-                             " got %r" % (self.lam,))
-        if not _finite(self.sigma) or self.sigma < 0:
-            raise ValueError("clp.sigma (eq. 3 growth threshold) must be a finite number >= 0, got %r"
-                             % (self.sigma,))
-        if not _is_int(self.r_end) or self.r_end < 0:
-            raise ValueError("clp.r_end (last regulated version) must be an integer >= 0, got %r"
-                             % (self.r_end,))
+        if not _finite(self.staleness_decay) or self.staleness_decay < 0:
+            raise ValueError("clp.staleness_decay (eq. 2 staleness decay lambda) must be a finite"
+                             " number >= 0, got %r" % (self.staleness_decay,))
+        if not _finite(self.growth_threshold) or self.growth_threshold < 0:
+            raise ValueError("clp.growth_threshold (eq. 3 sigma) must be a finite number >= 0, got %r"
+                             % (self.growth_threshold,))
+        if not _is_int(self.last_regulated_version) or self.last_regulated_version < 0:
+            raise ValueError("clp.last_regulated_version (R_end) must be an integer >= 0, got %r"
+                             % (self.last_regulated_version,))
         if not _is_int(self.reference_traces) or self.reference_traces < 1:
             raise ValueError("clp.reference_traces must be an integer >= 1, got %r"
                              % (self.reference_traces,))
@@ -145,8 +155,8 @@ class ClpProbe:
 
     def __init__(self, config: ClpProbeConfig = ClpProbeConfig()):
         self.config = config
-        #: (version T, staleness T - I(T), F_recv(T)) for the last ``window_m`` traced aggregations.
-        self._window: Deque[Tuple[int, int, float]] = deque(maxlen=config.window_m)
+        #: (version T, staleness T - I(T), F_recv(T)) for the last ``trace_window`` traced aggregations.
+        self._window: Deque[Tuple[int, int, float]] = deque(maxlen=config.trace_window)
         self._fg: Optional[float] = None
         #: F_G after each of the last ``growth_lag`` traced aggregations before this one (eq. 3);
         #: its newest entry is F_G(T-1), eq. 6's previous value (``_fg_prev``).
@@ -191,7 +201,7 @@ class ClpProbe:
                 self._in_clp = self._criterion(self._fg, self._fg_history[0])
         if not regulating:
             if was_regulating:
-                log.info("v%d: CLP regulation ends (R_end=%d)", version_T, self.config.r_end)
+                log.info("v%d: CLP regulation ends (R_end=%d)", version_T, self.config.last_regulated_version)
             self._in_clp = False
             return self.current()
 
@@ -223,7 +233,7 @@ class ClpProbe:
 
     def weights(self) -> Dict[int, float]:
         """Eq. 2 decay weight ``exp(-lambda [(T-j) - I(T-j)])`` of each version in the window."""
-        return {v: math.exp(-self.config.lam * st) for v, st, _ in self._window}
+        return {v: math.exp(-self.config.staleness_decay * st) for v, st, _ in self._window}
 
     @property
     def fisher_global(self) -> Optional[float]:
@@ -247,14 +257,14 @@ class ClpProbe:
                 "traced_rounds": self.traced_rounds, "reference_sum": self._reference_sum}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restore ``state()``; a smaller ``window_m`` keeps the newest entries (F_G recomputed)."""
+        """Restore ``state()``; a smaller ``trace_window`` keeps the newest entries (F_G recomputed)."""
         try:
             window: List[Tuple[int, int, float]] = []
             for v, st, f in state.get("window") or []:
                 if not (_is_int(v) and _is_int(st) and _finite(f)):
                     raise ValueError("bad window entry %r" % ([v, st, f],))
                 window.append((int(v), int(st), float(f)))
-            self._window = deque(window, maxlen=self.config.window_m)
+            self._window = deque(window, maxlen=self.config.trace_window)
             self._fg = self._compute() if self._window else None
             history = [_opt_float(f) for f in state.get("fisher_history") or []]
             if not history:   # a state saved before growth_lag existed
@@ -276,11 +286,11 @@ class ClpProbe:
 
     # ---- internals ----------------------------------------------------------------------------
     def _regulating(self, version: int) -> bool:
-        return version <= self.config.r_end
+        return version <= self.config.last_regulated_version
 
     def _compute(self) -> float:
         """Eq. 2, divided by the number of traces in the window (= m once it is full)."""
-        lam = self.config.lam
+        lam = self.config.staleness_decay
         total = sum(math.exp(-lam * st) * f for _, st, f in self._window)
         return total / len(self._window)
 
@@ -288,7 +298,7 @@ class ClpProbe:
         """Eq. 3 with the F_G(T-1) == 0 guard."""
         if prev <= 0.0:
             return fg > 0.0
-        return (fg - prev) / prev >= self.config.sigma
+        return (fg - prev) / prev >= self.config.growth_threshold
 
     @property
     def _fg_prev(self) -> Optional[float]:

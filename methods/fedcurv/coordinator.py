@@ -16,7 +16,7 @@ devices send their next updates).
 """
 import logging
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import ClassVar, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 class FedCurvConfig:
     """FedCurv's spatial penalty, broadcast to the devices with every global model.
 
-    lambda2: penalty strength. Shoham et al. tune it per task and the AdaCLP paper gives none;
+    penalty_strength: the penalty's weight (lambda2, the spatial term's weight in ST-EWC's
+      penalty; FedCurv's lambda). Shoham et al. tune it per task and the AdaCLP paper gives none;
       the sum runs over every peer, so the pull grows with the fleet; 1.0 keeps the penalty's
       gradient at a fraction of the cross-entropy's for the HAR models here (a sweep lives in
       docs/results.md once written). Raise it to hold devices closer to what peers learned.
@@ -55,14 +56,19 @@ class FedCurvConfig:
       (seed 0, 90 s): the cap costs the honest fleet little. Raise it where the fleet is trusted.
     """
 
-    lambda2: float = bounded(1.0, 0.0, 1e4)
+    #: Old key names (the paper's symbols) that files may still use.
+    RENAMED: ClassVar[Dict[str, str]] = {"lambda2": "penalty_strength"}
+
+    #: Weight of the spatial penalty (lambda2 of the module docstring's penalty); broadcast as
+    #: ``CurvatureTerms.lambda2``.
+    penalty_strength: float = bounded(1.0, 0.0, 1e4)
     fisher_samples: int = bounded(20, 1, 65536)
     fisher_every_rounds: int = bounded(1, 1, 10000)
     max_peer_multiple: float = bounded(4.0, 1.0, 1e6)
 
     def __post_init__(self) -> None:
-        if not self.lambda2 >= 0:
-            raise ValueError("lambda2 must be >= 0, got %r" % (self.lambda2,))
+        if not self.penalty_strength >= 0:
+            raise ValueError("penalty_strength must be >= 0, got %r" % (self.penalty_strength,))
         if self.fisher_samples < 1 or self.fisher_every_rounds < 1:
             raise ValueError("fisher_samples and fisher_every_rounds must be >= 1, got %r and %r"
                              % (self.fisher_samples, self.fisher_every_rounds))
@@ -192,6 +198,6 @@ class FedCurvPlugin(CoordinatorPlugin):
 
     def extras(self) -> List[Extra]:
         u, v = self.sums.sums()
-        return [CurvatureTerms(lambda2=float(self.config.lambda2),
+        return [CurvatureTerms(lambda2=float(self.config.penalty_strength),
                                fisher_samples=int(self.config.fisher_samples), U=u, V=v,
                                fisher_every=int(self.config.fisher_every_rounds))]

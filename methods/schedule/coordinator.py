@@ -7,7 +7,8 @@ builds the candidates from the online devices that reported, the per-class weigh
 largest per-class gradient norm among the reports since the last choice, else the last estimate,
 else 1; a skipping device's report repeats its last trained round's norms, so the estimate spans
 the fleet, not only the last round's chosen devices: an upper estimate, as eq. 18 intends),
-sigma (the root of the mean reported gradient variance, Alg. 1 line 12, unless ``sigma`` is set),
+sigma (the root of the mean reported gradient variance, Alg. 1 line 12, unless ``gradient_noise``
+is set),
 the round's place in its frame (k since the last device reported a new frame, out of
 ``frame_rounds``), and the budget:
 
@@ -40,7 +41,7 @@ fleet (the drift term stays on); that is not guarded.
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
@@ -68,10 +69,10 @@ class ScheduleConfig:
     strategy's round deadline, else 1 s, so a synchronous fleet states T_max once); total_bandwidth_hz:
     the shared channel's bandwidth (None: real boards, measured latency against the deadline);
     max_devices: cap on the chosen set; frame_rounds: K of lambda_k = lambda0 (1 - k/K);
-    skip_rounds: round intervals the unchosen skip; sigma: eq. 17's gradient-noise scale (None:
-    from the devices' reports); batch: eq. 17's b; class_gradients: ask devices for gradient
-    figures (None: for the policies in GRADIENT_POLICIES); timeout_factor: deadlines after which a
-    choice whose devices did not all report is replaced; headroom: the share of T_max eq. 14's
+    skip_rounds: round intervals the unchosen skip; gradient_noise: eq. 17's gradient-noise scale
+    sigma (None: from the devices' reports); batch: eq. 17's b; class_gradients: ask devices for
+    gradient figures (None: for the policies in GRADIENT_POLICIES); timeout_factor: deadlines
+    after which a choice whose devices did not all report is replaced; headroom: the share of T_max eq. 14's
     plan leaves free (it counts compute and upload only; the model's download and eq. 4's
     exponential compute tail come on top, and a device that misses the deadline is lost to the
     round); retry_rounds: choices after which a device measured over the deadline is tried again
@@ -80,13 +81,17 @@ class ScheduleConfig:
     rather than wait for the whole cohort (off: no better on the shipped scenario, docs/results.md)."""
 
     policy: str = "fedteddi"
+    #: Old key names (the paper's symbols) that files may still use.
+    RENAMED: ClassVar[Dict[str, str]] = {"sigma": "gradient_noise"}
+
     options: Dict[str, Any] = field(default_factory=dict)
     deadline_s: Optional[float] = bounded(None, 0.0, 86400.0, lo_open=True)
     total_bandwidth_hz: Optional[float] = bounded(None, 0.0, 1e12, lo_open=True)
     max_devices: Optional[int] = bounded(None, 1, 10 ** 6)
     frame_rounds: int = bounded(30, 1, 10 ** 6)
     skip_rounds: int = bounded(10, 1, 10000)
-    sigma: Optional[float] = bounded(None, 0.0, 1e12)
+    #: Eq. 17's gradient-noise scale (FedTeddi's sigma); None: from the devices' reports.
+    gradient_noise: Optional[float] = bounded(None, 0.0, 1e12)
     batch: int = bounded(DEFAULT_BATCH, 1, 65536)
     class_gradients: Optional[bool] = None
     timeout_factor: float = bounded(2.0, 0.0, 100.0, lo_open=True)
@@ -113,8 +118,9 @@ class ScheduleConfig:
             raise ValueError("max_devices must be >= 1, got %r" % (self.max_devices,))
         if not 0.0 <= self.headroom < 1.0:
             raise ValueError("headroom must be in [0, 1), got %r" % (self.headroom,))
-        if self.sigma is not None and not (math.isfinite(self.sigma) and self.sigma >= 0):
-            raise ValueError("sigma must be finite and >= 0, got %r" % (self.sigma,))
+        if self.gradient_noise is not None and not (math.isfinite(self.gradient_noise)
+                                                    and self.gradient_noise >= 0):
+            raise ValueError("gradient_noise must be finite and >= 0, got %r" % (self.gradient_noise,))
 
 
 #: A report counts for at most this many times the fleet's median (sample counts, class norms):
@@ -297,8 +303,8 @@ class SchedulePlugin(CoordinatorPlugin):
                           busy=busy)
 
     def _sigma(self) -> float:
-        if self.config.sigma is not None:
-            return float(self.config.sigma)
+        if self.config.gradient_noise is not None:
+            return float(self.config.gradient_noise)
         var = [r.stats.grad_var for r in self._devices.values() if r.stats.grad_var is not None]
         return float(math.sqrt(np.mean(var))) if var else DEFAULT_SIGMA
 

@@ -35,7 +35,7 @@ PRESETS.append(Method("random+adaclp", "random choice of who trains next in the 
 PRESETS.append(Method("fedteddi-fill+adaclp", "fedteddi-fill's choice of who trains next, with AdaCLP "
                                               "(ours)",
                       coordinator=_FEDASYNC,
-                      plugins={"clp": {}, "schedule": {"policy": "fedteddi", "sigma": 1.0e9}},
+                      plugins={"clp": {}, "schedule": {"policy": "fedteddi", "gradient_noise": 1.0e9}},
                       dvfs_policy="clp-aware"))
 # Ours: FedTeddi's greedy order (divergence, lambda_k-weighted drift) with the set grown until the
 # band or the deadline is full. Eq. 17 stops the greedy where sigma / sqrt(b) no longer outweighs
@@ -44,4 +44,5 @@ PRESETS.append(Method("fedteddi-fill+adaclp", "fedteddi-fill's choice of who tra
 # beyond any divergence turns the stop rule off.
 PRESETS.append(Method("fedteddi-fill", "FedTeddi's greedy order with the set grown until the shared band "
                                        "is full (eq. 17's stop rule off; ours)",
-                      coordinator=_FEDAVG, plugins={"schedule": {"policy": "fedteddi", "sigma": 1.0e9}}))
+                      coordinator=_FEDAVG,
+                      plugins={"schedule": {"policy": "fedteddi", "gradient_noise": 1.0e9}}))

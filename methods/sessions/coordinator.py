@@ -26,7 +26,7 @@ of devices coming and going withholds more than about ``W / (W + min_session_s)`
 """
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, ClassVar, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -55,7 +55,9 @@ class SessionsConfig:
     pilot_sessions: P, sessions whose final models' mean is the pilot (the paper's experiments: 1).
     aux_rounds: V, auxiliary rounds from the pilot per session (the paper: 1).
     max_saved: H, session models kept (oldest dropped first); bounds the state folder's use.
-    kappa, distance: the similarity's sharpness and whether distances are relative to ||g_s||
+    similarity_sharpness, distance: how sharply the starting model favours the saved sessions
+      nearest the new one (kappa of ``softmax(-kappa ||g_i - g_s||)``, eqs. 18-19; 0: their plain
+      mean) and whether distances are relative to ||g_s||
       (``methods/sessions/initializers/weighted.py`` says why relative is the default).
     change_fraction: a session ends when the devices gone plus the devices new exceed this share
       of the session's devices. The paper leaves the trigger open; 0.3 ignores one board in ten
@@ -74,11 +76,15 @@ class SessionsConfig:
       its start answered, or after this wait with at least one answer.
     """
 
+    #: Old key names (the paper's symbols) that files may still use.
+    RENAMED: ClassVar[Dict[str, str]] = {"kappa": "similarity_sharpness"}
+
     init: str = "session-init"
     pilot_sessions: int = bounded(1, 1, 1000)
     aux_rounds: int = bounded(1, 1, MAX_AUX_ROUNDS)
     max_saved: int = bounded(8, 1, 1000)
-    kappa: float = bounded(10.0, 0.0, 1e4)
+    #: Sharpness of the similarity weights over saved sessions (the paper's kappa, eqs. 18-19).
+    similarity_sharpness: float = bounded(10.0, 0.0, 1e4)
     distance: str = "relative"
     change_fraction: float = bounded(0.3, 0.0, 2.0, hi_open=True)
     min_session_s: float = bounded(60.0, 0.0, 1e8)
@@ -95,8 +101,9 @@ class SessionsConfig:
         if self.pilot_sessions < 1 or self.max_saved < 1 or not 1 <= self.aux_rounds <= MAX_AUX_ROUNDS:
             raise ValueError("pilot_sessions and max_saved must be >= 1, aux_rounds in 1..%d"
                              % MAX_AUX_ROUNDS)
-        if not (self.kappa >= 0 and np.isfinite(self.kappa)):
-            raise ValueError("kappa must be finite and >= 0, got %r" % (self.kappa,))
+        if not (self.similarity_sharpness >= 0 and np.isfinite(self.similarity_sharpness)):
+            raise ValueError("similarity_sharpness must be finite and >= 0, got %r"
+                             % (self.similarity_sharpness,))
         if not 0 <= self.change_fraction < 2:
             raise ValueError("change_fraction must be in [0, 2), got %r" % (self.change_fraction,))
         if not (self.min_session_s >= 0 and self.settle_s >= 0 and self.silence_s >= 0):
@@ -113,7 +120,7 @@ class SessionsPlugin(CoordinatorPlugin):
 
     def __init__(self, config: SessionsConfig, fleet: FleetView, peers: Mapping[str, CoordinatorPlugin]):
         super().__init__(config, fleet, peers)
-        self.init = make_init(config.init, config.kappa, config.distance)
+        self.init = make_init(config.init, config.similarity_sharpness, config.distance)
         self.library = SessionLibrary(config.pilot_sessions, config.max_saved)
         self.membership = Membership(config.change_fraction, config.min_session_s, config.settle_s)
         #: The running session (-1 until the first device is online).

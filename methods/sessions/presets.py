@@ -9,7 +9,7 @@ PRESETS: List[Method] = []
 # Session initialization for dynamic devices (session-init-dynamic-devices.txt) and its baselines
 # (sec. VI): FedAvg rounds as in the paper, the ``sessions`` plug-in ending a session whenever the
 # online devices change, and each session starting from the model its ``init`` builds. A
-# scenario's ``plugins.sessions`` settings (the trigger, kappa) apply to each.
+# scenario's ``plugins.sessions`` settings (the trigger, similarity_sharpness) apply to each.
 PRESETS.append(Method("previous", "sessions that keep training the last session's model (the session "
                                   "paper's Previous baseline): FedAvg with sessions tracked",
                       coordinator=_FEDAVG, plugins={"sessions": {"init": "previous"}}))

@@ -32,7 +32,7 @@ factor 1. Defaults a2 = 1, b2 = 0.5 (the middle of the paper's ranges a2 in [0.5
 """
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -53,12 +53,26 @@ class SfedpoConfig:
     dds: bool = True
     saw: bool = True
     budget: float = bounded(0.5, 0.0, 1.0, lo_open=True, hi_open=True)
-    a1: float = bounded(0.15, 0.0, 100.0)
-    b1: float = bounded(0.25, -100.0, 100.0)
-    a2: float = bounded(1.0, 0.0, 100.0)
-    b2: float = bounded(0.5, 0.0, 100.0)
-    g: float = bounded(1.0, 0.0, 100.0)
-    l_eta_sigma2: float = bounded(0.0, 0.0, 100.0)
+    #: Old key names (the paper's symbols) that files may still use.
+    RENAMED: ClassVar[Dict[str, str]] = {
+        "a1": "heterogeneity_weight", "b1": "admission_offset", "a2": "score_weight",
+        "b2": "weight_offset", "g": "mismatch_scale", "l_eta_sigma2": "noise_term"}
+
+    #: Weight of a state's class skew d_m in the buffer's admission score (SFedPO's a1, eq. 10);
+    #: broadcast as ``SfedpoTerms.a1``.
+    heterogeneity_weight: float = bounded(0.15, 0.0, 100.0)
+    #: Offset of the admission score, either sign (SFedPO's b1, eq. 10); ``SfedpoTerms.b1``.
+    admission_offset: float = bounded(0.25, -100.0, 100.0)
+    #: How much a device's aggregation weight falls per unit of its heterogeneity score s_n
+    #: (SFedPO's a2, eq. 14).
+    score_weight: float = bounded(1.0, 0.0, 100.0)
+    #: Offset of the aggregation weight (SFedPO's b2, eq. 14).
+    weight_offset: float = bounded(0.5, 0.0, 100.0)
+    #: Scale of s_n's sampling-mismatch terms (SFedPO's G, eq. 12); ``SfedpoTerms.g``.
+    mismatch_scale: float = bounded(1.0, 0.0, 100.0)
+    #: Constant gradient-noise term of s_n (SFedPO's L eta sigma^2, eq. 12);
+    #: ``SfedpoTerms.l_eta_sigma2``.
+    noise_term: float = bounded(0.0, 0.0, 100.0)
     min_availability: float = bounded(0.01, 0.0, 1.0, lo_open=True)
     max_score: float = bounded(100.0, 0.0, 1e6, lo_open=True)
     max_factor: float = bounded(4.0, 1.0, 100.0)
@@ -66,11 +80,12 @@ class SfedpoConfig:
     def __post_init__(self) -> None:
         if not 0.0 < self.budget < 1.0:
             raise ValueError("budget (alpha_n) must be in (0, 1), got %r" % (self.budget,))
-        for key in ("a1", "a2", "b2", "g", "l_eta_sigma2"):
+        for key in ("heterogeneity_weight", "score_weight", "weight_offset", "mismatch_scale",
+                    "noise_term"):
             if not 0.0 <= getattr(self, key) <= 100.0:
                 raise ValueError("%s must be in [0, 100], got %r" % (key, getattr(self, key)))
-        if not -100.0 <= self.b1 <= 100.0:
-            raise ValueError("b1 must be in [-100, 100], got %r" % (self.b1,))
+        if not -100.0 <= self.admission_offset <= 100.0:
+            raise ValueError("admission_offset must be in [-100, 100], got %r" % (self.admission_offset,))
         if not 0.0 < self.min_availability <= 1.0:
             raise ValueError("min_availability must be in (0, 1], got %r" % (self.min_availability,))
         if not 0.0 < self.max_score <= 1e6 or not self.max_factor >= 1.0:
@@ -109,7 +124,7 @@ class SfedpoPlugin(CoordinatorPlugin):
 
     def raw(self, score: float, availability: float) -> float:
         """Eq. 14's numerator, ReLU(1/q - a2 s + b2)."""
-        return max(0.0, 1.0 / availability - self.config.a2 * score + self.config.b2)
+        return max(0.0, 1.0 / availability - self.config.score_weight * score + self.config.weight_offset)
 
     def weight(self, update: Update, now: float) -> float:
         if not self.config.saw or update.device_id not in self.reports:
@@ -144,8 +159,9 @@ class SfedpoPlugin(CoordinatorPlugin):
     def extras(self) -> List[Extra]:
         c = self.config
         w = sorted(self.state_weights())
-        return [SfedpoTerms(dds=c.dds, saw=c.saw, budget=c.budget, a1=c.a1, b1=c.b1, g=c.g,
-                            l_eta_sigma2=c.l_eta_sigma2, states=tuple(s for s, _ in w),
+        return [SfedpoTerms(dds=c.dds, saw=c.saw, budget=c.budget,
+                            a1=c.heterogeneity_weight, b1=c.admission_offset, g=c.mismatch_scale,
+                            l_eta_sigma2=c.noise_term, states=tuple(s for s, _ in w),
                             weights=tuple(round(p, 6) for _, p in w))]
 
     def record_fields(self, update: Update) -> Dict[str, Any]:

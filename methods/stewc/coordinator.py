@@ -10,7 +10,7 @@ progress persist across coordinator restarts (``state_tensors``).
 """
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, ClassVar, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -29,11 +29,11 @@ log = logging.getLogger(__name__)
 class StEwcConfig:
     """ST-EWC's temporal term and how periods are found.
 
-    lambda1: the temporal pull's strength (eq. 5). The paper gives no value (Fig. 6 only says small
-      ones balance best). 10 is from a sweep on the digits data (neither of the datasets the
-      results report; 2 seeds of the shipped scenario, docs/results.md "ST-EWC"): at 1 period 1
-      was still half forgotten, at 30 and more the later periods were learned worse (eq. 15's
-      average fell below 10's), at 1000 the model barely moved past period 1. P sums over
+    temporal_strength: the temporal pull's strength (ST-EWC's lambda1, eq. 5). The paper gives no
+      value (Fig. 6 only says small ones balance best). 10 is from a sweep on the digits data
+      (neither of the datasets the results report; 2 seeds of the shipped scenario,
+      docs/results.md "ST-EWC"): at 1 period 1 was still half forgotten, at 30 and more the later
+      periods were learned worse (eq. 15's average fell below 10's), at 1000 the model barely moved past period 1. P sums over
       periods, so the pull stiffens as they pass; lower it for runs of many periods.
     fisher_samples: windows a device's T-FDM is estimated on (one backward each, once a period).
     boundary: "schedule" (every ``period_s`` seconds: the paper's given periods, a scenario's, an
@@ -54,7 +54,12 @@ class StEwcConfig:
       their peers' median on the adaclp-extreme scenario (capped in 1 of 20 folds; 1.1x on smoke).
     """
 
-    lambda1: float = bounded(10.0, 0.0, 1e6)
+    #: Old key names (the paper's symbols) that files may still use.
+    RENAMED: ClassVar[Dict[str, str]] = {"lambda1": "temporal_strength"}
+
+    #: Weight of the temporal penalty (ST-EWC's lambda1, eq. 5); broadcast as
+    #: ``PeriodTerms.lambda1``.
+    temporal_strength: float = bounded(10.0, 0.0, 1e6)
     fisher_samples: int = bounded(100, 1, 65536)
     boundary: str = "drift"
     period_s: Optional[float] = bounded(None, 0.0, 1e8, lo_open=True)
@@ -68,8 +73,8 @@ class StEwcConfig:
     max_peer_multiple: float = bounded(4.0, 1.0, 1e6)
 
     def __post_init__(self) -> None:
-        if not self.lambda1 >= 0:
-            raise ValueError("lambda1 must be >= 0, got %r" % (self.lambda1,))
+        if not self.temporal_strength >= 0:
+            raise ValueError("temporal_strength must be >= 0, got %r" % (self.temporal_strength,))
         if self.fisher_samples < 1 or self.max_samples < 1:
             raise ValueError("fisher_samples and max_samples must be >= 1")
         if self.boundary not in BOUNDARIES:
@@ -155,7 +160,7 @@ class StEwcPlugin(CoordinatorPlugin):
     # ---- outputs ------------------------------------------------------------------------------
     def extras(self) -> List[Extra]:
         pending = self.sums.pending
-        return [PeriodTerms(period=self.period, lambda1=float(self.config.lambda1),
+        return [PeriodTerms(period=self.period, lambda1=float(self.config.temporal_strength),
                             fisher_samples=int(self.config.fisher_samples),
                             consolidating=None if pending is None else pending.period,
                             P=self.sums.P, Q=self.sums.Q if self.sums.P is not None else None)]

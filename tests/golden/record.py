@@ -23,7 +23,7 @@ RUNS: List[Tuple[str, str, float, Dict[str, Any]]] = [
      # ST-EWC's methods cross two scheduled period boundaries (the other methods ignore it).
      {"plugins.stewc.boundary": "schedule", "plugins.stewc.period_s": 20.0}),
     ("adaclp-extreme", "configs/scenarios/adaclp-extreme.yaml", 90.0,
-     {"plugins.clp.r_end": 200}),
+     {"plugins.clp.last_regulated_version": 200}),
     # Two session boundaries (100 s, 200 s) with the population changing: the pilot, an auxiliary
     # round, and at 200 s a start weighted over a saved session's gradient.
     ("session-churn", "configs/scenarios/session-churn.yaml", 250.0, {}),
