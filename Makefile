@@ -133,7 +133,7 @@ eval-fedteddi: $(addsuffix /frames.md,$(TEDDI_OUT))
 # What eq. 17's stop rule does with a larger gradient-noise scale than the devices report (random
 # beside it, the same runs as in teddi-digits-1.0, for the comparison).
 runs/eval/teddi-digits-sigma-%/frames.md: $(STAMP)
-	$(TEDDI_SIM) --methods fedteddi,random --set plugins.schedule.sigma=$* --out $(@D)
+	$(TEDDI_SIM) --methods fedteddi,random --set plugins.schedule.gradient_noise=$* --out $(@D)
 	$(call TEDDI_FRAMES,$(@D),fedteddi$(comma)random,digits,random)
 # teddi-DATA-TMAX: the frames table. teddi-DATA-async (and -async-refill, the scheduled methods
 # only): whole runs against random+adaclp, since FedAsync makes a version per update and its rounds
@@ -184,10 +184,10 @@ runs/eval/stewc-%-adaclp/periods.md: $(STAMP)
 # ST-EWC at smaller lambda1 than the default 10 (chosen on digits): how period 1 and the average
 # trade on the two datasets the results report.
 runs/eval/stewc-%-lam1/periods.md: $(STAMP)
-	$(SIM) $(STEWC) --seeds 3 --methods stewc $(STEWC_SET_$*) --set plugins.stewc.lambda1=1 --out $(@D)
+	$(SIM) $(STEWC) --seeds 3 --methods stewc $(STEWC_SET_$*) --set plugins.stewc.temporal_strength=1 --out $(@D)
 	$(BIN)/streamfl report $(@D) --periods --reference stewc > $@
 runs/eval/stewc-%-lam3/periods.md: $(STAMP)
-	$(SIM) $(STEWC) --seeds 3 --methods stewc $(STEWC_SET_$*) --set plugins.stewc.lambda1=3 --out $(@D)
+	$(SIM) $(STEWC) --seeds 3 --methods stewc $(STEWC_SET_$*) --set plugins.stewc.temporal_strength=3 --out $(@D)
 	$(BIN)/streamfl report $(@D) --periods --reference stewc > $@
 runs/eval/stewc-%-drift/periods.md: $(STAMP)
 	$(SIM) $(STEWC) --seeds 3 --methods timeewc,stewc $(STEWC_SET_$*) --set plugins.stewc.boundary=drift --out $(@D)
@@ -219,7 +219,7 @@ eval-sessions: $(addsuffix /sessions.md,$(SESS_OUT)) $(foreach k,1 3,runs/eval/s
 # digits at the shipped overlap 0.2 and Dirichlet 0.3.
 runs/eval/sessions-kappa%/sessions.md: $(STAMP)
 	$(SIM) $(SESS) --seeds 3 --methods previous,session-init $(SESS_SET_digits) \
-	  --set plugins.sessions.kappa=$* --out $(@D)
+	  --set plugins.sessions.similarity_sharpness=$* --out $(@D)
 	$(BIN)/streamfl report $(@D) --sessions > $@
 runs/eval/sessions-%/sessions.md: $(STAMP)
 	$(SIM) $(SESS) --seeds 3 --methods $(call sess_methods,$*) $(SESS_SET_$(call sess_word,$*,1,)) \
@@ -253,7 +253,7 @@ runs/eval/sfedpo-tried/%-inferred/summary.json: $(STAMP)
 	  --set agent.plugins.sfedpo.states=inferred --out $(@D)
 runs/eval/sfedpo-tried/%-contrast/summary.json: $(STAMP)
 	$(SIM) $(SFEDPO) --seeds 3 --methods sfedpo,dds-only $(SFEDPO_SET_$*) --set stream.params.access=partial \
-	  --set plugins.sfedpo.a1=0.25 --set plugins.sfedpo.b1=0.15 --out $(@D)
+	  --set plugins.sfedpo.heterogeneity_weight=0.25 --set plugins.sfedpo.admission_offset=0.15 --out $(@D)
 runs/eval/sfedpo-tried/%-balanced/summary.json: $(STAMP)
 	$(SIM) $(SFEDPO) --seeds 3 --methods sfedpo $(SFEDPO_SET_$*) --set stream.params.access=partial \
 	  --set agent.plugins.sfedpo.victim=balanced --out $(@D)
