@@ -29,9 +29,6 @@ SHARED = (["coordinator/core.py", "agent/core.py", "sim/runtime.py", "agent/daem
 #: The methods' papers' words besides the package names.
 PAPER_WORDS = ("adaclp", "fedteddi", "teddi", "st-ewc", "latent", "session-init")
 
-#: The cores' plug-in hooks are being rewritten; these two files are cleaned up by that rewrite.
-IN_PROGRESS = {"coordinator/core.py", "agent/core.py"}
-
 #: The DVFS policies' names (``dvfs.policy``, "clp-aware" among them) are not method names: a
 #: policy is chosen per board, whatever the fleet's methods; they are blanked out before the search.
 POLICY_NAMES = tuple(sorted(POLICIES, key=len, reverse=True))
@@ -75,9 +72,7 @@ def test_the_search_finds_a_method_name_and_skips_a_policy_name():
     assert not named("persistent sessions", {"sessions"}) and named("sessions and clp", {"sessions"})
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=False, reason="hook rewrite in progress"))
-    if p in IN_PROGRESS else p for p in SHARED])
+@pytest.mark.parametrize("path", SHARED)
 def test_a_shared_layer_names_no_method(path):
     assert (ROOT / path).exists(), path
     found = hits(path)
