@@ -18,6 +18,7 @@ from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.history import ModelHistory
 from streamfl.coordinator.persistence import PLUGIN_TENSORS
 from streamfl.coordinator.plugins import Addressed, Aggregation, CoordinatorPlugin, FleetView, make_plugins
+from streamfl.coordinator.plugins.base import Effects, Verdict
 from streamfl.coordinator.registry import DeviceRegistry
 from streamfl.coordinator.strategies import AGGREGATED, STALE, Aggregator, make_strategy, staleness_of
 from streamfl.logs import RateLimitedLog
@@ -119,9 +120,10 @@ class CoordinatorCore:
         self.num_classes = config.model.num_classes
         self.registry = DeviceRegistry()
         self.strategy = strategy if strategy is not None else make_strategy(config, self.registry.online)
-        self.plugins = make_plugins(config.plugins, FleetView(self.registry.online, self.strategy,
-                                                              self.num_classes, lambda: self._model,
-                                                              self._last_seen_s))
+        self.plugins = make_plugins(config.plugins, FleetView(
+            self.registry.online, self.num_classes, lambda: self._model, self._last_seen_s,
+            strategy=self.strategy.name, normalizes_weights=self.strategy.normalizes_weights,
+            round_deadline_s=getattr(self.strategy, "deadline_s", None) if self.strategy.runs_rounds else None))
         self.version = 0
         self._model: Tensors = tensors if tensors is not None else initial_model(config)
         self.history = ModelHistory(config.history_size)
@@ -134,6 +136,9 @@ class CoordinatorCore:
         #: Each greeted device's diverged-round count from its telemetry.
         self._diverged: Dict[str, int] = {}
         self._divergence_log = RateLimitedLog(log, DIVERGENCE_LOG_S)
+        #: What the plug-ins decided while the current input is handled, per plug-in, in order.
+        self._decided: Dict[str, List[Effects]] = {}
+        self._start_plugins(now)
 
     # ---- inputs -------------------------------------------------------------------------------
     def on_message(self, msg: Message, now: float) -> Step:
@@ -156,7 +161,7 @@ class CoordinatorCore:
                 self._note_divergence(msg)
                 if msg.extras:  # only greeted devices' reports reach the methods
                     for plugin in self.plugins:
-                        plugin.on_report(msg.device_id, msg.extras, now)
+                        self._apply(plugin, plugin.on_device_report(msg.device_id, msg.extras, now))
         else:
             self.counters["ignored"] += 1
             log.debug("ignoring %s message", type(msg).__name__)
@@ -205,15 +210,21 @@ class CoordinatorCore:
                             "coordinator lost its state? treating it as staleness 0",
                             update.device_id, update.base_version, self.version)
         info.updates += 1
-        for plugin in self.plugins:
-            plugin.on_update(update, now)
-        if any(plugin.withholds(update, now) for plugin in self.plugins):
+        verdicts: List[Verdict] = []
+        for plugin in self.plugins:  # every plug-in is asked, whatever the others decide
+            verdict_of = plugin.on_update_admitted(update, now)
+            self._apply(plugin, verdict_of)
+            verdicts.append(verdict_of)
+        fields: Dict[str, Any] = {}
+        for verdict_of in verdicts:
+            fields.update(verdict_of.fields)
+        if any(v.withhold for v in verdicts):
             self.counters["withheld"] += 1
-            step.update = self._record(update, now, staleness, False, WITHHELD)
+            step.update = self._record(update, now, staleness, False, WITHHELD, fields=fields)
             return self._step(step, now)
         weight = 1.0
-        for plugin in self.plugins:
-            factor = plugin.weight(update, now)
+        for plugin, verdict_of in zip(self.plugins, verdicts):
+            factor = verdict_of.weight
             if not (math.isfinite(factor) and factor >= 0.0):
                 raise ValueError("plug-in %s gave update %s the weight factor %r (must be finite, >= 0)"
                                  % (plugin.name, update.update_id, factor))
@@ -232,7 +243,7 @@ class CoordinatorCore:
             self._install(new, now, step)
             outcome = AGGREGATED
         step.update = self._record(update, now, staleness, new is not None, outcome,
-                                   clipped=verdict.clipped, delta_norm=verdict.delta_norm)
+                                   clipped=verdict.clipped, delta_norm=verdict.delta_norm, fields=fields)
         return self._step(step, now)
 
     def _reject(self, update: Update, now: float, staleness: int, verdict) -> Step:
@@ -245,7 +256,12 @@ class CoordinatorCore:
         """An operator's command to the coordinator (its own command topic): the plug-ins act on
         the kinds they know; another kind is logged and ignored."""
         self.counters["operator_commands"] += 1
-        handled = [plugin.name for plugin in self.plugins if plugin.on_operator(command, now)]
+        handled = []
+        for plugin in self.plugins:
+            effects = plugin.on_operator_command(command, now)
+            if effects is not None:
+                handled.append(plugin.name)
+                self._apply(plugin, effects)
         if handled:
             log.info("operator command %r handled by %s", command.kind, ", ".join(handled))
         else:
@@ -259,7 +275,7 @@ class CoordinatorCore:
         if new is not None:
             self._install(new, now, step)
         for plugin in self.plugins:
-            plugin.on_tick(now)
+            self._apply(plugin, plugin.on_tick(now))
         return self._step(step, now)
 
     # ---- outputs ------------------------------------------------------------------------------
@@ -267,7 +283,7 @@ class CoordinatorCore:
         """The current global model message (tensors are shared, never mutated afterwards)."""
         extras = {}
         for plugin in self.plugins:
-            for extra in plugin.extras():
+            for extra in plugin.before_publish():
                 extras[extra.KIND] = extra
         return GlobalModel(version=self.version, arch_id=self.arch_id, tensors=self._model,
                            hparams=self.config.hparams.as_dict(), extras=extras, run_id=self.run_id)
@@ -349,36 +365,70 @@ class CoordinatorCore:
             self.admission.load_state(state["admission"])
         if isinstance(state.get("run_id"), str):
             self.run_id = state["run_id"]
+        self._start_plugins(now)
 
     # ---- internals ----------------------------------------------------------------------------
-    def _install(self, tensors: Tensors, now: float, step: Step, merged: Optional[tuple] = None) -> None:
-        """Make ``tensors`` the next version: the strategy's aggregation (``merged`` None: what it
-        last merged) or a plug-in's switch (``merged`` empty)."""
+    def _install(self, tensors: Tensors, now: float, step: Step, switched_by: str = "") -> None:
+        """Make ``tensors`` the next version: the strategy's aggregation (``switched_by`` empty:
+        what it last merged) or the model a plug-in switched to (nothing merged)."""
         self.version += 1
         self._model = tensors
         self.history.add(self.version, tensors, now)
-        self.counters["aggregated" if merged is None else "switches"] += 1
-        if merged is None:
+        self.counters["switches" if switched_by else "aggregated"] += 1
+        if switched_by:
+            aggregation = Aggregation(self.version, (), now, switched_by=switched_by)
+        else:
             merged = tuple(self.strategy.last_aggregated)
-        aggregation = Aggregation(self.version, merged, now)
+            mixing = getattr(self.strategy, "last_weight", None) if len(merged) == 1 else None
+            aggregation = Aggregation(self.version, merged, now,
+                                      mixing_weight=None if mixing is None else float(mixing))
+        made = []
         for plugin in self.plugins:
-            plugin.on_aggregation(aggregation)
-        for plugin in self.plugins:
-            step.events.extend(plugin.events(aggregation))
+            effects = plugin.on_model_made(aggregation)
+            self._apply(plugin, effects, events=False)
+            made.append(effects)
+        for effects in made:
+            step.events.extend(effects.events)
         step.aggregations.append(aggregation)
+
+    def _apply(self, plugin: CoordinatorPlugin, effects: Effects, events: bool = True) -> None:
+        """Keep what ``plugin`` decided for the end of this input, and set the strategy's round
+        as it asks (before the strategy sees anything else)."""
+        if not isinstance(effects, Effects):
+            raise TypeError("plug-in %s returned %r instead of Effects" % (plugin.name, effects))
+        if effects.round_size is not None:
+            self.strategy.set_round_size(effects.round_size)
+        if effects.expected_devices is not None:
+            self.strategy.expect(effects.expected_devices or None)
+        if not events and effects.events:
+            effects = Effects(commands=effects.commands, switch_to=effects.switch_to)
+        if effects.commands or effects.events or effects.switch_to is not None:
+            self._decided.setdefault(plugin.name, []).append(effects)
+
+    def _start_plugins(self, now: float) -> None:
+        """Tell the plug-ins the coordinator (re)starts; what they decide applies at the next input."""
+        for plugin in self.plugins:
+            self._apply(plugin, plugin.on_start(now))
 
     def _step(self, step: Step, now: float) -> Step:
         """Put in place a model a plug-in switched to, and collect the commands and events the
-        plug-ins queued while handling this input."""
+        plug-ins decided while handling this input (each plug-in's in order, plug-ins in calling
+        order)."""
         for plugin in self.plugins:
-            tensors = plugin.switch_model()
-            if tensors is not None:
+            for effects in list(self._decided.get(plugin.name, ())):
+                tensors = effects.switch_to
+                if tensors is None:
+                    continue
                 if {n: a.shape for n, a in tensors.items()} != {n: a.shape for n, a in self._model.items()}:
                     raise ValueError("plug-in %s switched to a model of other tensors" % plugin.name)
-                self._install(tensors, now, step, merged=())
+                self._install(tensors, now, step, switched_by=plugin.name)
+        decided, self._decided = self._decided, {}
         for plugin in self.plugins:
-            step.commands.extend(plugin.take_commands())
-            step.events.extend(plugin.take_events())
+            for effects in decided.get(plugin.name, ()):
+                step.commands.extend(effects.commands)
+        for plugin in self.plugins:
+            for effects in decided.get(plugin.name, ()):
+                step.events.extend(effects.events)
         return step
 
     def _remember(self, update_id: str) -> None:
@@ -388,17 +438,15 @@ class CoordinatorCore:
 
     def _record(self, update: Update, now: float, staleness: int, aggregated: bool,
                 outcome: str, reason: str = "", clipped: bool = False,
-                delta_norm: Optional[float] = None) -> UpdateRecord:
-        fields: Dict[str, Any] = {}
+                delta_norm: Optional[float] = None, fields: Optional[Dict[str, Any]] = None) -> UpdateRecord:
+        plugin_fields, fields = fields or {}, {}
         if reason:
             fields["reason"] = reason
         if clipped:
             fields["clipped"] = True
         if delta_norm is not None:
             fields["delta_norm"] = round(delta_norm, 6)
-        if outcome != REJECTED:
-            for plugin in self.plugins:
-                fields.update(plugin.record_fields(update))
+        fields.update(plugin_fields)
         return UpdateRecord(time_s=now, device=update.device_id, update_id=update.update_id,
                             base_version=update.base_version, version=self.version,
                             staleness=staleness, loss=float(update.loss),

@@ -52,7 +52,8 @@ def test_updates_carry_a_fisher_trace_and_the_probe_broadcasts_it():
         step = coord.on_update(decoder.decode(encode(update)), 0.0)
         event = step.update.as_event()
         assert event["fisher_trace"] == pytest.approx(trace)
-        assert event["clp"]["version"] == coord.version
+        assert event["clp"]["version"] == coord.version - 1   # the CLP state the update met
+        assert [e["version"] for e in step.events if e["event"] == "clp"] == [coord.version]
         assert [e["event"] for e in step.events] == ["clp"]
     clp = decoder.decode(encode(coord.global_model())).extras["clp"]
     assert clp.fisher_global > 0 and clp.version == 4

@@ -18,7 +18,7 @@ from streamfl.config import build
 from streamfl import methods
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.methods.base import MethodPackage
-from streamfl.coordinator.plugins.base import CoordinatorPlugin
+from streamfl.coordinator.plugins.base import Addressed, CoordinatorPlugin, Effects, Verdict
 from streamfl.coordinator.server import CoordinatorServer
 from streamfl.models import ModelSpec
 from streamfl.protocol.messages import Command, Update
@@ -49,16 +49,16 @@ class PausePlugin(CoordinatorPlugin):
         self.paused_at = {}
         self.resumed = set()
 
-    def on_update(self, update: Update, now: float) -> None:
-        if update.device_id not in self.paused_at:
-            self.paused_at[update.device_id] = now
-            self.send(update.device_id, Command("skip", {"rounds": 100000}))
+    def on_update_admitted(self, update: Update, now: float) -> Verdict:
+        if update.device_id in self.paused_at:
+            return Verdict()
+        self.paused_at[update.device_id] = now
+        return Verdict(commands=(Addressed(update.device_id, Command("skip", {"rounds": 100000})),))
 
-    def on_tick(self, now: float) -> None:
-        for device, t in self.paused_at.items():
-            if device not in self.resumed and now - t >= self.config.pause_s:
-                self.resumed.add(device)
-                self.send(device, Command("train"))
+    def on_tick(self, now: float) -> Effects:
+        due = [d for d, t in self.paused_at.items() if d not in self.resumed and now - t >= self.config.pause_s]
+        self.resumed.update(due)
+        return Effects(commands=tuple(Addressed(d, Command("train")) for d in due))
 
 
 @pytest.fixture

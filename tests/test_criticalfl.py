@@ -40,24 +40,23 @@ def test_criticalfl_doubles_inside_the_clp_and_halves_after():
     online = ["d%d" % i for i in range(10)]
     agg = FedAvgAggregator(online_devices=lambda: online)
     flag = _Flag()
-    plugin = CriticalFlPlugin(CriticalFlConfig(clients_max=6), FleetView(lambda: online, agg), {"clp": flag})
-    assert agg.clients_per_round == 2
+    fleet = FleetView(lambda: online, round_deadline_s=30.0)
+    plugin = CriticalFlPlugin(CriticalFlConfig(clients_max=6), fleet, {"clp": flag})
+    assert plugin.on_start(0.0).round_size == 2
     for want in (4, 6, 6):
-        plugin.on_aggregation(Aggregation(version=1, merged=[], time_s=0.0))
-        assert agg.clients_per_round == want
+        assert plugin.on_model_made(Aggregation(version=1, merged=(), time_s=0.0)).round_size == want
     flag.in_clp = False
     for want in (3, 2, 2):
-        plugin.on_aggregation(Aggregation(version=1, merged=[], time_s=0.0))
-        assert agg.clients_per_round == want
-    uncapped = CriticalFlPlugin(CriticalFlConfig(), FleetView(lambda: online, agg), {"clp": flag})
+        assert plugin.on_model_made(Aggregation(version=1, merged=(), time_s=0.0)).round_size == want
+    uncapped = CriticalFlPlugin(CriticalFlConfig(), fleet, {"clp": flag})
     flag.in_clp = True                     # cap: the devices online
     for _ in range(5):
-        uncapped.on_aggregation(Aggregation(version=1, merged=[], time_s=0.0))
-    assert agg.clients_per_round == 10
+        size = uncapped.on_model_made(Aggregation(version=1, merged=(), time_s=0.0)).round_size
+    assert size == 10
     state = uncapped.state()
-    again = FedAvgAggregator(online_devices=lambda: online)
-    CriticalFlPlugin(CriticalFlConfig(), FleetView(lambda: online, again), {"clp": flag}).load_state(state)
-    assert again.clients_per_round == 10
+    again = CriticalFlPlugin(CriticalFlConfig(), fleet, {"clp": flag})
+    again.load_state(state)
+    assert again.on_start(0.0).round_size == 10
 
 
 def test_criticalfl_follows_the_coordinators_clp_flag_and_keeps_device_hparams():

@@ -123,8 +123,7 @@ class TestCoordinatorPluginContract:
             return verdicts[-1]
 
         plugin.on_update_admitted = recorded
-        for k, u in enumerate(updates(core, 12)):
-            core.on_message(u, 1.0 + k)
+        drive(core, updates(core, 12))
         assert verdicts, "the plug-in saw no admitted update"
         for verdict in verdicts:
             assert np.isfinite(verdict.weight) and verdict.weight >= 0.0

@@ -1,16 +1,17 @@
 """The coordinator side of a learning method: a small hook class the core calls, never names.
 
-A plug-in sees every accepted update, every aggregation and the clock; it adds typed extras to the
-global model, may address commands to devices, adds fields to update records, and saves and loads
-its state with the coordinator's. Hooks are called in the registry's order (``PLUGINS`` in
-``streamfl.coordinator.plugins``), so a plug-in that follows another (CriticalFL follows the CLP
-probe) is listed after it and gets it at construction. Every hook has a do-nothing default: a
-method implements only what it needs. Hooks do no I/O and must not mutate the updates or tensors
-they are shown (they are shared with the strategy, the history and the publisher).
+Hooks are named by when they run and return what the plug-in decided (``Effects``: commands,
+events, a model switch, a round size or the devices a round waits for; ``Verdict`` for an update:
+a weight factor or withhold, and record fields), which the core applies: a plug-in never writes
+into the strategy or queues output for the core to collect. Hooks are called in the methods'
+calling order (``streamfl.methods.BUILTIN``), so a plug-in that follows another (CriticalFL
+follows the CLP probe) is listed after it and gets it at construction. Every hook has a do-nothing
+default: a method implements only what it needs. Hooks do no I/O and must not mutate the updates
+or tensors they are shown (they are shared with the strategy, the history and the publisher).
 """
 import abc
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Collection, Dict, List, Mapping, Optional, Tuple, Type
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Collection, Dict, FrozenSet, List, Mapping, Optional, Tuple, Type
 
 import numpy as np
 
@@ -25,6 +26,11 @@ class Aggregation:
     version: int
     merged: Tuple[Update, ...]
     time_s: float
+    #: The share the merged update got in the new model where the strategy mixes one update in
+    #: (FedAsync's mixing weight); None for a round or a switch.
+    mixing_weight: Optional[float] = None
+    #: The plug-in whose ``switch_to`` made this version (nothing merged), "" for an aggregation.
+    switched_by: str = ""
 
     @property
     def base_version(self) -> int:
@@ -42,20 +48,76 @@ class Addressed:
 
 @dataclass(frozen=True)
 class FleetView:
-    """What a plug-in may read of the coordinator: who is online, the aggregation strategy, the
-    model's class count (0 where a caller does not say) and the current global model's tensors
-    (None where a caller does not give them; shared: never change them)."""
+    """What a plug-in may read of the coordinator: who is online, the aggregation strategy's kind,
+    the model's class count (0 where a caller does not say) and the current global model's tensors
+    (None where a caller does not give them; shared: never change them). Read-only: a plug-in
+    changes the fleet only through the ``Effects`` its hooks return."""
 
     online: Callable[[], Collection[str]]
-    strategy: Any
     num_classes: int = 0
     model: Optional[Callable[[], Dict[str, np.ndarray]]] = None
     #: When a device was last heard from (its Hello, update or telemetry), None if never.
     last_seen_s: Optional[Callable[[str], Optional[float]]] = None
+    #: The strategy's registry name (``fedasync``, ``fedavg``).
+    strategy: str = ""
+    #: True if the strategy shares each aggregation out among its updates (FedAvg normalizes the
+    #: weights of a round), False if it mixes each update in as it comes (FedAsync).
+    normalizes_weights: bool = False
+    #: The strategy's round deadline in seconds if it runs synchronous rounds, None otherwise.
+    round_deadline_s: Optional[float] = None
+
+    @property
+    def synchronous(self) -> bool:
+        """True if the strategy runs rounds: ``Effects.round_size`` and ``expected_devices`` apply."""
+        return self.round_deadline_s is not None
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What a plug-in decided at one hook, for the core to apply (nothing here is applied by the
+    plug-in itself). The default decides nothing."""
+
+    #: Commands for devices, published on their command topics.
+    commands: Tuple[Addressed, ...] = ()
+    #: Metrics events (each with an ``event`` key) for metrics.jsonl.
+    events: Tuple[Dict[str, Any], ...] = ()
+    #: A model to make the next version now, with nothing merged (a new session's start).
+    switch_to: Optional[Dict[str, np.ndarray]] = None
+    #: A synchronous strategy's round size from now on (None: unchanged).
+    round_size: Optional[int] = None
+    #: The devices a synchronous round should wait for (None: unchanged; empty: no one in
+    #: particular, any device's update counts).
+    expected_devices: Optional[FrozenSet[str]] = None
+
+
+NOTHING = Effects()
+
+
+@dataclass(frozen=True)
+class Verdict(Effects):
+    """A plug-in's decision on an admitted update: a factor on its share (the core multiplies the
+    plug-ins' factors; 1.0 leaves the strategy's weighting), whether to keep it from the strategy
+    (a plug-in that runs its own round, or fences another session's off), fields for the update's
+    metrics record, and any ``Effects``."""
+
+    weight: float = 1.0
+    withhold: bool = False
+    fields: Dict[str, Any] = field(default_factory=dict)
+
+
+ACCEPT = Verdict()
 
 
 class CoordinatorPlugin(abc.ABC):
-    """Hooks of one method on the coordinator; subclasses set ``name`` and ``Config``."""
+    """Hooks of one method on the coordinator, named by when they run; subclasses set ``name`` and
+    ``Config``. Each hook returns what it decided (``Effects`` or ``Verdict``); the core applies it.
+
+    Lifecycle, in order: ``on_start`` once the coordinator starts or resumes (after
+    ``load_state``); then, as inputs come, ``on_device_report`` (a greeted device's telemetry
+    carried typed reports), ``on_update_admitted`` (an update passed admission: weigh, withhold,
+    describe), ``on_model_made`` (a new global version), ``on_tick`` (about once a second),
+    ``on_operator_command``; ``before_publish`` gives the extras of each global model sent.
+    """
 
     #: The registry name (also the key of its settings under ``plugins:`` in the YAML).
     name: ClassVar[str] = ""
@@ -67,73 +129,42 @@ class CoordinatorPlugin(abc.ABC):
     def __init__(self, config: Any, fleet: FleetView, peers: Mapping[str, "CoordinatorPlugin"]):
         self.config = config
         self.fleet = fleet
-        self._commands: List[Addressed] = []
 
     @classmethod
     def check(cls, config: Any, strategy: str) -> None:
         """Raise ``ValueError`` if the plug-in cannot run under ``strategy``; called on config load."""
 
-    # ---- inputs -------------------------------------------------------------------------------
-    def on_update(self, update: Update, now: float) -> None:
-        """An accepted update (deduplicated, of the fleet's model), before the strategy sees it."""
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def on_start(self, now: float) -> Effects:
+        """The coordinator starts, or resumes from its state folder (called after ``load_state``)."""
+        return NOTHING
 
-    def on_report(self, device_id: str, extras: Mapping[str, Extra], now: float) -> None:
+    def on_device_report(self, device_id: str, extras: Mapping[str, Extra], now: float) -> Effects:
         """A greeted device's telemetry carried typed reports (``extras``), e.g. its data's class
-        distribution while it skips rounds; well-typed, but not trusted beyond that."""
+        distribution while it skips rounds; well-typed and bounded, not trusted beyond that."""
+        return NOTHING
 
-    def on_aggregation(self, aggregation: Aggregation) -> None:
-        """A new global version was made."""
+    def on_update_admitted(self, update: Update, now: float) -> Verdict:
+        """An update passed admission (deduplicated, of the fleet's model, bounded), before the
+        strategy sees it; every plug-in is asked, whatever the others decide."""
+        return ACCEPT
 
-    def on_tick(self, now: float) -> None:
+    def on_model_made(self, aggregation: Aggregation) -> Effects:
+        """A new global version was made (by the strategy, or by a plug-in's ``switch_to``)."""
+        return NOTHING
+
+    def on_tick(self, now: float) -> Effects:
         """Called at every tick of the runtime (about once a second)."""
+        return NOTHING
 
-    def on_operator(self, command: Command, now: float) -> bool:
-        """An operator's command to the coordinator (e.g. ``new-session``); True if this plug-in
-        handled its kind (a kind nobody handles is logged and ignored)."""
-        return False
-
-    def withholds(self, update: Update, now: float) -> bool:
-        """True to keep ``update`` from the strategy (called after ``on_update``): a plug-in that
-        runs its own rounds (session-init's auxiliary round) or fences off another session's."""
-        return False
-
-    def weight(self, update: Update, now: float) -> float:
-        """A factor on ``update``'s share of the aggregation (called after ``on_update``; the core
-        multiplies the plug-ins' factors; 1.0 leaves the strategy's weighting unchanged)."""
-        return 1.0
-
-    # ---- outputs ------------------------------------------------------------------------------
-    def extras(self) -> List[Extra]:
-        """Typed payloads for the current global model."""
-        return []
-
-    def record_fields(self, update: Update) -> Dict[str, Any]:
-        """Fields this plug-in adds to the metrics record of ``update`` (JSON-able)."""
-        return {}
-
-    def events(self, aggregation: Aggregation) -> List[Dict[str, Any]]:
-        """Metrics events to log for an aggregation (each with an ``event`` key)."""
-        return []
-
-    def take_events(self) -> List[Dict[str, Any]]:
-        """Metrics events of this plug-in's own decisions since the last call (e.g. a session
-        boundary), each with an ``event`` key; the core drains them after every input, aggregation
-        or not."""
-        return []
-
-    def switch_model(self) -> Optional[Dict[str, np.ndarray]]:
-        """A model to put in place of the current one now (a new session's starting model), or
-        None; the core makes it the next version, with nothing merged. Called after every input."""
+    def on_operator_command(self, command: Command, now: float) -> Optional[Effects]:
+        """An operator's command to the coordinator (e.g. ``new-session``): ``Effects`` if this
+        plug-in handles its kind, None if not (a kind nobody handles is logged and ignored)."""
         return None
 
-    def send(self, device_id: str, command: Command) -> None:
-        """Queue a command for ``device_id``; the core hands it to the runtime with its next output."""
-        self._commands.append(Addressed(device_id, command))
-
-    def take_commands(self) -> List[Addressed]:
-        """The commands queued since the last call (the core drains them after every input)."""
-        out, self._commands = self._commands, []
-        return out
+    def before_publish(self) -> List[Extra]:
+        """Typed payloads for the global model about to be published (a query: no side effects)."""
+        return []
 
     # ---- persistence --------------------------------------------------------------------------
     def state(self) -> Optional[Dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The aggregation-strategy interface the coordinator core drives (DESIGN.md section 5).
+"""The aggregation-strategy interface the coordinator core drives.
 
 A strategy sees the current global model, its version, and each accepted update; it answers with
 new global tensors when it aggregates (the core then bumps the version) or None when it only
@@ -6,7 +6,7 @@ buffered or dropped the update. Strategies never mutate the tensors they are giv
 model is shared with the history and the publisher thread, so every aggregation builds new arrays.
 """
 import abc
-from typing import Any, Dict, List, Optional
+from typing import Any, Collection, Dict, List, Optional
 
 from streamfl.protocol.messages import Tensors, Update
 
@@ -24,6 +24,9 @@ class Aggregator(abc.ABC):
     #: True when the updates merged together (a round) share out their weight factors among
     #: themselves, so only the factors' ratios matter (FedAvg), not their scale (FedAsync).
     normalizes_weights = False
+    #: True for a strategy of synchronous rounds (FedAvg): the methods may then set the round's
+    #: size and the devices it waits for (``set_round_size``, ``expect``) through their Effects.
+    runs_rounds = False
 
     def __init__(self) -> None:
         #: What the last ``on_update`` did with its update: AGGREGATED, BUFFERED or STALE.
@@ -44,6 +47,14 @@ class Aggregator(abc.ABC):
     def on_tick(self, model: Tensors, version: int, now: float) -> Optional[Tensors]:
         """Called periodically (deadlines); new global tensors if it aggregated, else None."""
         return None
+
+    def set_round_size(self, clients: Optional[int]) -> None:
+        """Make rounds wait for ``clients`` devices (None: every online one); rounds only."""
+        raise TypeError("strategy %s runs no rounds: it has no round size" % self.name)
+
+    def expect(self, devices: Optional[Collection[str]]) -> None:
+        """Make rounds wait for ``devices`` (None: every online one); rounds only."""
+        raise TypeError("strategy %s runs no rounds: it waits for no devices" % self.name)
 
     def state(self) -> Dict[str, Any]:
         """JSON-able strategy state for the state directory."""

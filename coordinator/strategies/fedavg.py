@@ -63,6 +63,7 @@ class FedAvgAggregator(Aggregator):
 
     name = "fedavg"
     normalizes_weights = True
+    runs_rounds = True
 
     def __init__(self, deadline_s: float = 30.0, min_updates: int = 1,
                  online_devices: Callable[[], Collection[str]] = lambda: (),
@@ -92,6 +93,10 @@ class FedAvgAggregator(Aggregator):
         self.clients_per_round: Optional[int] = clients_per_round
         #: The devices rounds wait for, as a scheduler chose them (None: every online device).
         self._chosen: Optional[Set[str]] = None
+
+    def set_round_size(self, clients: Optional[int]) -> None:
+        """Rounds wait for ``clients`` devices from now on (None: every online device)."""
+        self.clients_per_round = clients
 
     def expect(self, devices: Optional[Collection[str]]) -> None:
         """Make rounds wait for ``devices`` (those online) instead of every online device, from the

@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional
 import numpy as np
 
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
+from streamfl.coordinator.plugins.base import NOTHING, Aggregation, CoordinatorPlugin, Effects, FleetView
 from streamfl.methods.adaptive_lr.payloads import MAX_LR, MIN_SCALE, AdaptiveLr
 from streamfl.protocol.extras import Extra
 
@@ -166,8 +166,15 @@ class AdaptiveLrPlugin(CoordinatorPlugin):
         self.stats = DriftStatistics(config.mean_decay, config.variance_decay, config.ratio_decay)
 
     # ---- inputs -------------------------------------------------------------------------------
-    def on_aggregation(self, aggregation: Aggregation) -> None:
+    def on_model_made(self, aggregation: Aggregation) -> Effects:
         self.stats.update(flat_parameters(self.fleet.model()))
+        scale = self.scale()
+        if scale is None:
+            return NOTHING
+        return Effects(events=({"event": "adaptive_lr", "version": aggregation.version,
+                                "time_s": aggregation.time_s, "t": self.stats.t, "scale": scale,
+                                "lr": self.lr(), "ratio": self.stats.ratio,
+                                "variance": self.stats.v_hat()},))
 
     # ---- outputs ------------------------------------------------------------------------------
     def scale(self) -> Optional[float]:
@@ -186,20 +193,12 @@ class AdaptiveLrPlugin(CoordinatorPlugin):
         scale = self.scale()
         return None if scale is None or self.config.lr0 is None else float(self.config.lr0) * scale
 
-    def extras(self) -> List[Extra]:
+    def before_publish(self) -> List[Extra]:
         scale = self.scale()
         if scale is None:
             return []
         lr0 = None if self.config.lr0 is None else float(self.config.lr0)
         return [AdaptiveLr(scale=float(scale), lr0=lr0)]
-
-    def events(self, aggregation: Aggregation) -> List[Dict[str, Any]]:
-        scale = self.scale()
-        if scale is None:
-            return []
-        return [{"event": "adaptive_lr", "version": aggregation.version, "time_s": aggregation.time_s,
-                 "t": self.stats.t, "scale": scale, "lr": self.lr(), "ratio": self.stats.ratio,
-                 "variance": self.stats.v_hat()}]
 
     # ---- persistence --------------------------------------------------------------------------
     def state(self) -> Optional[Dict[str, Any]]:

@@ -37,10 +37,11 @@ round's sample-weighted class mix.
 """
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional
 
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
+from streamfl.coordinator.plugins.base import NOTHING, Addressed, Aggregation, CoordinatorPlugin, Effects, FleetView, \
+    Verdict
 from streamfl.protocol.messages import Command, Update
 
 log = logging.getLogger(__name__)
@@ -87,10 +88,9 @@ class BalancePlugin(CoordinatorPlugin):
         super().__init__(config, fleet, peers)
         #: The global model's class composition (sums to 1 once anything was merged).
         self.composition: Dict[int, float] = {}
-        self._last: Optional[Tuple[str, float]] = None  # (update id, factor) for its record
         self.rested = 0
 
-    def weight(self, update: Update, now: float) -> float:
+    def on_update_admitted(self, update: Update, now: float) -> Verdict:
         mix = class_mix(update)
         if not mix or not self.composition:
             factor = 1.0
@@ -100,21 +100,20 @@ class BalancePlugin(CoordinatorPlugin):
             factor = sum(p * min(1.0, target / max(self.composition.get(c, 0.0), 1e-9)) ** self.config.power
                          for c, p in mix.items())
             factor = min(1.0, max(self.config.floor, factor))
-        self._last = (update.update_id, factor)
         rest = self.config.rest_below
+        commands = ()
         if rest is not None and factor < rest:
             self.rested += 1
-            self.send(update.device_id, Command("skip", {"rounds": self.config.rest_rounds}))
-        return factor
+            commands = (Addressed(update.device_id, Command("skip", {"rounds": self.config.rest_rounds})),)
+        return Verdict(weight=factor, commands=commands, fields={"balance_factor": round(factor, 4)})
 
-    def on_aggregation(self, aggregation: Aggregation) -> None:
+    def on_model_made(self, aggregation: Aggregation) -> Effects:
         mixes = [(max(1, u.num_samples), class_mix(u)) for u in aggregation.merged]
         mixes = [(n, mix) for n, mix in mixes if mix]
         if not mixes:
-            return
+            return NOTHING
         # One update (FedAsync) went in at the strategy's weight; a FedAvg round replaces the model.
-        single = len(aggregation.merged) == 1
-        rate = float(getattr(self.fleet.strategy, "last_weight", 1.0)) if single else 1.0
+        rate = 1.0 if aggregation.mixing_weight is None else aggregation.mixing_weight
         total = float(sum(n for n, _ in mixes))
         new: Dict[int, float] = {}
         for n, mix in mixes:
@@ -122,14 +121,10 @@ class BalancePlugin(CoordinatorPlugin):
                 new[c] = new.get(c, 0.0) + p * n / total
         if not self.composition:
             self.composition = new
-            return
+            return NOTHING
         for c in set(self.composition) | set(new):
             self.composition[c] = (1.0 - rate) * self.composition.get(c, 0.0) + rate * new.get(c, 0.0)
-
-    def record_fields(self, update: Update) -> Dict[str, Any]:
-        if self._last is None or self._last[0] != update.update_id:
-            return {}
-        return {"balance_factor": round(self._last[1], 4)}
+        return NOTHING
 
     def state(self) -> Dict[str, Any]:
         return {"composition": {str(c): m for c, m in self.composition.items()}, "rested": self.rested}

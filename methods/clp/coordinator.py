@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import numpy as np
 
 from streamfl.methods.clp.probe import ClpProbeConfig, ClpProbe
-from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
+from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, Effects, FleetView, Verdict
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Update
 from streamfl.methods.clp.payloads import ClpState, FisherTrace
@@ -41,7 +41,7 @@ class ClpProbePlugin(CoordinatorPlugin):
         self._latest: Dict[str, float] = {}
         self.clipped_traces = 0
 
-    def on_aggregation(self, aggregation: Aggregation) -> None:
+    def on_model_made(self, aggregation: Aggregation) -> Effects:
         traced = [(u, self._bounded(u)) for u in aggregation.merged]
         traced = [(u, f) for u, f in traced if f is not None]
         trace = None
@@ -49,6 +49,10 @@ class ClpProbePlugin(CoordinatorPlugin):
             weights = [max(1, u.num_samples) for u, _ in traced]
             trace = sum(w * float(f) for w, (_, f) in zip(weights, traced)) / sum(weights)
         self.probe.on_aggregation(aggregation.version, aggregation.base_version, trace)
+        state = self.clp_state()
+        return Effects(events=({"event": "clp", "version": aggregation.version,
+                                "fisher_global": state.fisher_global, "in_clp": state.in_clp,
+                                "segment": state.segment},))
 
     def _bounded(self, update: Update) -> Optional[float]:
         """The update's trace capped at ``m * median`` of the other devices' latest (capped)
@@ -86,16 +90,12 @@ class ClpProbePlugin(CoordinatorPlugin):
             state = dataclasses.replace(state, regulating=False)
         return state
 
-    def extras(self) -> List[Extra]:
+    def on_update_admitted(self, update: Update, now: float) -> Verdict:
+        """Describes the update for its metrics record: its trace and the CLP state it met."""
+        return Verdict(fields={"fisher_trace": fisher_trace_of(update), "clp": self.clp_state().as_dict()})
+
+    def before_publish(self) -> List[Extra]:
         return [self.clp_state()]
-
-    def record_fields(self, update: Update) -> Dict[str, Any]:
-        return {"fisher_trace": fisher_trace_of(update), "clp": self.clp_state().as_dict()}
-
-    def events(self, aggregation: Aggregation) -> List[Dict[str, Any]]:
-        state = self.clp_state()
-        return [{"event": "clp", "version": aggregation.version, "fisher_global": state.fisher_global,
-                 "in_clp": state.in_clp, "segment": state.segment}]
 
     def state(self) -> Dict[str, Any]:
         return dict(self.probe.state(), latest_traces=dict(self._latest))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
+from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, Effects, FleetView, Verdict
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class CriticalFlConfig:
 
 
 class CriticalFlPlugin(CoordinatorPlugin):
-    """Sets the FedAvg strategy's round size from the CLP flag after every aggregation."""
+    """Decides the FedAvg round size from the CLP flag after every aggregation."""
 
     name = "criticalfl"
     Config = CriticalFlConfig
@@ -38,18 +38,21 @@ class CriticalFlPlugin(CoordinatorPlugin):
         super().__init__(config, fleet, peers)
         self.probe = peers["clp"]
         self.clients = config.clients_min
-        fleet.strategy.clients_per_round = self.clients
 
     @classmethod
     def check(cls, config: CriticalFlConfig, strategy: str) -> None:
         if strategy != "fedavg":
             raise ValueError("plugins.criticalfl needs strategy fedavg (it sets the round size)")
 
-    def on_aggregation(self, aggregation: Aggregation) -> None:
+    def on_start(self, now: float) -> Effects:
+        """Rounds start at ``clients_min`` devices (or the size a restart restored)."""
+        return Effects(round_size=self.clients)
+
+    def on_model_made(self, aggregation: Aggregation) -> Effects:
         cap = self.config.clients_max or max(self.config.clients_min, len(self.fleet.online()))
         k = self.clients * 2 if self.probe.in_clp else self.clients // 2
         self.clients = max(self.config.clients_min, min(cap, k))
-        self.fleet.strategy.clients_per_round = self.clients
+        return Effects(round_size=self.clients)
 
     def state(self) -> Dict[str, Any]:
         return {"clients_per_round": self.clients}
@@ -60,4 +63,3 @@ class CriticalFlPlugin(CoordinatorPlugin):
             if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
                 raise ValueError("criticalfl clients_per_round must be an integer >= 1, got %r" % (clients,))
             self.clients = clients
-            self.fleet.strategy.clients_per_round = clients

@@ -21,7 +21,7 @@ from typing import ClassVar, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import CoordinatorPlugin, FleetView
+from streamfl.coordinator.plugins.base import ACCEPT, CoordinatorPlugin, FleetView, Verdict
 from streamfl.coordinator.shares import CappedSum
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Tensors, Update
@@ -186,8 +186,9 @@ class FedCurvPlugin(CoordinatorPlugin):
         super().__init__(config, fleet, peers)
         self.sums = CurvatureSums(config.max_peer_multiple)
 
-    def on_update(self, update: Update, now: float) -> None:
+    def on_update_admitted(self, update: Update, now: float) -> Verdict:
         self.sums.on_update(update)
+        return ACCEPT
 
     def state_tensors(self) -> Optional[Dict[str, np.ndarray]]:
         return self.sums.arrays() or None
@@ -196,7 +197,7 @@ class FedCurvPlugin(CoordinatorPlugin):
         self.sums.load(tensors)
         log.info("fedcurv: %d devices' contributions restored", len(self.sums))
 
-    def extras(self) -> List[Extra]:
+    def before_publish(self) -> List[Extra]:
         u, v = self.sums.sums()
         return [CurvatureTerms(lambda2=float(self.config.penalty_strength),
                                fisher_samples=int(self.config.fisher_samples), U=u, V=v,

@@ -34,5 +34,5 @@ class ImportancePlugin(CoordinatorPlugin):
     name = "importance"
     Config = ImportanceConfig
 
-    def extras(self) -> List[Extra]:
+    def before_publish(self) -> List[Extra]:
         return [ImportanceTerms(self.config.budget, self.config.candidates)]

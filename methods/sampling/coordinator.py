@@ -12,7 +12,7 @@ from typing import Any, Dict, Mapping
 import numpy as np
 
 from streamfl.config import SEED_MAX, bounded
-from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
+from streamfl.coordinator.plugins.base import NOTHING, Addressed, Aggregation, CoordinatorPlugin, Effects, FleetView
 from streamfl.protocol.messages import Command
 
 
@@ -43,21 +43,22 @@ class SamplingPlugin(CoordinatorPlugin):
         super().__init__(config, fleet, peers)
         self._rng = np.random.default_rng(config.seed)
         self.rounds = 0
-        if hasattr(fleet.strategy, "clients_per_round"):
-            fleet.strategy.clients_per_round = config.clients_per_round
 
-    def on_aggregation(self, aggregation: Aggregation) -> None:
+    def on_start(self, now: float) -> Effects:
+        """A synchronous round waits for the sampled devices only."""
+        return Effects(round_size=self.config.clients_per_round) if self.fleet.synchronous else NOTHING
+
+    def on_model_made(self, aggregation: Aggregation) -> Effects:
         online = sorted(self.fleet.online())
         if not online:
-            return
+            return NOTHING
         k = min(self.config.clients_per_round, len(online))
         chosen = set(self._rng.choice(len(online), size=k, replace=False).tolist())
         self.rounds += 1
-        for i, device in enumerate(online):
-            if i in chosen:
-                self.send(device, Command("train"))
-            else:
-                self.send(device, Command("skip", {"rounds": self.config.skip_rounds}))
+        return Effects(commands=tuple(
+            Addressed(device, Command("train") if i in chosen
+                      else Command("skip", {"rounds": self.config.skip_rounds}))
+            for i, device in enumerate(online)))
 
     def state(self) -> Dict[str, Any]:
         return {"rounds": self.rounds}

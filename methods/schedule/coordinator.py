@@ -46,7 +46,8 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional, Set, Tuple
 import numpy as np
 
 from streamfl.config import SEED_MAX, bounded
-from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
+from streamfl.coordinator.plugins.base import NOTHING, Addressed, Aggregation, CoordinatorPlugin, Effects, FleetView, \
+    Verdict
 from streamfl.methods.schedule.policies import (
     DEFAULT_BATCH, DEFAULT_SIGMA, POLICIES, allocate_bandwidth, class_weights, make_policy,
 )
@@ -80,10 +81,10 @@ class ScheduleConfig:
     seed: the policies' random stream; refill: under FedAsync, replace each device as it comes back
     rather than wait for the whole cohort (off: no better on the shipped scenario, docs/results.md)."""
 
-    policy: str = "fedteddi"
     #: Old key names (the paper's symbols) that files may still use.
     RENAMED: ClassVar[Dict[str, str]] = {"sigma": "gradient_noise"}
 
+    policy: str = "fedteddi"
     options: Dict[str, Any] = field(default_factory=dict)
     deadline_s: Optional[float] = bounded(None, 0.0, 86400.0, lo_open=True)
     total_bandwidth_hz: Optional[float] = bounded(None, 0.0, 1e12, lo_open=True)
@@ -179,8 +180,6 @@ class SchedulePlugin(CoordinatorPlugin):
         self._cohort_s: Optional[float] = None
         self._invited_s: Dict[str, float] = {}
         self._chosen_last: Set[str] = set()
-        #: (update id, whether its device was chosen for the round it trained in).
-        self._flag: Tuple[Optional[str], bool] = (None, False)
         self.rounds = 0
         #: The newest global version: a chosen device trains from it (or a newer one).
         self.version = 0
@@ -188,12 +187,11 @@ class SchedulePlugin(CoordinatorPlugin):
         #: k of lambda_k: choices since the frame began (with refill, turnovers of the set).
         self.frame_round = 0.0
         self.L: Optional[np.ndarray] = None
-        self._pending_events: List[Dict[str, Any]] = []
-        self._sync = hasattr(fleet.strategy, "expect")
+        self._sync = fleet.synchronous
         self._refill = config.refill and not self._sync
         #: T_max: the configured one, else the synchronous rounds' deadline, else 1 s.
         self.deadline_s = float(config.deadline_s if config.deadline_s is not None
-                                else getattr(fleet.strategy, "deadline_s", 1.0))
+                                else fleet.round_deadline_s if fleet.round_deadline_s is not None else 1.0)
         gradients = config.class_gradients
         self._gradients = config.policy in GRADIENT_POLICIES if gradients is None else bool(gradients)
 
@@ -226,15 +224,16 @@ class SchedulePlugin(CoordinatorPlugin):
             log.info("schedule: frame %d begins (%s reported its frame %d)", self.frame, device_id, frame)
         self.frame_round = 0.0
 
-    def on_report(self, device_id: str, extras: Mapping[str, Extra], now: float) -> None:
+    def on_device_report(self, device_id: str, extras: Mapping[str, Extra], now: float) -> Effects:
         self._observe(device_id, extras.get(ScheduleStats.KIND))
+        return NOTHING
 
-    def on_update(self, update: Update, now: float) -> None:
+    def on_update_admitted(self, update: Update, now: float) -> Verdict:
         # Judged now: a choice made when this update closes a round is for the next round.
-        self._flag = (update.update_id, update.device_id in self._chosen_last)
+        verdict = Verdict(fields={"scheduled": update.device_id in self._chosen_last})
         known = self._observe(update.device_id, update.extras.get(ScheduleStats.KIND))
         if known is None:
-            return
+            return verdict
         known.compute_s = max(0.0, update.seconds_per_sample * update.num_samples)
         known.model_bits = float(sum(a.size * 32 for a in update.tensors.values()))
         invited = self._invited_s.pop(update.device_id, None)
@@ -242,28 +241,31 @@ class SchedulePlugin(CoordinatorPlugin):
             known.latency_s, known.latency_round = now - invited, self.rounds
         self._cohort.discard(update.device_id)
         self._grants_hz.pop(update.device_id, None)
+        return verdict
 
-    def on_aggregation(self, aggregation: Aggregation) -> None:
+    def on_model_made(self, aggregation: Aggregation) -> Effects:
         self.version = aggregation.version
         if self._sync or not self._cohort:
-            self._choose(aggregation.time_s)
-        elif self._refill and len(self._cohort) < len(self._chosen_last):
-            self._choose(aggregation.time_s, keep=set(self._cohort))
+            return self._choose(aggregation.time_s)
+        if self._refill and len(self._cohort) < len(self._chosen_last):
+            return self._choose(aggregation.time_s, keep=set(self._cohort))
+        return NOTHING
 
-    def on_tick(self, now: float) -> None:
+    def on_tick(self, now: float) -> Effects:
         patience_s = self.deadline_s * self.config.timeout_factor
         if self._refill and self._chosen_last:
             lost = {d for d in self._cohort if now - self._invited_s.get(d, now) > patience_s}
             for device_id in lost:  # given up: it takes at least this long; the rest stay
                 self._slow(device_id, now - self._invited_s[device_id])
             if lost or len(self._cohort) < len(self._chosen_last):  # room a return left unfilled
-                self._choose(now, keep=self._cohort - lost)
-            return
+                return self._choose(now, keep=self._cohort - lost)
+            return NOTHING
         # A choice whose devices are not all back (or that chose nobody) times out.
         late = (self._cohort_s is not None and (self._cohort or not self._chosen_last)
                 and now - self._cohort_s > patience_s)
         if late or (self._cohort_s is None and self._devices):
-            self._choose(now)
+            return self._choose(now)
+        return NOTHING
 
     # ---- the choice ---------------------------------------------------------------------------
     def _candidates(self, ids: List[str], keep: Set[str]) -> Candidates:
@@ -315,8 +317,9 @@ class SchedulePlugin(CoordinatorPlugin):
             known.latency_s = max(known.latency_s or 0.0, waited_s)
             known.latency_round = self.rounds
 
-    def _choose(self, now: float, keep: Set[str] = frozenset()) -> None:
-        """A new choice; ``keep``: devices still out that stay in the set (FedAsync refill)."""
+    def _choose(self, now: float, keep: Set[str] = frozenset()) -> Effects:
+        """A new choice, as the commands to send (and the devices a synchronous round waits
+        for); ``keep``: devices still out that stay in the set (FedAsync refill)."""
         waited_s = None if self._cohort_s is None else now - self._cohort_s
         if not keep and waited_s is not None and waited_s > self.deadline_s:
             for device_id in self._cohort:  # not back by the deadline
@@ -326,7 +329,7 @@ class SchedulePlugin(CoordinatorPlugin):
         ids = [d for d in online if d in self._devices]
         cap = self.config.max_devices
         if not ids or (cap is not None and len(keep) >= cap):
-            return  # nobody to choose from, or the set is full (the next return makes room)
+            return NOTHING  # nobody to choose from, or the set is full (the next return makes room)
         cand = self._candidates(ids, keep)
         total = self.config.total_bandwidth_hz
         held_hz = sum(self._grants_hz.get(d, 0.0) for d in keep)
@@ -347,6 +350,7 @@ class SchedulePlugin(CoordinatorPlugin):
                         self.deadline_s, ", ".join(ids[int(i)] for i in picks) or "nobody")
         chosen = [ids[int(i)] for i in picks]
         chosen_set = set(chosen)
+        commands: List[Addressed] = []
         for device_id in online:
             if device_id in keep:
                 continue  # still training: its invitation stands
@@ -355,39 +359,32 @@ class SchedulePlugin(CoordinatorPlugin):
                                           "version": self.version}
                 if total is not None:
                     params["bandwidth_hz"] = grants[device_id]
-                self.send(device_id, Command("train", params))
+                commands.append(Addressed(device_id, Command("train", params)))
                 self._invited_s[device_id] = now
                 self._grants_hz[device_id] = grants[device_id]
             else:
-                self.send(device_id, Command("skip", {"rounds": self.config.skip_rounds}))
+                commands.append(Addressed(device_id, Command("skip", {"rounds": self.config.skip_rounds})))
                 self._invited_s.pop(device_id, None)
                 self._grants_hz.pop(device_id, None)
-        if self._sync:  # nobody fits: rounds wait as usual, and the timeout chooses again
-            self.fleet.strategy.expect(chosen_set or None)
+        # Synchronous rounds wait for the chosen; nobody fits: rounds wait as usual (an empty
+        # set), and the timeout chooses again.
+        expected = frozenset(chosen_set) if self._sync else None
         in_set = keep | chosen_set
         self._cohort, self._cohort_s, self._chosen_last = set(in_set), now, in_set
-        self._pending_events.append({
+        event = {
             "event": "schedule", "policy": self.config.policy, "round": self.rounds,
             "version": self.version,
             "frame": self.frame, "frame_round": round(self.frame_round, 3), "candidates": len(ids),
             "chosen": chosen, "in_flight": len(keep), "sigma": round(info.sigma, 6),
             "L_mean": round(float(np.mean(cand.L)), 6) if cand.L.size else None,
-            "with_new_class": sum(self._devices[d].new_class for d in chosen)})
+            "with_new_class": sum(self._devices[d].new_class for d in chosen)}
         self.rounds += 1
         self.frame_round += len(chosen_set) / len(in_set) if keep and in_set else 1.0
+        return Effects(commands=tuple(commands), events=(event,), expected_devices=expected)
 
     # ---- outputs ------------------------------------------------------------------------------
-    def extras(self) -> List[Extra]:
+    def before_publish(self) -> List[Extra]:
         return [ScheduleRequest(class_gradients=self._gradients)]
-
-    def events(self, aggregation: Aggregation) -> List[Dict[str, Any]]:
-        out, self._pending_events = self._pending_events, []
-        return out
-
-    def record_fields(self, update: Update) -> Dict[str, Any]:
-        update_id, flag = self._flag
-        return {"scheduled": flag if update_id == update.update_id
-                else update.device_id in self._chosen_last}
 
     def state(self) -> Dict[str, Any]:
         return {"rounds": self.rounds, "frame": self.frame, "frame_round": float(self.frame_round),

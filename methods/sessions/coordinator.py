@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional
 import numpy as np
 
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
+from streamfl.coordinator.plugins.base import NOTHING, Aggregation, CoordinatorPlugin, Effects, FleetView, Verdict
 from streamfl.methods.sessions.initializers import INITS, make_init
 from streamfl.methods.sessions.initializers.aux import AuxRound
 from streamfl.methods.sessions.initializers.library import SessionLibrary, difference, prefixed, unprefixed
@@ -138,14 +138,20 @@ class SessionsPlugin(CoordinatorPlugin):
         self._own_since: Optional[float] = None
         #: An operator's new-session waits for the session to be ``min_session_s`` old.
         self._operator_pending = False
-        self._switch: Optional[Tensors] = None
+        #: A switch decided and not yet made a version (this input's updates are withheld).
         self._switch_pending = False
+        #: What the hook being run decided: events, and the model to switch to.
         self._events: List[Dict[str, Any]] = []
+        self._switch: Optional[Tensors] = None
         #: What ``load_state`` read, for ``load_state_tensors`` (which comes after it).
         self._loaded: Dict[str, Any] = {}
 
     # ---- inputs -------------------------------------------------------------------------------
-    def on_tick(self, now: float) -> None:
+    def on_tick(self, now: float) -> Effects:
+        self._tick(now)
+        return self._decided()
+
+    def _tick(self, now: float) -> None:
         present = self._present(now)
         if self.session < 0:
             if present:
@@ -167,9 +173,9 @@ class SessionsPlugin(CoordinatorPlugin):
         elif due and self._old_enough(now):
             self._boundary(now, present)
 
-    def on_operator(self, command: Command, now: float) -> bool:
+    def on_operator_command(self, command: Command, now: float) -> Optional[Effects]:
         if command.kind != NEW_SESSION:
-            return False
+            return None
         if self.session < 0:
             log.warning("sessions: new-session ignored: no device is online yet")
         elif self._old_enough(now):
@@ -184,38 +190,34 @@ class SessionsPlugin(CoordinatorPlugin):
                         "has trained its own model for min_session_s (%g s)", self.session,
                         self._age_text(now), self.config.min_session_s)
             self._event("deferred", reason="operator")
-        return True
+        return self._decided()
 
-    def on_update(self, update: Update, now: float) -> None:
+    def on_update_admitted(self, update: Update, now: float) -> Verdict:
         if self.aux is not None and not self._switch_pending and self.aux.offer(update) \
                 and self.aux.done(now):
             self._close_aux_round(now)
-
-    def withholds(self, update: Update, now: float) -> bool:
         # A switch pending (this very update closed the aux round) replaces the model it trained from.
-        return self.aux_round > 0 or self._switch_pending or update.base_version < self.fence_version
+        withhold = self.aux_round > 0 or self._switch_pending or update.base_version < self.fence_version
+        decided = self._decided()
+        return Verdict(withhold=withhold, fields={"session": self.session}, events=decided.events,
+                       switch_to=decided.switch_to)
 
-    def on_aggregation(self, aggregation: Aggregation) -> None:
-        if self._switch_pending and not aggregation.merged:  # our switch became this version
+    def on_model_made(self, aggregation: Aggregation) -> Effects:
+        if self._switch_pending and aggregation.switched_by == self.name:  # our switch is this version
             self._switch_pending = False
             self.fence_version = aggregation.version
             if self.aux is not None:
                 self.aux.version = aggregation.version
+        return NOTHING
 
-    # ---- outputs ------------------------------------------------------------------------------
-    def switch_model(self) -> Optional[Tensors]:
-        out, self._switch = self._switch, None
-        return out
-
-    def extras(self) -> List[Extra]:
+    def before_publish(self) -> List[Extra]:
         return [SessionTerms(max(0, self.session), self.aux_round, self.config.aux_rounds)]
 
-    def record_fields(self, update: Update) -> Dict[str, Any]:
-        return {"session": self.session}
-
-    def take_events(self) -> List[Dict[str, Any]]:
-        out, self._events = self._events, []
-        return out
+    def _decided(self) -> Effects:
+        """What the hook just run decided: its events and the model to switch to."""
+        events, switch = tuple(self._events), self._switch
+        self._events, self._switch = [], None
+        return Effects(events=events, switch_to=switch) if events or switch is not None else NOTHING
 
     # ---- the session's life -------------------------------------------------------------------
     def _old_enough(self, now: float) -> bool:

@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import CoordinatorPlugin, FleetView
+from streamfl.coordinator.plugins.base import CoordinatorPlugin, FleetView, Verdict
 from streamfl.coordinator.shares import leave_one_out_medians
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Update
@@ -104,15 +104,12 @@ class SfedpoPlugin(CoordinatorPlugin):
         self.reports: Dict[str, Tuple[float, float]] = {}
         #: Each device's latest state shares (devices with shared state ids only).
         self.shares: Dict[str, Dict[int, float]] = {}
-        #: (update id, s_n, q_n, admission rate) of the newest report, and (update id, factor) of
-        #: the newest weighed update, for their metrics record.
-        self._last: Optional[Tuple[str, float, float, Optional[float]]] = None
-        self._factor: Optional[Tuple[str, float]] = None
 
-    def on_update(self, update: Update, now: float) -> None:
+    def on_update_admitted(self, update: Update, now: float) -> Verdict:
+        """Keeps the update's report (s_n, q_n, state shares), then weighs it by SAW (eq. 14)."""
         report = update.extras.get(SfedpoReport.KIND)
         if not isinstance(report, SfedpoReport):
-            return
+            return Verdict(weight=self._saw_factor(update))
         c = self.config
         q = min(1.0, max(c.min_availability, report.availability))
         s = min(c.max_score, max(0.0, report.score))
@@ -120,13 +117,21 @@ class SfedpoPlugin(CoordinatorPlugin):
         total = float(sum(report.counts))
         if report.shared_ids and total > 0:
             self.shares[update.device_id] = {st: n / total for st, n in zip(report.states, report.counts) if n}
-        self._last = (update.update_id, s, q, report.admission_rate)
+        fields = {"sfedpo_score": round(s, 4), "availability": round(q, 4)}
+        factor = self._saw_factor(update)
+        if c.saw:
+            fields["saw_factor"] = round(factor, 4)
+        if report.admission_rate is not None:
+            fields["admission_rate"] = round(report.admission_rate, 4)
+        return Verdict(weight=factor, fields=fields)
 
     def raw(self, score: float, availability: float) -> float:
         """Eq. 14's numerator, ReLU(1/q - a2 s + b2)."""
         return max(0.0, 1.0 / availability - self.config.score_weight * score + self.config.weight_offset)
 
-    def weight(self, update: Update, now: float) -> float:
+    def _saw_factor(self, update: Update) -> float:
+        """Eq. 14's factor for ``update``'s device, capped against its peers (1.0 with SAW off or
+        before the device reported)."""
         if not self.config.saw or update.device_id not in self.reports:
             return 1.0
         raws = {d: self.raw(s, q) for d, (s, q) in self.reports.items()}
@@ -134,7 +139,7 @@ class SfedpoPlugin(CoordinatorPlugin):
         m = self.config.max_factor
         values = {d: v if refs[d] is None else min(v, m * refs[d]) for d, v in raws.items()}
         raw = values[update.device_id]
-        if getattr(self.fleet.strategy, "normalizes_weights", False):
+        if self.fleet.normalizes_weights:
             factor = raw
         else:
             # Over the median of the devices' capped values: a device that inflates its own
@@ -143,7 +148,6 @@ class SfedpoPlugin(CoordinatorPlugin):
             if median <= 0:
                 return 1.0
             factor = raw / median
-        self._factor = (update.update_id, factor)
         return factor
 
     def state_weights(self) -> List[Tuple[int, float]]:
@@ -156,24 +160,13 @@ class SfedpoPlugin(CoordinatorPlugin):
                 w[st] = w.get(st, 0.0) + p / len(self.shares)
         return sorted(w.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_STATES]
 
-    def extras(self) -> List[Extra]:
+    def before_publish(self) -> List[Extra]:
         c = self.config
         w = sorted(self.state_weights())
         return [SfedpoTerms(dds=c.dds, saw=c.saw, budget=c.budget,
                             a1=c.heterogeneity_weight, b1=c.admission_offset, g=c.mismatch_scale,
                             l_eta_sigma2=c.noise_term, states=tuple(s for s, _ in w),
                             weights=tuple(round(p, 6) for _, p in w))]
-
-    def record_fields(self, update: Update) -> Dict[str, Any]:
-        if self._last is None or self._last[0] != update.update_id:
-            return {}
-        _, s, q, rate = self._last
-        out = {"sfedpo_score": round(s, 4), "availability": round(q, 4)}
-        if self._factor is not None and self._factor[0] == update.update_id:
-            out["saw_factor"] = round(self._factor[1], 4)
-        if rate is not None:
-            out["admission_rate"] = round(rate, 4)
-        return out
 
     def state(self) -> Dict[str, Any]:
         return {"reports": {d: [s, q] for d, (s, q) in self.reports.items()},

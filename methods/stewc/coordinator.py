@@ -16,7 +16,7 @@ import numpy as np
 
 from streamfl.methods.stewc.periods import BOUNDARIES, DriftBoundary, PeriodBoundary, ScheduleBoundary
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, FleetView
+from streamfl.coordinator.plugins.base import NOTHING, Aggregation, CoordinatorPlugin, Effects, FleetView, Verdict
 from streamfl.methods.stewc.temporal import TemporalSums
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Update
@@ -110,67 +110,64 @@ class StEwcPlugin(CoordinatorPlugin):
         self.period = 0
         #: A boundary fired; the next aggregation announces the period and anchors theta*.
         self._announce = False
-        self._events: List[Dict[str, Any]] = []
         self._saved_meta: Dict[str, Any] = {}
 
     # ---- inputs -------------------------------------------------------------------------------
-    def on_update(self, update: Update, now: float) -> None:
+    def on_update_admitted(self, update: Update, now: float) -> Verdict:
         fisher = update.extras.get(PeriodFisher.KIND)
         if isinstance(fisher, PeriodFisher) and self.sums.add(update.device_id, fisher):
             log.debug("stewc: T-FDM of period %d from %s", fisher.period, update.device_id)
         self._signal(update.device_id, update.extras, now)
+        return Verdict(fields={"period": self.period})
 
-    def on_report(self, device_id: str, extras: Mapping[str, Extra], now: float) -> None:
+    def on_device_report(self, device_id: str, extras: Mapping[str, Extra], now: float) -> Effects:
         self._signal(device_id, extras, now)
+        return NOTHING
 
     def _signal(self, device_id: str, extras: Mapping[str, Extra], now: float) -> None:
         signal = extras.get(DriftSignal.KIND)
         if isinstance(signal, DriftSignal):
             self.boundary.on_signal(device_id, signal, now)
 
-    def on_tick(self, now: float) -> None:
+    def on_tick(self, now: float) -> Effects:
         online = list(self.fleet.online())
+        events = []
         if self.sums.ready(now, online, self.config.fisher_quorum, self.config.fisher_wait_s):
-            self._fold(now)
+            events += self._fold(now)
         if not self._announce and self.boundary.due(now, online):
             self.boundary.started(now)
             if self.sums.pending is not None:  # the last period's answers are all it gets
-                self._fold(now)
+                events += self._fold(now)
             self.period += 1
             self._announce = True
             log.info("stewc: period %d ends at %.1f s (%s)", self.period - 1, now, self.boundary.name)
+        return Effects(events=tuple(events)) if events else NOTHING
 
-    def on_aggregation(self, aggregation: Aggregation) -> None:
+    def on_model_made(self, aggregation: Aggregation) -> Effects:
         if not self._announce:
-            return
+            return NOTHING
         self._announce = False
         self.sums.begin(self.period - 1, self.fleet.model(), aggregation.version, aggregation.time_s,
                         self.fleet.online())
-        self._events.append({"event": "period", "period": self.period, "version": aggregation.version,
-                             "time_s": aggregation.time_s, "boundary": self.boundary.name})
+        return Effects(events=({"event": "period", "period": self.period, "version": aggregation.version,
+                                "time_s": aggregation.time_s, "boundary": self.boundary.name},))
 
-    def _fold(self, now: float) -> None:
+    def _fold(self, now: float) -> List[Dict[str, Any]]:
+        """Consolidate the pending period; its metrics event (none if no device answered)."""
         done = self.sums.fold()
         if done is None:
             log.warning("stewc: no device sent its T-FDM; that period is not consolidated")
-            return
+            return []
         log.info("stewc: period %d consolidated from %d devices", done["period"], done["devices"])
-        self._events.append(dict(done, event="consolidated", time_s=now))
+        return [dict(done, event="consolidated", time_s=now)]
 
     # ---- outputs ------------------------------------------------------------------------------
-    def extras(self) -> List[Extra]:
+    def before_publish(self) -> List[Extra]:
         pending = self.sums.pending
         return [PeriodTerms(period=self.period, lambda1=float(self.config.temporal_strength),
                             fisher_samples=int(self.config.fisher_samples),
                             consolidating=None if pending is None else pending.period,
                             P=self.sums.P, Q=self.sums.Q if self.sums.P is not None else None)]
-
-    def record_fields(self, update: Update) -> Dict[str, Any]:
-        return {"period": self.period}
-
-    def events(self, aggregation: Aggregation) -> List[Dict[str, Any]]:
-        out, self._events = self._events, []
-        return out
 
     # ---- persistence --------------------------------------------------------------------------
     def state(self) -> Optional[Dict[str, Any]]:
