@@ -83,7 +83,7 @@ eval-adaclp: $(STAMP)
 	done
 	$(BIN)/python bench/bench_dvfs_oracle.py > runs/eval/bench_dvfs_oracle.json
 
-# FedTeddi (fedteddi.txt sec. V): the paper's CIFAR-10 frames (classes 0-5, then 12 of 30 devices
+# FedTeddi (FedTeddi paper, sec. V): its CIFAR-10 frames (classes 0-5, then 12 of 30 devices
 # gain one of 6-9), 3 seeds. The grid: every scheduling method on digits, MNIST-5k and the
 # smartwatch data, each at T_max 0.8, 1.0 and 1.2 s (FedAvg rounds; runs/eval/teddi-DATA-TMAX);
 # FedTeddi composed with AdaCLP beside random and fedteddi-fill choices with AdaCLP in the same
@@ -151,7 +151,7 @@ runs/eval/teddi-%/frames.md: $(STAMP)
 	    --set plugins.schedule.deadline_s=$(call teddi_part,$*) --out $(@D) && \
 	  $(call TEDDI_FRAMES,$(@D),$(TEDDI_METHODS),$(call teddi_data,$*),random))
 
-# ST-EWC (st-ewc.txt sec. 5): domain-incremental periods, 20 devices with two classes each
+# ST-EWC (the ST-EWC paper, sec. 5): domain-incremental periods, 20 devices with two classes each
 # (spatially non-IID), 5 periods of 100 s, 3 seeds; the paper's MLP. On MNIST-5k (a fixed pixel
 # permutation per period: PermutedMNIST) and on the smartwatch data (a fixed random rotation of the
 # accelerometer and gyroscope axes per period: the watch worn another way). Every method with the
@@ -196,7 +196,7 @@ runs/eval/stewc-%/periods.md: $(STAMP)
 	$(SIM) $(STEWC) --seeds 3 --methods $(STEWC_METHODS) $(STEWC_SET_$*) --out $(@D)
 	$(BIN)/streamfl report $(@D) --periods --reference fedavg --methods $(STEWC_METHODS) > $@
 
-# Sessions (session-init-dynamic-devices.txt sec. VI): the churn scenario (14 boards, 7 sessions of
+# Sessions (session-init paper, sec. VI): the churn scenario (14 boards, 7 sessions of
 # 100 s, the population changing at each boundary, which the coordinator finds by itself), label
 # overlap 0, 0.2 and 0.8 between consecutive sessions and Dirichlet 0.3 and 0.7, on digits, MNIST-5k
 # and the smartwatch data (3 of its 7 labels per session), 3 seeds; `previous`, `average` and
@@ -228,7 +228,7 @@ runs/eval/sessions-%/sessions.md: $(STAMP)
 	  --set method_lr.session-init+adaclp=0.1 --out $(@D)
 	$(BIN)/streamfl report $(@D) --sessions > $@
 
-# SFedPO (sfedpo.txt sec. 6): the latent-state scenario (30 boards, 12 states in 6 clusters of
+# SFedPO (the SFedPO paper, sec. 6): the latent-state scenario (30 boards, 12 states in 6 clusters of
 # Dirichlet 0.05 .. 100, 100 FedAvg rounds, a 500-window buffer refilled once per state slot), full
 # and partial access, on MNIST-5k and the smartwatch data, 3 seeds: the paper's baselines that fit
 # a streaming fleet (FedAvg, FedCurv, FedOGD, Adaptive-FedAvg, IS), SFedPO, its two ablations and

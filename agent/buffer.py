@@ -1,9 +1,9 @@
-"""The agent's bounded window buffer: memory fixed up front, O(1) insert, per-class counts (DESIGN s4).
+"""The agent's bounded window buffer: memory fixed up front, O(1) insert, per-class counts.
 
 A board must not grow its memory with the stream, so every window lives in one preallocated
 ``X [capacity, T, C]`` / ``y [capacity]`` pair. Which slot a new window takes once the buffer is full,
 and whether it is admitted at all, is a ``ReplacementPolicy`` (``streamfl.agent.buffer_policies``):
-FIFO by default, or a reservoir; SFedPO's distribution-guided sampling (DDS, sfedpo.txt eq. 10)
+FIFO by default, or a reservoir; SFedPO's distribution-guided sampling (DDS, SFedPO eq. 10)
 plugs in as an admission rule per window.
 """
 import logging

@@ -1,4 +1,4 @@
-"""The agent's configuration: one YAML file into frozen dataclasses, flags override (DESIGN.md s9).
+"""The agent's configuration: one YAML file into frozen dataclasses, flags override.
 
 Unknown keys and wrong types are ``ConfigError`` naming the key and the file (exit code 2). Secrets
 never live in the file: the MQTT password comes from ``mqtt.password_file`` or the environment

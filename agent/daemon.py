@@ -1,9 +1,9 @@
 """The agent's wall-clock runtime: sensor thread, training thread, MQTT side, outbox, checkpoints.
 
 All decisions are the ``AgentCore``'s; this module only moves windows, frames and files around it
-(DESIGN.md s2, s4). One lock guards the core; the training thread holds it only to start a round and
-to draw each minibatch, never while publishing, so a synchronous (in-memory) transport that calls
-``on_message`` from inside ``publish`` cannot deadlock.
+(docs/architecture.md). One lock guards the core; the training thread holds it only to start a
+round and to draw each minibatch, never while publishing, so a synchronous (in-memory) transport
+that calls ``on_message`` from inside ``publish`` cannot deadlock.
 """
 import logging
 import threading

@@ -1,4 +1,4 @@
-"""Updates made while the broker is away wait here, on disk, bounded, in order (DESIGN.md s4).
+"""Updates made while the broker is away wait here, on disk, bounded, in order.
 
 One file per encoded frame in ``<state>/outbox/``, named by a sequence number and written atomically,
 with a small header (magic + CRC32) so a damaged file is recognised and moved aside instead of sent.

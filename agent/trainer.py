@@ -1,7 +1,7 @@
 """The local SGD loop, apart from the agent core so regularizers (EWC) and statistics (Fisher) plug in.
 
 ``LocalTrainer.run`` takes minibatches already sampled from the buffer and returns what the round
-measured; penalty hooks add terms such as ST-EWC's spatial/temporal penalties (st-ewc.txt): a
+measured; penalty hooks add terms such as ST-EWC's spatial/temporal penalties (ST-EWC eq. 8 and 12): a
 ``QuadraticPull`` (``agent/quadratic.py``) straight to the gradients, merged and bounded for the
 round's lr (``quadratic.bound``: no pull may make SGD overshoot its target), any other penalty to
 the loss.

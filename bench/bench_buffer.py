@@ -1,5 +1,5 @@
 """Benchmark the agent buffer: inserts/s (goal >= 100,000), minibatch samples/s, and SFedPO's DDS
-admission (sfedpo.txt eq. 10): its admission rate and its cost per window against a training
+admission (SFedPO eq. 10): its admission rate and its cost per window against a training
 round (goal: under 1% of the round, i.e. nothing measurable next to it); prints JSON.
 
 The DDS path is the whole per-window work of the ``sfedpo`` agent plug-in (state source, oracle,

@@ -1,6 +1,6 @@
 """Codec throughput against a plain memory copy of the same bytes, measured in the same run.
 
-Goal (the codec issue): encode+decode of a 2.1 MB model frame at least 0.3x the speed of copying
+Goal: encode+decode of a 2.1 MB model frame at least 0.3x the speed of copying
 those bytes once. Prints one JSON object; exit status 1 if the goal is missed.
 Usage: ``python bench/bench_codec.py [--repeat N]``.
 """

@@ -1,4 +1,4 @@
-"""DVFS costs (issue 3 point 10): one DVFS step plus one power read; the energy counter's thread.
+"""DVFS costs: one DVFS step plus one power read; the energy counter's thread.
 
 1. Step + read: for every fake tree (``streamfl.dvfs.fake.tree.FAKE_TREES``), built in a temporary
    folder on tmpfs where there is one, the backend its board profile gives
@@ -50,7 +50,7 @@ GOAL_COUNTER_CORE_FRACTION = 0.01
 #: (rate_hz, seconds, meter, role) of each energy counter run; the first is the goal's.
 COUNTER_RUNS = ((10.0, 3.0, "ina3221-hwmon", "goal"), (100.0, 2.0, "ina3221-hwmon", "information"),
                 (10.0, 2.0, "constant", "information: the thread without a meter read"))
-#: Cost of one real ``vcgencmd pmic_read_adc`` (reference dvfs-sysfs.md s3.4, source S16).
+#: Cost of one real ``vcgencmd pmic_read_adc`` (Zeus's figure for the Pi 5 firmware).
 VCGENCMD_READ_MS = 23.0
 
 
@@ -326,7 +326,7 @@ def main(argv=None) -> int:
     notes = [
         "raspberry-pi-5: the rpi5-pmic read above is timed with an injected runner that returns a "
         "captured vcgencmd output, so it is parsing only. A real `vcgencmd pmic_read_adc` costs "
-        "about %.0f ms (reference dvfs-sysfs.md s3.4), so on a real Pi 5 one step + one power read "
+        "about %.0f ms, so on a real Pi 5 one step + one power read "
         "is about %.1f ms: OUTSIDE the 1 ms goal. The DVFS step alone (median %.1f us here) is "
         "within it." % (VCGENCMD_READ_MS, VCGENCMD_READ_MS + pi5_step_us / 1000.0, pi5_step_us),
         "raspberry-pi-5 energy counter: each sample there runs vcgencmd (a subprocess per read), "

@@ -1,4 +1,4 @@
-"""Load and soak benchmark (issue 11, point 5): one real coordinator, hundreds of paho agents, no losses.
+"""Load and soak benchmark: one real coordinator, hundreds of paho agents, no losses.
 
 mosquitto (with persistence) runs on a free loopback port and the real coordinator
 (``python -m streamfl.coordinator``, FedAsync, the default ``lstm``) as a child process with its own

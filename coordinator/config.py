@@ -1,7 +1,8 @@
 """The coordinator's configuration: frozen dataclasses loaded from YAML, overridden by CLI flags.
 
 Every key is documented in ``configs/coordinator.example.yaml``; unknown keys and wrong types are
-``ConfigError`` (exit code 2, DESIGN.md section 9). Secrets (the MQTT password) come only from a file.
+``ConfigError`` (exit code 2; docs/configuration.md). Secrets (the MQTT password) come only from
+a file.
 """
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,7 +81,7 @@ class CoordinatorConfig:
     fleet: str = "default"
     model: ModelSpec = field(default_factory=ModelSpec)
     strategy: str = "fedasync"
-    #: FedAsync mixing weight; public implementations use 0.6-0.9 (DESIGN.md section 8).
+    #: FedAsync mixing weight; public implementations use 0.6-0.9 (Xie et al. 2019, FedAsync).
     alpha: float = bounded(0.6, 0.0, 1.0, lo_open=True)
     staleness: str = "polynomial"
     #: Staleness parameters; null = the paper's default (polynomial a=0.5; hinge a=10, b=4).

@@ -1,6 +1,6 @@
 """The coordinator's held-out evaluation: its ``eval_path`` loaded into the shared ``Evaluator``.
 
-The data is an ``.npz`` in the project's dataset format (DESIGN.md section 7): ``X`` float32
+The data is an ``.npz`` in the project's dataset format (``streamfl.sensors.datasets``): ``X`` float32
 [N, T, C], ``y`` int64 [N] (plus ``subject``, ``classes``). The accuracy and loss per version that
 go to metrics.jsonl come from ``streamfl.models.evaluation.Evaluator``, the evaluation the simulator
 uses too. Evaluation runs on the coordinator's one worker thread with torch limited to one thread so

@@ -1,7 +1,7 @@
 """Who is in the fleet: devices known from Hello/last-will status messages and their last-seen times.
 
 FedAvg asks it which devices to wait for; metrics report how many are online; availability (the
-share of time a device has been online since first seen) feeds future schedulers (DESIGN.md s5).
+share of time a device has been online since first seen) feeds future schedulers.
 """
 import logging
 from dataclasses import dataclass, replace

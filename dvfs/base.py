@@ -1,4 +1,4 @@
-"""The DVFS interfaces (DESIGN.md s6): frequency domains, the backend holding them, the sysfs seam.
+"""The DVFS interfaces: frequency domains, the backend holding them, the sysfs seam.
 
 Units are in names. Every domain speaks kHz, whatever its files use (cpufreq is kHz, devfreq is
 Hz), so policies and board profiles compare CPU and GPU levels without conversions.

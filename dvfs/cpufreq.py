@@ -1,7 +1,8 @@
 """A cpufreq policy as a frequency domain: capped through ``scaling_max_freq``, or pinned.
 
-Capping is the default (DESIGN.md s6): the governor the board runs keeps working and only its
-ceiling moves, which every generic governor honours (reference dvfs-sysfs.md s1.3). ``pin`` mode
+Capping is the default: the governor the board runs keeps working and only its ceiling moves,
+which every generic governor honours (the kernel clamps every governor's target into
+[scaling_min_freq, scaling_max_freq]). ``pin`` mode
 switches to the ``userspace`` governor and writes ``scaling_setspeed`` instead, for exact clocks.
 """
 import logging

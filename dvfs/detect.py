@@ -1,4 +1,4 @@
-"""Board detection (DESIGN.md s6): match /proc/device-tree/model against the shipped profiles.
+"""Board detection: match /proc/device-tree/model against the shipped profiles.
 
 A board no profile names (or a machine without a device tree) gets generic-linux, whose CPU
 domains are discovered from cpufreq under the sysfs root, so any Linux box with cpufreq can be
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 CPUFREQ_DIR = "devices/system/cpu/cpufreq"
 RAPL_DIR = "class/powercap"
 #: Ladder step where a driver publishes no table (intel_pstate): 100 MHz, the granularity of
-#: x86 P-state ratios on a 100 MHz bus clock and of the Raspberry Pi's OPPs (ref s1.5, S25).
+#: x86 P-state ratios on a 100 MHz bus clock and of the Raspberry Pi's OPPs.
 LADDER_STEP_KHZ = 100000
 #: [U] Extra watts of all discovered CPU policies together at their top level, shared equally
 #: among them: a mid-range desktop or laptop package under an all-core load. Only the modeled
@@ -118,12 +118,12 @@ def discover_cpufreq(sysfs_root: Path) -> List[DomainSpec]:
 def _policy_levels(policy: Path) -> Tuple[int, ...]:
     """The policy's frequency table, or a 100 MHz ladder over its hardware range; () if unreadable.
 
-    An unreadable policy (EBUSY while all its CPUs are offline, ref s1.1) is skipped with a
+    An unreadable policy (EBUSY while all its CPUs are offline) is skipped with a
     warning; a file that holds something other than numbers is ``DvfsError``.
     """
     table = _read(policy / "scaling_available_frequencies")
     if table is not None:
-        # Printed "%u " per entry, so the line ends with a space (ref s1.2): split() copes.
+        # Printed "%u " per entry, so the line ends with a space: split() copes.
         levels = sorted(set(_ints(table, policy / "scaling_available_frequencies")))
         if levels:
             return tuple(levels)

@@ -2,7 +2,7 @@
 
 Capping writes ``max_freq`` and leaves NVIDIA's ``nvhost_podgov`` governor in charge; ``pin``
 switches to the ``userspace`` governor and writes ``userspace/set_freq``, which exists only while
-that governor runs (reference dvfs-sysfs.md s2.2).
+that governor runs.
 """
 import logging
 from typing import Optional, Sequence, Tuple

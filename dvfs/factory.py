@@ -98,7 +98,7 @@ def make_meter(cfg: DvfsConfig, profile: Optional[BoardProfile], backend: DvfsBa
     kind = cfg.meter or (profile.power.meter if profile is not None else "null")
     if kind != "modeled" and cfg.backend != "simulated":
         # A Jetson profile names the INA3221 driver of one JetPack; the board may run the other
-        # (Xavier NX: IIO on JetPack 4, hwmon on 5, reference s8.2), unless the user chose one.
+        # (Xavier NX: IIO on JetPack 4, hwmon on 5), unless the user chose one.
         tries = [kind] + ([INA3221_OTHER[kind]] if not cfg.meter and kind in INA3221_OTHER else [])
         for n, name in enumerate(tries):
             try:

@@ -1,5 +1,5 @@
 """Never leave a board throttled: save the original clock settings before the first change and
-put them back on every way out (DESIGN.md s6).
+put them back on every way out.
 
 The saved file (``<state>/dvfs-saved.json``) names each domain's driver, folder and original
 values, so ``restore_saved`` needs nothing but the sysfs root: it serves a normal exit, the

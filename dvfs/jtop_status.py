@@ -1,6 +1,6 @@
 """What jetson-stats (jtop) says about clocks and the power mode: read only, optional.
 
-jtop has no frequency setter (reference s2.7), so streamfl sets clocks through sysfs and asks jtop
+jtop has no frequency setter, so streamfl sets clocks through sysfs and asks jtop
 only for a second opinion: the nvpmodel mode, whether jetson_clocks pins the clocks (which would
 override the agent's caps), and the clocks it reads. ``streamfl-agent dvfs status`` prints it.
 """

@@ -2,7 +2,7 @@
 
 Kernels before 5.4 (JetPack 4's 4.9) refuse a ``scaling_max_freq`` below the current minimum and
 a minimum above the current maximum with EINVAL, and pre-QoS devfreq does the same for
-``min_freq``/``max_freq`` (reference dvfs-sysfs.md s1.4, s2.2). Newer kernels accept any order.
+``min_freq``/``max_freq``. Newer kernels accept any order.
 The order below is valid on both.
 """
 from typing import Tuple

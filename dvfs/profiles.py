@@ -1,4 +1,4 @@
-"""Board profiles (DESIGN.md s6): a board's frequency domains, sysfs paths, power sensor and power model.
+"""Board profiles: a board's frequency domains, sysfs paths, power sensor and power model.
 
 One YAML per board ships in ``configs/boards/`` (package ``streamfl.boards``); users may point at
 their own file. Both are loaded with the project's config loader, so unknown keys and wrong types

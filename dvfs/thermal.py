@@ -1,4 +1,4 @@
-"""Temperatures for telemetry from ``class/thermal/thermal_zoneN`` (millidegrees C, s4 of the reference)."""
+"""Temperatures for telemetry from ``class/thermal/thermal_zoneN`` (millidegrees C)."""
 import logging
 from typing import Dict, Optional, Sequence
 
@@ -13,7 +13,7 @@ def read_temperatures_c(io: SysfsIO, zone_types: Optional[Sequence[str]] = None)
     """Degrees C by zone type (``cpu-thermal``...), only ``zone_types`` when given.
 
     A zone that cannot be read is left out: Orin's cv*-thermal zones answer EAGAIN for good, and a
-    disabled zone may read empty (reference s4); telemetry is best effort.
+    disabled zone may read empty; telemetry is best effort.
     """
     wanted = set(zone_types) if zone_types else None
     temps: Dict[str, float] = {}

@@ -1,7 +1,7 @@
 """What a training round draws of each clock domain's power (utilization), and the board power
 per level that follows: the simulator's energy model and the ``clp-aware`` energy options read it.
 
-Split from ``profiles`` (DESIGN.md s10: modules under ~400 lines); the profile classes stay there.
+Split from ``profiles`` (modules stay under ~400 lines); the profile classes stay there.
 """
 from typing import Dict, Mapping, Optional, Tuple
 

@@ -1,7 +1,7 @@
-"""Trace of the Fisher information of a classifier: AdaCLP's plasticity signal (adaclp.txt, eq. 1).
+"""Trace of the Fisher information of a classifier: AdaCLP's plasticity signal (AdaCLP paper, eq. 1).
 
 ``F = E_x E_{yhat ~ p_w(.|x)} ||grad_w log p_w(yhat|x)||^2``, labels sampled from the model, not the
-true ones (DESIGN.md section 8). ``fisher_trace`` estimates it with one forward and one backward
+true ones (AdaCLP paper, eq. 1). ``fisher_trace`` estimates it with one forward and one backward
 pass; ``fisher_trace_exact`` enumerates every sample and class (slow; for tests and small models).
 ``fisher_diagonal`` is the per-parameter diagonal FedCurv and ST-EWC weigh their penalties with.
 """
@@ -84,7 +84,7 @@ def fisher_diagonal(model: nn.Module, X: ArrayLike, y: ArrayLike, num_samples: O
                     generator: Optional[torch.Generator] = None) -> Dict[str, np.ndarray]:
     """Diagonal Fisher ``mean_i (grad_w log p_w(y_i|x_i))^2`` per state-dict tensor (float32 arrays).
 
-    Why this form: FedCurv (Shoham et al. 2019) and ST-EWC (st-ewc.txt, DESIGN.md s8) weigh each
+    Why this form: FedCurv (Shoham et al. 2019) and ST-EWC (ST-EWC paper, eq. 8 and 12) weigh each
     parameter's pull towards a peer's value by its Fisher diagonal; the empirical Fisher at the
     device's true labels is what both use, since the penalty should protect what the device's own
     data taught. Per-sample squares need one backward per window (the square of a summed gradient

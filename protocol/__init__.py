@@ -1,4 +1,4 @@
-"""The streamfl protocol: topics, message types, the wire codec and transports (DESIGN.md section 3)."""
+"""The streamfl protocol: topics, message types, the wire codec and transports (docs/architecture.md)."""
 from typing import Any
 
 from streamfl.protocol.codec import Decoder, encode

@@ -1,4 +1,4 @@
-"""The messages streamfl devices and coordinator exchange (DESIGN.md section 3), as plain dataclasses.
+"""The messages streamfl devices and coordinator exchange (docs/architecture.md), as plain dataclasses.
 
 Tensors are ``Dict[str, numpy.ndarray]`` keyed by the model's state-dict names, so the protocol needs
 no torch. Every field that is not a tensor travels in the frame's JSON header; the codec

@@ -43,7 +43,7 @@ class SensorConfig:
     #: Rotating: position in the class order where this device starts (so devices differ);
     #: None = user_id % num_classes.
     phase_offset: Optional[int] = bounded(None, 0, 10 ** 6)
-    #: Replay: path of a dataset .npz (DESIGN.md section 7 format).
+    #: Replay: path of a dataset .npz (X, y, subject, classes; see streamfl.sensors.datasets).
     path: Optional[str] = None
     #: Replay: start again at the end instead of stopping.
     loop: bool = True

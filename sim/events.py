@@ -1,4 +1,4 @@
-"""A discrete-event queue on a virtual clock (DESIGN.md s7): the simulator's only notion of time.
+"""A discrete-event queue on a virtual clock: the simulator's only notion of time.
 
 Events pop in time order; events at the same time pop in the order they were pushed (a sequence
 number breaks the tie), so a run is a pure function of its inputs and seeds. Payloads are never

@@ -1,6 +1,6 @@
 """Feed a recorded order of update frames to the simulator's coordinator path.
 
-The simulator and the daemon must agree (issue 4, point 9): given the updates a real coordinator
+The simulator and the daemon must agree: given the updates a real coordinator
 received over MQTT, in the order it received them, the simulator's coordinator side (``SimRun``'s
 event queue, ``_arrive`` and ``_publish``, the same ``CoordinatorCore`` behind the same codec)
 makes the same versions with the same weights.

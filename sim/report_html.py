@@ -1,6 +1,6 @@
 """``streamfl report DIR``: one HTML page comparing a simulator run's methods over seeds.
 
-Input is the run directory of DESIGN.md s7 (``metrics.jsonl`` events tagged with method, seed and
+Input is a simulator run directory (``metrics.jsonl`` events tagged with method, seed and
 virtual ``time_s``; ``summary.json`` means, spreads and per-seed runs), read with
 ``streamfl.coordinator.metrics.read_metrics`` and ``streamfl.sim.summary.read_summary``. The page
 holds the methods table (``streamfl.sim.tables``) and the PNG plots (``streamfl.sim.plots``) written

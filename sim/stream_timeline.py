@@ -1,6 +1,6 @@
 """Schedule primitives for ``sim.streams``: call-order-free randomness, class rows, lazy timelines.
 
-Split out of ``streams`` (DESIGN.md s10) so the kind builders and ``DeviceStream`` share one source.
+Split out of ``streams`` (to keep it short) so the kind builders and ``DeviceStream`` share one source.
 Public within the simulator, for ``stream_kinds`` (the per-kind builders) and ``streams``
 (``DeviceStream``, ``make_streams``):
 

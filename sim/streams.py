@@ -1,4 +1,4 @@
-"""Each simulated device's labelled sensor stream over VIRTUAL time (DESIGN.md s7, scenarios).
+"""Each simulated device's labelled sensor stream over VIRTUAL time (scenarios: docs/simulation.md).
 
 Arrivals: window i of a device arrives at ``(i + phase) / windows_per_s`` (``phase`` in [0, 1), fixed
 per device), so ``windows(0, 5) + windows(5, 10) == windows(0, 10)`` however the timeline is cut.

@@ -1,4 +1,4 @@
-"""The small exception tree every streamfl boundary translates foreign errors into (DESIGN.md s10)."""
+"""The small exception tree every streamfl boundary translates foreign errors into."""
 
 
 class StreamflError(Exception):

@@ -27,7 +27,7 @@ class _StdoutHandler(logging.StreamHandler):
 
 
 def setup_logging(level: str = "INFO", stream=None, environ=None) -> None:
-    """Install the only handler streamfl uses; libraries never add handlers (DESIGN.md s10).
+    """Install the only handler streamfl uses; libraries never add handlers.
 
     Under journald (``$JOURNAL_STREAM`` set) lines carry no timestamp: the journal adds its own.
     """

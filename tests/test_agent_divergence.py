@@ -1,6 +1,6 @@
 """The agent bounds the quadratic pulls it applies (FedCurv's like ST-EWC's, and their sum), reports a
 round that diverges once with its cause, counts it in its telemetry, and does not retry it on the
-same global model (issue 27, point 1)."""
+same global model."""
 import logging
 import threading
 

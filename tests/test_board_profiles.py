@@ -32,7 +32,7 @@ MODELS = [
     ("Raspberry Pi Compute Module 5 Rev 1.0", "raspberry-pi-5"),
 ]
 
-# Spot checks against the reference tables (dvfs-sysfs.md s1.5, s2.4): (profile, domain, n, top).
+# Spot checks against the boards' published frequency tables: (profile, domain, n, top).
 LADDERS = [
     ("jetson-nano", "cpu0", 15, 1479000), ("jetson-nano", "gpu", 12, 921600),
     ("jetson-xavier-nx", "cpu2", 25, 1907200), ("jetson-xavier-nx", "gpu", 14, 1109250),
@@ -97,7 +97,7 @@ def test_shipped_profile_loads_and_is_consistent(name):
         for path in dom.paths:
             assert not path.startswith("/") and not path.startswith("sys/")
         if dom.kind == "cpu":
-            # cpuN is the policy of its first CPU (ref s1.1).
+            # cpuN is the policy of its first CPU.
             number = re.fullmatch(r"cpu(\d+)", dom.name).group(1)
             assert dom.paths == ("devices/system/cpu/cpufreq/policy%s" % number,)
         else:
@@ -123,7 +123,7 @@ def test_modeled_power_stays_plausible():
     assert 7 <= orin_nano.modeled_w({"cpu0": 10, "cpu4": 10, "gpu": 0}) <= 9
 
 
-# Cores per cpufreq policy (related_cpus, ref s1.5 and s8): (profile, {domain: cores}).
+# Cores per cpufreq policy (related_cpus): (profile, {domain: cores}).
 CORES = [
     ("jetson-nano", {"cpu0": 4}), ("jetson-xavier-nx", {"cpu0": 2, "cpu2": 2, "cpu4": 2}),
     ("jetson-agx-orin", {"cpu0": 4, "cpu4": 4, "cpu8": 4}),
@@ -179,7 +179,7 @@ def test_gpu_paths_cover_both_orin_bsps():
     ("jp4", "devices/17000000.gv11b/devfreq/17000000.gv11b"),
     ("jp5", "devices/platform/17000000.gv11b/devfreq/17000000.gv11b")])
 def test_xavier_nx_gpu_paths_cover_jetpack_4_and_5(tmp_path, variant, real_dir):
-    """ref s2.1, s8.2: the JP4 device dir, the JP5 platform dir (which the JP4 path links to)."""
+    """The JP4 device dir, the JP5 platform dir (which the JP4 path links to)."""
     gpu = load_profile("jetson-xavier-nx").domain("gpu")
     assert gpu.paths[:2] == ("devices/17000000.gv11b/devfreq/17000000.gv11b",
                              "devices/platform/17000000.gv11b/devfreq/17000000.gv11b")

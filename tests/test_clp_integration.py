@@ -1,4 +1,4 @@
-"""AdaCLP wired through the cores (issue 5, points 1-4): devices send Fisher traces, the coordinator's
+"""AdaCLP wired through the cores: devices send Fisher traces, the coordinator's
 probe puts F_G, the CLP flag and the segment in every global model and in metrics, devices refine
 their hyper-parameters from it, and over real MQTT a CLP change reaches the agents' lr and clocks."""
 import dataclasses

@@ -156,7 +156,7 @@ def test_the_shipped_example_configs_load():
     load_agent_config(root / "agent.example.yaml")
 
 
-#: The keys that once took ``.inf`` or 1e300 through ``--check-config`` (issue 27).
+#: The keys that once took ``.inf`` or 1e300 through ``--check-config``.
 COORDINATOR_KEYS = ["persist_interval_s", "publish_min_interval_s", "admission.max_abs_value",
                     "admission.norm_multiplier", "admission.reject_multiplier",
                     "admission.min_norm_ratio", "fedavg.deadline_s", "staleness_a",

@@ -1,4 +1,4 @@
-"""The DVFS and power contract suites (DESIGN.md s10: one per interface, every implementation): each
+"""The DVFS and power contract suites (one per interface, every implementation): each
 backend (sysfs cap, sysfs pin, simulated, null) and each meter (INA3221 IIO and hwmon, RAPL, Pi 5
 PMIC, jtop, modeled, null) against every generated board tree it applies to, plus the profile
 wiring."""
@@ -35,12 +35,12 @@ def tree_id(board, variant):
 
 
 def backend_applies(board, kind):
-    """Pin mode needs the userspace governor, which intel_pstate (generic-linux) lacks (s1.3)."""
+    """Pin mode needs the userspace governor, which intel_pstate (generic-linux) lacks."""
     return not (kind == "sysfs-pin" and board == "generic-linux")
 
 
 def meter_applies(board, variant, kind):
-    """Which sensor each tree carries (reference s3, s8): INA3221 through IIO on JetPack 4 and
+    """Which sensor each tree carries: INA3221 through IIO on JetPack 4 and
     hwmon on 5/6, RAPL on the x86 tree, the PMIC on the Pi 5, jtop on every Jetson (it reads either
     INA3221 driver); the model and null fit any board."""
     return {"ina3221-iio": variant == "jp4",
@@ -52,7 +52,7 @@ def meter_applies(board, variant, kind):
 
 def expected_meter(board, variant, profile):
     """The meter a board with this tree should get: its profile's, except that Xavier NX on
-    JetPack 5 has the hwmon driver where the (JetPack 4) profile names IIO (ref s8.2)."""
+    JetPack 5 has the hwmon driver where the (JetPack 4) profile names IIO."""
     return "ina3221-hwmon" if (board, variant) == XAVIER_JP5 else profile.power.meter
 
 

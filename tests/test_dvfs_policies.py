@@ -1,4 +1,4 @@
-"""DVFS policies (issue 3 point 6): none, performance, powersave, fixed and AdaCLP's clp-aware, on a
+"""DVFS policies: none, performance, powersave, fixed and AdaCLP's clp-aware, on a
 CPU-only view (two cpufreq policies, as on an Orin Nano) and a CPU+GPU view. Pure logic, no sysfs."""
 import pytest
 

@@ -1,4 +1,4 @@
-"""The fake sysfs trees match the reference's formats and the fake kernel applies its rules."""
+"""The fake sysfs trees match the formats sysfs prints and the fake kernel applies its rules."""
 import errno
 import os
 import stat
@@ -13,7 +13,7 @@ from streamfl.dvfs.fake.tree import FAKE_TREES, build_tree, legacy_limits, therm
 GPU_TREES = [t for t in FAKE_TREES if t[0].startswith("jetson")]
 CPU = "devices/system/cpu/"
 
-#: Facts from reference s8 per tree: (policies, cpuinfo_max_freq kHz, real devfreq dir or None).
+#: Facts per tree, as seen on the boards: (policies, cpuinfo_max_freq kHz, real devfreq dir or None).
 EXPECTED = {
     ("jetson-nano", "jp4"): (["policy0"], 1479000, "devices/57000000.gpu/devfreq/57000000.gpu"),
     ("jetson-xavier-nx", "jp4"): (["policy0", "policy2", "policy4"], 1907200,
@@ -110,7 +110,7 @@ def test_tree_formats_match_the_reference(built):
         govs = raw(root, p + "scaling_available_governors")
         if table_driver:
             freqs = raw(root, p + "scaling_available_frequencies")
-            assert freqs.endswith(b" \n") and govs.endswith(b" \n")  # "%u " then "\n" (S4, S2)
+            assert freqs.endswith(b" \n") and govs.endswith(b" \n")  # "%u " then "\n"
             table = [int(f) for f in freqs.split()]
             assert table == sorted(table) and table[-1] == max_khz
             assert mode(root, p + "cpuinfo_cur_freq") == 0o400
@@ -191,7 +191,7 @@ def test_xavier_nx_trees_follow_reference_8_2(tmp_path, variant):
             ("tegra194" if jp5 else "tegra_cpufreq")
     gpu = "devices/platform/17000000.gv11b" if jp5 else "devices/17000000.gv11b"
     links = ["devices/gpu.0", "class/devfreq/17000000.gv11b/device"]
-    if jp5:  # nvgpu's links in the parent and grand-parent on kernels > 4.14 (s2.1)
+    if jp5:  # nvgpu's links in the parent and grand-parent on kernels > 4.14
         links += ["devices/17000000.gv11b", "devices/platform/gpu.0"]
     for rel in links:
         assert real(root, rel) == gpu, rel
@@ -217,8 +217,8 @@ def test_xavier_nx_trees_follow_reference_8_2(tmp_path, variant):
 @pytest.mark.parametrize("board,variant", [t for t in FAKE_TREES if t[0].startswith("jetson")
                                            and t[1] != "jp4"])
 def test_hwmon_sum_channel_only_where_summation_is_enabled(tmp_path, board, variant):
-    """s3.2: curr4_* exist only when no input has summation disabled; AGX Orin's 1-0040 has it on
-    VIN_SYS_5V0 (S18), so that monitor has none."""
+    """curr4_* exist only when no input has summation disabled; AGX Orin's 1-0040 has it on
+    VIN_SYS_5V0, so that monitor has none."""
     root, kernel = make(tmp_path, board, variant)
     for addr in kernel.listdir("bus/i2c/drivers/ina3221"):
         dev = "bus/i2c/drivers/ina3221/%s/hwmon/" % addr
@@ -399,7 +399,7 @@ def test_permissions_and_missing_files(tmp_path, board, variant):
         assert int(kernel.read("class/powercap/intel-rapl:0/energy_uj")) > 0
     assert user.read(p + "scaling_max_freq") == kernel.read(p + "scaling_max_freq")
     assert errno_of(user.write, p + "scaling_max_freq", "0") == errno.EACCES
-    os.chmod(str(root / p / "scaling_max_freq"), 0o664)  # what the udev rule does (s5)
+    os.chmod(str(root / p / "scaling_max_freq"), 0o664)  # what the udev rule does
     user.write(p + "scaling_max_freq", kernel.read(p + "cpuinfo_max_freq"))
     for read_only in ("scaling_cur_freq", "cpuinfo_max_freq", "related_cpus"):
         assert errno_of(kernel.write, p + read_only, "1") == errno.EACCES  # kernfs_fop_open

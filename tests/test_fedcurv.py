@@ -85,7 +85,7 @@ def test_sums_keep_each_devices_latest_contribution_only():
 
 
 def test_penalty_gradient_is_lambda2_times_peers_pull():
-    """d/dtheta = lambda2 ((U - F_k) theta - (V - F_k theta_k)), DESIGN.md s8."""
+    """d/dtheta = lambda2 ((U - F_k) theta - (V - F_k theta_k)), methods/fedcurv/README.md."""
     model = build_model(ModelSpec(**SPEC), seed=0)
     names = [n for n, _ in model.named_parameters()]
     rng = np.random.default_rng(1)

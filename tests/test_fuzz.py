@@ -1,4 +1,4 @@
-"""Property-based fuzzing of what parses outside input (issue 11, point 6): the frame decoder, the
+"""Property-based fuzzing of what parses outside input: the frame decoder, the
 header schema and the config loaders raise only their typed errors, and decoding allocates no more
 than the frame plus a bounded amount, whatever sizes the frame claims.
 

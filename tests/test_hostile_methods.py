@@ -1,4 +1,4 @@
-"""Hostile values through the methods' side channels, over a real broker (issue 27's first five
+"""Hostile values through the methods' side channels, over a real broker (five
 attacks): a forged FedCurv diagonal, a forged SFedPO availability, a flood of bounded updates, a
 forged ST-EWC T-FDM and forged AdaCLP traces. Each is refused at decoding where it is out of its
 declared range and bounded by its peers' median where it is in range; an attacked run ends within
@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 HONEST = 3
 ROUNDS = 12
 MALLORY = "mallory"
-#: "Within 2 points of held-out accuracy" (issue 27, point 8).
+#: Hostile values may cost at most 2 points of held-out accuracy.
 POINTS = 0.02
 #: The round after which Mallory starts where an attack needs a fleet past admission's warm-up
 #: (``warmup_updates`` 10 norms; three honest devices send 12 in four rounds), as in the issue,

@@ -1,4 +1,4 @@
-"""A hostile client floods the coordinator's command topic with ``new-session`` (issue 27, point 3).
+"""A hostile client floods the coordinator's command topic with ``new-session``.
 
 Measured before the operator gate: one ``new-session`` frame replayed once a second by any client
 of a broker without an ACL made 30 sessions in 30 s, and 60 of 60 honest updates were withheld

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 #: (board, tree variant, lowest CPU level, the domains a restore names): a 5.10 kernel (max wins)
-#: and a 4.9 kernel (JetPack 4: crossing min and max is EINVAL, reference s1.4).
+#: and a 4.9 kernel (JetPack 4: crossing min and max is EINVAL).
 BOARDS = [("jetson-orin-nano", "jp5", 115200, "cpu0, cpu4, gpu"),
           ("jetson-nano", "jp4", 102000, "cpu0, gpu")]
 BOARD_IDS = ["%s-%s" % b[:2] for b in BOARDS]

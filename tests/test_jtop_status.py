@@ -9,7 +9,7 @@ class Model:
 
 
 class Client:
-    """Shaped like jetson-stats' jtop object (reference s2.7)."""
+    """Shaped like jetson-stats' jtop object."""
 
     nvpmodel = Model()
     jetson_clocks = False

@@ -1,4 +1,4 @@
-"""One coordinator per fleet (issue 27, point 6), with the real ``streamfl-coordinator`` command
+"""One coordinator per fleet, with the real ``streamfl-coordinator`` command
 (``python -m streamfl.coordinator``) against real mosquitto.
 
 Before: a second coordinator of the fleet (another state folder, the same client id) ran without a

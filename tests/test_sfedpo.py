@@ -1,4 +1,4 @@
-"""SFedPO (sfedpo.txt sec. 5): the oracle, DDS's shares (eq. 10-11, Algorithm 2), s_n (eq. 12),
+"""SFedPO (SFedPO paper, sec. 5): the oracle, DDS's shares (eq. 10-11, Algorithm 2), s_n (eq. 12),
 the admission policy, the device plug-in on a real AgentCore, SAW (eq. 14) on a real
 CoordinatorCore under FedAvg and FedAsync, and the payloads refusing hostile values."""
 import math

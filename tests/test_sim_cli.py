@@ -1,5 +1,5 @@
 """``streamfl sim`` then ``streamfl report`` through the command's own entry point, on a user's .npz
-in the documented format (DESIGN.md section 7), as a user would run them."""
+in the documented format (docs/simulation.md), as a user would run them."""
 import json
 from pathlib import Path
 

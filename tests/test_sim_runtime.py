@@ -1,5 +1,5 @@
 """The simulator's runtime: the same seed gives the same run, methods see the same streams, and
-the simulator's coordinator path agrees with a real coordinator over MQTT (issue 4, points 1, 9)."""
+the simulator's coordinator path agrees with a real coordinator over MQTT."""
 import json
 import threading
 

@@ -1,4 +1,4 @@
-"""FedAsync staleness functions at known points (Xie et al. 2019; DESIGN.md section 8)."""
+"""FedAsync staleness functions at known points (Xie et al. 2019, FedAsync)."""
 import pytest
 
 from streamfl.coordinator.strategies.staleness import constant, hinge, make_staleness, polynomial

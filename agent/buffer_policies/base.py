@@ -4,7 +4,7 @@ The buffer calls ``admit`` for every labelled, well-formed window and, only when
 ``victim`` for the slot the admitted window overwrites (until then windows fill slots in order).
 ``admit`` also gets the window's latent state where its source says one (``Window.state``).
 A policy reads the buffer through ``BufferView`` and must not change it. SFedPO's
-distribution-guided sampling (sfedpo.txt eq. 10) is an admission rule of this kind.
+distribution-guided sampling (SFedPO eq. 10) is an admission rule of this kind.
 """
 import abc
 from typing import ClassVar, List, Protocol

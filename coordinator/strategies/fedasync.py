@@ -1,6 +1,6 @@
 """FedAsync (Xie et al. 2019): mix every update into the global model as it arrives.
 
-``x <- (1 - a_t) x + a_t x_new`` with ``a_t = alpha * s(t - tau)`` (DESIGN.md section 8). One
+``x <- (1 - a_t) x + a_t x_new`` with ``a_t = alpha * s(t - tau)`` (FedAsync, Xie et al. 2019). One
 update = one aggregation = version + 1. The arithmetic is float32 numpy with one fresh output array
 per tensor (the old model stays intact for the history and the publisher) and a reused scratch
 buffer, so a 2 MB model aggregates in about a millisecond.
@@ -16,7 +16,7 @@ from streamfl.protocol.messages import Tensors, Update
 
 log = logging.getLogger(__name__)
 
-#: Default mixing weight; public implementations use 0.6-0.9 (DESIGN.md section 8).
+#: Default mixing weight; public implementations use 0.6-0.9.
 DEFAULT_ALPHA = 0.6
 
 

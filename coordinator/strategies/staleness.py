@@ -1,4 +1,4 @@
-"""FedAsync staleness functions s(t - tau) (Xie et al. 2019, DESIGN.md section 8).
+"""FedAsync staleness functions s(t - tau) (Xie et al. 2019, "Asynchronous Federated Optimization").
 
 An update trained from version tau arriving at server version t is mixed in with weight
 ``alpha * s(t - tau)``; older updates weigh less. Negative staleness (an update from a version

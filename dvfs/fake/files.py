@@ -1,13 +1,13 @@
 """The file writer under the fake sysfs trees: attributes as sysfs prints them, and relative links.
 
-Formats follow ``shared/reference/dvfs-sysfs.md`` s6.1 (integer or text plus ``\\n``, lists with or
+Formats follow what sysfs prints (integer or text plus ``\\n``, lists with or
 without the trailing space, DT properties as raw bytes).
 """
 import os
 from pathlib import Path
 from typing import Sequence, Set, Union
 
-#: Attribute modes seen on the boards (reference s1.2, s2.3, s6.6).
+#: Attribute modes seen on the boards.
 RO, RW, ROOT_RO, WO, ROOT_RWX = 0o444, 0o644, 0o400, 0o200, 0o744
 
 Content = Union[str, bytes]

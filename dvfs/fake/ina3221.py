@@ -1,5 +1,5 @@
-"""INA3221 power monitors in the fake trees: NVIDIA's IIO driver (JetPack 4, reference s3.1) and
-the upstream hwmon driver (JetPack 5/6, s3.2), with their I2C driver and class links (s6.10)."""
+"""INA3221 power monitors in the fake trees: NVIDIA's IIO driver (JetPack 4) and
+the upstream hwmon driver (JetPack 5/6), with their I2C driver and class links."""
 from typing import Sequence, Tuple
 
 from streamfl.dvfs.fake.files import RW, Tree
@@ -12,7 +12,7 @@ def _i2c_links(t: Tree, dev: str, driver: str) -> None:
 
 
 def ina_iio(t: Tree, dev: str, rails: Sequence[Tuple[str, int, int, int]]) -> None:
-    """NVIDIA's ina3221x IIO driver on JetPack 4: mV, mA, mW, every attribute 0644 (S19, S20)."""
+    """NVIDIA's ina3221x IIO driver on JetPack 4: mV, mA, mW, every attribute 0644."""
     t.put(dev + "/name", "ina3221x")  # [U] exact client name
     io = dev + "/iio:device0/"
     t.put(io + "name", "ina3221x")  # [U]
@@ -22,7 +22,7 @@ def ina_iio(t: Tree, dev: str, rails: Sequence[Tuple[str, int, int, int]]) -> No
         for kind, value in (("current", ma), ("power", mw)):
             t.put(io + "in_%s%d_input" % (kind, ch), str(value), RW)
             t.put(io + "in_%s%d_trigger_input" % (kind, ch), str(value), RW)
-        # [U] limit values; formats are "%d ma" / "%d mw" (S19).
+        # [U] limit values; formats are "%d ma" / "%d mw".
         t.put(io + "warn_current_limit_%d" % ch, "32760 ma", RW)
         t.put(io + "crit_current_limit_%d" % ch, "32760 ma", RW)
         t.put(io + "crit_power_limit_%d" % ch, "163800 mw", RW)
@@ -34,10 +34,10 @@ def ina_iio(t: Tree, dev: str, rails: Sequence[Tuple[str, int, int, int]]) -> No
 
 def ina_hwmon(t: Tree, dev: str, hwmon: str, rails: Sequence[Tuple[str, int, int]],
               shunt_uohm: int, summation: bool) -> None:
-    """Upstream ina3221 hwmon on JetPack 5/6: in mV, shunt in µV, curr mA, no power files (S17).
+    """Upstream ina3221 hwmon on JetPack 5/6: in mV, shunt in µV, curr mA, no power files.
 
     ``summation``: the ``curr4_*`` sum channel exists only when all shunts are equal and no input
-    has summation disabled (reference s3.2); callers say which monitors qualify.
+    has summation disabled; callers say which monitors qualify.
     """
     t.put(dev + "/name", "ina3221")
     h = "%s/hwmon/%s/" % (dev, hwmon)

@@ -1,5 +1,5 @@
 """A stand-in for jetson-stats' ``jetson.power``, read from a fake tree's INA3221 files, so the jtop
-meter runs against the same boards as the sysfs meters (reference s2.7, s3.1, s3.2)."""
+meter runs against the same boards as the sysfs meters."""
 import logging
 import os
 from pathlib import Path
@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Mapping, Tuple, Union
 
 log = logging.getLogger(__name__)
 
-#: jtop's total is the input rail where the board has one, else the sum of the rails (s2.7).
+#: jtop's total is the input rail where the board has one, else the sum of the rails.
 INPUT_RAILS = ("VDD_IN", "POM_5V_IN")
 
 

@@ -1,9 +1,10 @@
 """A fake kernel over a fake sysfs tree: plain files, plus the rules the real kernel applies.
 
 ``FakeKernel`` implements ``SysfsIO`` on a directory built by ``streamfl.dvfs.fake.tree`` and copies
-the behaviours of ``shared/reference/dvfs-sysfs.md`` (s1.3, s1.4, s2.2 and the s6 checklist), so
-backends meet the errors and read-backs of a board. State lives in the files, so another process may
-change the tree with plain writes; only what the kernel keeps outside sysfs (the freq-QoS min
+the behaviours of the real cpufreq and devfreq cores (governor targets clamped into the limits,
+limit stores on 4.9 and on freq-QoS kernels, file modes and EBUSY/EAGAIN reads), so backends meet
+the errors and read-backs of a board. State lives in the files, so another process may change the
+tree with plain writes; only what the kernel keeps outside sysfs (the freq-QoS min
 request, the userspace governor's target) sits in a side table.
 """
 import errno
@@ -35,7 +36,7 @@ class FakeKernel(SysfsIO):
     ``legacy_limits`` selects 4.9 semantics (min/max crossing is EINVAL, devfreq limit 0 = none)
     instead of freq-QoS (max wins, the min request comes back). Without ``as_root`` the caller is
     an unprivileged member of each file's group: it reads files with a group or other read bit and
-    writes files with a group or other write bit (the udev rule of reference s5 makes them 0664).
+    writes files with a group or other write bit (systemd/70-streamfl-dvfs.rules makes them 0664).
     Reads of ``eagain_paths`` (relative, symlinks allowed) raise EAGAIN like failing thermal zones.
     """
 
@@ -158,7 +159,7 @@ class FakeKernel(SysfsIO):
         return [int(c) for c in self._get(pol + "/related_cpus").split()]
 
     def _check_active(self, pol: str, rel_path: str) -> None:
-        """Every show()/store() of a policy whose CPUs are all offline is EBUSY (S2)."""
+        """Every show()/store() of a policy whose CPUs are all offline is EBUSY."""
         related = self._related(pol)
         if related and not any(self._online(c) for c in related):
             raise sysfs_error(errno.EBUSY, rel_path, "policy inactive: all its CPUs are offline")
@@ -168,14 +169,14 @@ class FakeKernel(SysfsIO):
         return [int(f) for f in self._get(rel).split()] if self.exists(rel) else None
 
     def _cpu_cur(self, pol: str) -> int:
-        """policy->cur as the governor and the limits leave it (s1.3)."""
+        """policy->cur as the governor and the limits leave it."""
         table = self._table(pol)
         low, high = self._int(pol + "/scaling_min_freq"), self._int(pol + "/scaling_max_freq")
         governor = self._get(pol + "/scaling_governor").strip()
         cur = self._int(pol + "/scaling_cur_freq")
         if governor == "userspace":
             want = self._requests.get((pol, "setspeed"), (cur, 0))[0]
-            if high < want:  # cpufreq_userspace_policy_limits (S7)
+            if high < want:  # cpufreq_userspace_policy_limits
                 return pick_cpufreq(table, high, low, high, True)
             return pick_cpufreq(table, max(want, low), low, high, False)
         if table is None:  # setpolicy (intel_pstate): the names are policies, the CPU picks
@@ -194,7 +195,7 @@ class FakeKernel(SysfsIO):
     def _cpufreq_show(self, pol: str, attr: str) -> Optional[str]:
         if attr in ("scaling_cur_freq", "cpuinfo_cur_freq"):
             return str(self._cpu_cur(pol))
-        if attr == "scaling_setspeed":  # show_scaling_setspeed / show_speed (S2, S7)
+        if attr == "scaling_setspeed":  # show_scaling_setspeed / show_speed
             if self._get(pol + "/scaling_governor").strip() != "userspace":
                 return "<unsupported>"
             return str(self._cpu_cur(pol))
@@ -211,11 +212,11 @@ class FakeKernel(SysfsIO):
             if name != governor:
                 cur = self._cpu_cur(pol)
                 self._requests.pop((pol, "setspeed"), None)
-                if name == "userspace":  # policy_start: *setspeed = policy->cur (S7)
+                if name == "userspace":  # policy_start: *setspeed = policy->cur
                     self._requests[(pol, "setspeed")] = (cur, 0)
                 self._put(pol + "/scaling_governor", name)
         elif attr == "scaling_setspeed":
-            if governor != "userspace":  # no ->store_setspeed outside userspace (S2)
+            if governor != "userspace":  # no ->store_setspeed outside userspace
                 raise sysfs_error(errno.EINVAL, rel_path,
                                   "governor is %s, not userspace" % governor)
             self._requests[(pol, "setspeed")] = (parse_uint(value, rel_path), 0)
@@ -233,19 +234,19 @@ class FakeKernel(SysfsIO):
         self._cpufreq_settle(pol)
 
     def _cpufreq_limit(self, pol: str, is_min: bool, value: int, rel_path: str) -> None:
-        """scaling_min_freq / scaling_max_freq stores (s1.4)."""
+        """scaling_min_freq / scaling_max_freq stores."""
         hw_low, hw_high = self._int(pol + "/cpuinfo_min_freq"), self._int(pol + "/cpuinfo_max_freq")
         low, high = self._int(pol + "/scaling_min_freq"), self._int(pol + "/scaling_max_freq")
         attr = pol + ("/scaling_min_freq" if is_min else "/scaling_max_freq")
         if self.legacy_limits:
             # 4.9 cpufreq_set_policy(): the store copies the policy, changes one field and refuses
-            # min > max before verify() clamps into the cpuinfo range (S5 old code).
+            # min > max before verify() clamps into the cpuinfo range (the 4.9 kernel's code).
             if (is_min and value > high) or (not is_min and value < low):
                 raise sysfs_error(errno.EINVAL, rel_path, "min %d > max %d" % (
                     value if is_min else low, high if is_min else value))
             self._put(attr, str(clamp(value, hw_low, hw_high)))
             return
-        # freq-QoS: both requests stay; verify() clamps into cpuinfo and then min to max (S3).
+        # freq-QoS: both requests stay; verify() clamps into cpuinfo and then min to max.
         want_min = value if is_min else self._request(pol, "min", pol + "/scaling_min_freq", low)
         new_high = clamp(high if is_min else value, hw_low, hw_high)
         new_low = min(clamp(want_min, hw_low, hw_high), new_high)
@@ -317,7 +318,7 @@ class FakeKernel(SysfsIO):
                 self._put(dev + "/cur_freq", str(cur))
                 userspace = self.root / dev / "userspace"
                 shutil.rmtree(str(userspace), ignore_errors=True)  # GOV_STOP removes the group
-                if name == "userspace":  # GOV_START creates it; "undefined" until written (S10)
+                if name == "userspace":  # GOV_START creates it; "undefined" until written
                     userspace.mkdir()
                     self._put(dev + "/userspace/set_freq", "undefined")
                     os.chmod(str(userspace / "set_freq"), 0o644)
@@ -336,18 +337,18 @@ class FakeKernel(SysfsIO):
             self._put(dev + "/target_freq", str(cur))
 
     def _devfreq_limit(self, dev: str, is_min: bool, value: int, rel_path: str) -> None:
-        """devfreq min_freq / max_freq stores (s2.2)."""
+        """devfreq min_freq / max_freq stores."""
         low, high = self._int(dev + "/min_freq"), self._int(dev + "/max_freq")
         if self.legacy_limits:
             # 4.9 min_freq_store/max_freq_store: EINVAL only when both limits are set and the new
-            # one crosses the other; the value is stored as written, 0 meaning none (S9).
+            # one crosses the other; the value is stored as written, 0 meaning none.
             other = high if is_min else low
             if value and other and (value > other if is_min else value < other):
                 raise sysfs_error(errno.EINVAL, rel_path, "crosses the other limit %d" % other)
             self._put(dev + ("/min_freq" if is_min else "/max_freq"), str(value))
             return
         # QoS: min rounds down and max up to kHz, 0 is no limit; reads show get_freq_range(),
-        # the OPP range narrowed by the requests, min lowered to max (S9).
+        # the OPP range narrowed by the requests, min lowered to max.
         table = sorted(int(f) for f in self._get(dev + "/available_frequencies").split())
         if is_min:
             want_min, want_max = value // 1000 * 1000, high

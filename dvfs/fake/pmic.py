@@ -1,6 +1,6 @@
 """What ``vcgencmd pmic_read_adc`` prints on a Raspberry Pi 5, for the PMIC meter's fakes.
 
-A verbatim capture with 4 busy cores (reference s3.4, S16), shared by the tests and the DVFS
+A verbatim capture with 4 busy cores, shared by the tests and the DVFS
 benchmark so both parse exactly what a real board prints.
 """
 

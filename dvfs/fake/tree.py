@@ -1,9 +1,9 @@
-"""Fake sysfs trees for every supported board, file for file as the DVFS reference lists them.
+"""Fake sysfs trees for every supported board, file for file as the boards show them.
 
-Contents, formats and modes follow ``shared/reference/dvfs-sysfs.md`` (section 8 per board, section
-6 for formats); numbers the reference marks (v) are its sample values, and each choice made for a
-fact it marks [U] carries a comment. A tree is plain files and relative symlinks, so the real
-``SysfsFiles`` reads it as it reads ``/sys``; ``streamfl.dvfs.fake.kernel.FakeKernel`` adds the rules.
+Contents, formats and modes follow captures from the boards and the kernel sources; numbers marked
+(v) are sample values, and each choice made for an unconfirmed fact is marked [U] with a comment.
+A tree is plain files and relative symlinks, so the real ``SysfsFiles`` reads it as it reads
+``/sys``; ``streamfl.dvfs.fake.kernel.FakeKernel`` adds the rules.
 """
 import logging
 from pathlib import Path
@@ -14,8 +14,8 @@ from streamfl.dvfs.fake.ina3221 import ina_hwmon, ina_iio
 
 log = logging.getLogger(__name__)
 
-#: (board, variant) pairs a tree can be built for: reference s8 gives Xavier NX (s8.2), AGX Orin
-#: (s8.3) and Orin Nano (s8.4) on two JetPacks each.
+#: (board, variant) pairs a tree can be built for: Xavier NX, AGX Orin
+#: and Orin Nano on two JetPacks each.
 FAKE_TREES: Tuple[Tuple[str, str], ...] = (
     ("jetson-nano", "jp4"),
     ("jetson-xavier-nx", "jp4"),
@@ -30,17 +30,17 @@ FAKE_TREES: Tuple[Tuple[str, str], ...] = (
 )
 
 CPU = "devices/system/cpu/"
-#: Tegra cpufreq drivers report 300000 ns (reference s1.2, S11/S12).
+#: Tegra cpufreq drivers report 300000 ns.
 TEGRA_LATENCY_NS = 300000
 #: [U] cpufreq-dt falls back to CPUFREQ_ETERNAL (printed %u) when the OPPs carry no latency, and
-#: raspberrypi-cpufreq registers its OPPs without one (S25); the reference leaves the value open.
+#: raspberrypi-cpufreq registers its OPPs without one; the value on a real board is unconfirmed.
 ETERNAL_NS = 4294967295
 
 JETSON_GOVS = ("conservative", "ondemand", "userspace", "powersave", "performance", "schedutil")
-NANO_GOVS = ("interactive",) + JETSON_GOVS  # [U] typical L4T R32 list, reference s8.1
+NANO_GOVS = ("interactive",) + JETSON_GOVS  # [U] typical L4T R32 list
 NANO_GPU_GOVS = ("wmark_active", "wmark_simple", "nvhost_podgov", "userspace", "performance",
                  "simple_ondemand")
-ORIN_GPU_GOVS = ("nvhost_podgov", "userspace", "performance", "simple_ondemand")  # [U] s2.2
+ORIN_GPU_GOVS = ("nvhost_podgov", "userspace", "performance", "simple_ondemand")  # [U]
 
 ORIN_KHZ = (115200, 192000, 268800, 345600, 422400, 499200, 576000, 652800, 729600, 806400,
             883200, 960000, 1036800, 1113600, 1190400, 1267200, 1344000, 1420800, 1497600)
@@ -50,7 +50,7 @@ XAVIER_KHZ = ORIN_KHZ + (1574400, 1651200, 1728000, 1804800, 1881600, 1907200)
 AGX_ORIN_KHZ = ORIN_KHZ + (1574400, 1651200, 1728000, 1804800, 1881600, 1958400, 2035200,
                            2112000, 2188800, 2201600)
 ORIN_NANO_KHZ = ORIN_KHZ + (1510400,)
-#: [U] Super ladder (JP6.2 MAXN_SUPER, max 1728000 observed in S29): the reference's own guess.
+#: [U] Super ladder (JP6.2 MAXN_SUPER, max 1728000 seen on a Super kit): the lower steps are a guess.
 ORIN_NANO_SUPER_KHZ = ORIN_KHZ + (1574400, 1651200, 1728000)
 
 NANO_GPU_HZ = tuple(76800000 * i for i in range(1, 13))
@@ -58,19 +58,19 @@ XAVIER_GPU_HZ = (114750000, 204000000, 306000000, 408000000, 510000000, 59925000
                  803250000, 854250000, 905250000, 956250000, 1007250000, 1058250000, 1109250000)
 AGX_ORIN_GPU_HZ = tuple(102000000 * i for i in range(3, 13)) + (1300500000,)
 ORIN_NANO_GPU_HZ = (306000000, 408000000, 510000000, 612000000, 624750000)
-#: [U] Super list (reference s2.4: 102 MHz steps up to the observed 1020000000).
+#: [U] Super list (102 MHz steps up to the observed 1020000000).
 ORIN_NANO_SUPER_GPU_HZ = tuple(102000000 * i for i in range(3, 11))
 
 #: Thermal zones per board, in zone order: (type, m°C or None where reading raises EAGAIN).
 _THERMAL: Dict[str, Tuple[Tuple[str, Optional[int]], ...]] = {
     "jetson-nano": (("AO-therm", 41000), ("CPU-therm", 36500), ("GPU-therm", 34000),
                     ("PLL-therm", 33000), ("PMIC-Die", 100000), ("thermal-fan-est", 35250)),
-    # [U] order; the reference lists the JP4 names alphabetically (s8.2) and no JP5 names, so
+    # [U] order; the JP4 names are known only as an alphabetical list and no JP5 names are, so
     # the JP5 tree keeps them.
     "jetson-xavier-nx": (("AO-therm", 40500), ("CPU-therm", 39000), ("GPU-therm", 38500),
                          ("PLL-therm", 37500), ("PMIC-Die", 100000), ("Tboard_tegra", 36000),
                          ("Tdiode_tegra", 37000), ("thermal-fan-est", 37600)),
-    # [U] strings and order, derived from tegrastats labels (s8.3, S35).
+    # [U] strings and order, derived from tegrastats labels.
     "jetson-agx-orin": (("cpu-thermal", 45500), ("gpu-thermal", 44000), ("cv0-thermal", 43500),
                         ("cv1-thermal", 43000), ("cv2-thermal", 43200), ("soc0-thermal", 44500),
                         ("soc1-thermal", 44800), ("soc2-thermal", 44100), ("tj-thermal", 45500),
@@ -78,15 +78,15 @@ _THERMAL: Dict[str, Tuple[Tuple[str, Optional[int]], ...]] = {
     "jetson-orin-nano": (("cpu-thermal", 47875), ("gpu-thermal", 50218), ("cv0-thermal", None),
                          ("cv1-thermal", None), ("cv2-thermal", None), ("soc0-thermal", 47281),
                          ("soc1-thermal", 48281), ("soc2-thermal", 46750), ("tj-thermal", 50218)),
-    "raspberry-pi-4": (("cpu-thermal", 48686),),  # [U] type string (s4)
-    "raspberry-pi-5": (("cpu-thermal", 51200),),  # [U] type string (s4)
-    "generic-linux": (("x86_pkg_temp", 45000),),  # [U] not in the reference; Intel's usual zone
+    "raspberry-pi-4": (("cpu-thermal", 48686),),  # [U] type string
+    "raspberry-pi-5": (("cpu-thermal", 51200),),  # [U] type string
+    "generic-linux": (("x86_pkg_temp", 45000),),  # [U] Intel's usual zone
 }
 
 def _cpus(t: Tree, policies: Sequence[Sequence[int]], table_khz: Optional[Sequence[int]],
           hw_khz: Tuple[int, int], driver: str, governors: Sequence[str], governor: str,
           limits_khz: Tuple[int, int, int], latency_ns: int, has_get: bool = True) -> None:
-    """CPU hotplug files and one cpufreq policy per cluster (reference s1.1, s1.2, s8)."""
+    """CPU hotplug files and one cpufreq policy per cluster."""
     n_cpus = sum(len(p) for p in policies)
     t.put(CPU + "online", "0-%d" % (n_cpus - 1))
     for cpus in policies:
@@ -103,7 +103,7 @@ def _cpus(t: Tree, policies: Sequence[Sequence[int]], table_khz: Optional[Sequen
         if has_get:
             t.put(p + "cpuinfo_cur_freq", str(limits_khz[2]), ROOT_RO)
         # Setpolicy drivers (intel_pstate) print "performance powersave\n" without the trailing
-        # space and have no frequency table (S2).
+        # space and have no frequency table.
         t.put(p + "scaling_available_governors", words(governors, table_khz is not None))
         t.put(p + "scaling_driver", driver)
         t.put(p + "scaling_governor", governor, RW)
@@ -113,7 +113,7 @@ def _cpus(t: Tree, policies: Sequence[Sequence[int]], table_khz: Optional[Sequen
         t.put(p + "scaling_setspeed", "<unsupported>", RW)
         if table_khz is not None:
             t.put(p + "scaling_available_frequencies", words(table_khz, True))
-            # [U] CONFIG_CPU_FREQ_STAT on each board; time in 10 ms units (S6).
+            # [U] CONFIG_CPU_FREQ_STAT on each board; time in 10 ms units.
             t.put(p + "stats/time_in_state", "\n".join("%d 0" % f for f in table_khz))
             t.put(p + "stats/total_trans", "0")
             t.put(p + "stats/reset", "", WO)
@@ -122,7 +122,7 @@ def _cpus(t: Tree, policies: Sequence[Sequence[int]], table_khz: Optional[Sequen
 def _gpu(t: Tree, dev: str, table_hz: Sequence[int], governors: Sequence[str], of_name: str,
          limits_hz: Tuple[int, int, int], links: Sequence[Tuple[str, str]],
          has_name: bool) -> None:
-    """An nvgpu device with its devfreq node, Hz throughout (reference s2.1 to s2.3)."""
+    """An nvgpu device with its devfreq node, Hz throughout."""
     name = dev.rsplit("/", 1)[1]
     d = "%s/devfreq/%s/" % (dev, name)
     t.put(d + "available_frequencies", words(table_hz, False))  # space truncated, even on 4.9
@@ -133,7 +133,7 @@ def _gpu(t: Tree, dev: str, table_hz: Sequence[int], governors: Sequence[str], o
     t.put(d + "cur_freq", str(limits_hz[2]))
     t.put(d + "target_freq", str(limits_hz[2]))
     t.put(d + "polling_interval", "50", RW)  # [U] value
-    if has_name:  # kernels >= 5.5 (S8)
+    if has_name:  # kernels >= 5.5
         t.put(d + "name", name)
     t.link(d + "device", "../../../" + name)
     t.link("class/devfreq/" + name, "../../" + d.rstrip("/"))
@@ -151,7 +151,7 @@ def _thermal(t: Tree, board: str) -> None:
     for i, (kind, temp) in enumerate(_THERMAL[board]):
         z = "devices/virtual/thermal/thermal_zone%d" % i
         t.put(z + "/type", kind)
-        # A zone whose read raises EAGAIN (S29) is left empty: only FakeKernel models the error.
+        # A zone whose read raises EAGAIN is left empty: only FakeKernel models the error.
         t.put(z + "/temp", b"" if temp is None else str(temp))
         t.link("class/thermal/thermal_zone%d" % i, "../../" + z)
 
@@ -169,30 +169,31 @@ def _jetson_nano(t: Tree, variant: str) -> None:
 
 
 def _jetson_xavier_nx(t: Tree, variant: str) -> None:
-    """JP4 (L4T R32, 4.9) or JP5 (R35, 5.10): cpufreq driver, GPU layout, INA driver (s8.2)."""
+    """JP4 (L4T R32, 4.9) or JP5 (R35, 5.10): cpufreq driver, GPU layout, INA driver."""
     jp5 = variant == "jp5"
     _cpus(t, [[0, 1], [2, 3], [4, 5]], XAVIER_KHZ, (115200, 1907200),
           "tegra194" if jp5 else "tegra_cpufreq", JETSON_GOVS, "schedutil",
           (115200, 1907200, 1907200), TEGRA_LATENCY_NS)
     limits = (114750000, 1109250000, 114750000)
     if jp5:
-        # s2.1/s8.2: the platform dir, plus nvgpu's gpu.0 link in the parent and gpu.0 and
-        # <devname> links in the grand-parent on kernels > 4.14 (S13); devfreq "name" since 5.5.
+        # the platform dir, plus nvgpu's gpu.0 link in the parent and gpu.0 and
+        # <devname> links in the grand-parent on kernels > 4.14; devfreq "name" since 5.5.
         _gpu(t, "devices/platform/17000000.gv11b", XAVIER_GPU_HZ, NANO_GPU_GOVS, "gv11b", limits,
              [("devices/platform/gpu.0", "17000000.gv11b"),
               ("devices/17000000.gv11b", "platform/17000000.gv11b"),
               ("devices/gpu.0", "platform/17000000.gv11b")], True)
-        # s8.2 JP5 power: hwmon ina3221 at 7-0040, hwmon4 (index varies 3/4/5). [U] labels and
-        # shunts (5000 uOhm, as the Orin NX family with the same rails, s3.2); [U] the platform
-        # path of the client, as on Orin JP5 (s8.3). No summation-disable is reported, so the
-        # sum channel follows the s3.2 rule; values (v) as the JP4 tree.
+        # JP5 power: hwmon ina3221 at 7-0040, hwmon4 (index varies 3/4/5). [U] labels and
+        # shunts (5000 uOhm, as the Orin NX family with the same rails); [U] the platform
+        # path of the client, as on Orin JP5. No summation-disable is reported, so the
+        # sum channel follows the upstream driver's rule (curr4_* only without summation-disable);
+        # values (v) as the JP4 tree.
         ina_hwmon(t, "devices/platform/c250000.i2c/i2c-7/7-0040", "hwmon4",
                   [("VDD_IN", 5000, 800), ("VDD_CPU_GPU_CV", 5000, 80), ("VDD_SOC", 5000, 220)],
                   5000, summation=True)
         return
     _gpu(t, "devices/17000000.gv11b", XAVIER_GPU_HZ, NANO_GPU_GOVS, "gv11b", limits,
          [("devices/gpu.0", "17000000.gv11b")], False)
-    # [U] rail labels (reference s3.1); values (v).
+    # [U] rail labels; values (v).
     ina_iio(t, "devices/c250000.i2c/i2c-7/7-0040",
             [("VDD_IN", 5000, 800, 4000), ("VDD_CPU_GPU_CV", 5000, 80, 400),
              ("VDD_SOC", 5000, 220, 1100)])
@@ -221,9 +222,9 @@ def _jetson_agx_orin(t: Tree, variant: str) -> None:
     _cpus(t, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]], AGX_ORIN_KHZ, (115200, 2201600),
           "tegra194", JETSON_GOVS, "schedutil", (115200, 2201600, 2201600), TEGRA_LATENCY_NS)
     _orin_gpu(t, variant, AGX_ORIN_GPU_HZ)
-    # s3.2: 1-0040's third input (VIN_SYS_5V0) has ti,summation-disable (S18), so that monitor
-    # has no curr4_* sum channel; 1-0041 has equal shunts and no summation-disable [U: the
-    # reference names none], so it keeps it.
+    # 1-0040's third input (VIN_SYS_5V0) has ti,summation-disable, so that monitor
+    # has no curr4_* sum channel; 1-0041 has equal shunts and no summation-disable [U: none
+    # is known], so it keeps it.
     ina_hwmon(t, _i2c1(variant) + "1-0040", "hwmon3",
               [("VDD_GPU_SOC", 843, 6170), ("VDD_CPU_CV", 780, 3437), ("VIN_SYS_5V0", 4968, 953)],
               2000, summation=False)
@@ -232,12 +233,12 @@ def _jetson_agx_orin(t: Tree, variant: str) -> None:
 
 
 def _jetson_orin_nano(t: Tree, variant: str) -> None:
-    # JP6 is the observed Orin Nano Super (S29); JP5 predates Super, so it gets the base ladders.
+    # JP6 is the observed Orin Nano Super; JP5 predates Super, so it gets the base ladders.
     cpu_khz = ORIN_NANO_SUPER_KHZ if variant == "jp6" else ORIN_NANO_KHZ
     _cpus(t, [[0, 1, 2, 3], [4, 5]], cpu_khz, (cpu_khz[0], cpu_khz[-1]), "tegra194", JETSON_GOVS,
           "schedutil", (cpu_khz[0], cpu_khz[-1], cpu_khz[-1]), TEGRA_LATENCY_NS)
     _orin_gpu(t, variant, ORIN_NANO_SUPER_GPU_HZ if variant == "jp6" else ORIN_NANO_GPU_HZ)
-    # [U] hwmon1 and the bus path on JP5; observed on JP6 with curr4_crit_alarm (s8.4, S29).
+    # [U] hwmon1 and the bus path on JP5; observed on JP6 with curr4_crit_alarm.
     ina_hwmon(t, _i2c1(variant) + "1-0040", "hwmon1",
               [("VDD_IN", 5000, 930), ("VDD_CPU_GPU_CV", 5000, 112), ("VDD_SOC", 5000, 297)],
               5000, summation=True)
@@ -250,17 +251,17 @@ def _jetson_orin_nano(t: Tree, variant: str) -> None:
 
 
 def _raspberry_pi(t: Tree, low_khz: int, high_khz: int) -> None:
-    table = tuple(range(low_khz, high_khz + 1, 100000))  # OPPs in 100 MHz steps (S25)
+    table = tuple(range(low_khz, high_khz + 1, 100000))  # OPPs in 100 MHz steps
     _cpus(t, [[0, 1, 2, 3]], table, (low_khz, high_khz), "cpufreq-dt", JETSON_GOVS, "ondemand",
           (low_khz, high_khz, low_khz), ETERNAL_NS)
 
 
 def _raspberry_pi_4(t: Tree, variant: str) -> None:
-    _raspberry_pi(t, 600000, 1500000)  # arm_freq 1500 of the Pi 4B <= R1.3 and CM4 (S24)
+    _raspberry_pi(t, 600000, 1500000)  # arm_freq 1500 of the Pi 4B <= R1.3 and CM4
 
 
 def _raspberry_pi_5(t: Tree, variant: str) -> None:
-    _raspberry_pi(t, 1500000, 2400000)  # [U] ladder derived from S24 defaults and S25 steps
+    _raspberry_pi(t, 1500000, 2400000)  # [U] firmware arm_freq defaults, 100 MHz steps
     fan = "devices/platform/cooling_fan/hwmon/hwmon2"  # [U] hwmon index
     t.put(fan + "/fan1_input", "0")
     t.link("class/hwmon/hwmon2", "../../" + fan)
@@ -280,7 +281,7 @@ def _generic_linux(t: Tree, variant: str) -> None:
     for path, name, energy_uj in zones:
         z = base + path + "/"
         t.put(z + "name", name)
-        t.put(z + "energy_uj", energy_uj, ROOT_RO)  # root-only since CVE-2020-8694 (S22)
+        t.put(z + "energy_uj", energy_uj, ROOT_RO)  # root-only since CVE-2020-8694
         t.put(z + "max_energy_range_uj", "262143328850")  # [U] for the sub-zones
         t.put(z + "enabled", "1", RW)
         t.link("class/powercap/" + path.rsplit("/", 1)[-1], "../../" + z.rstrip("/"))
@@ -310,7 +311,7 @@ def _check(board: str, variant: str) -> None:
 
 
 def build_tree(sysfs_root: Path, board: str, variant: str = "") -> None:
-    """Write the sysfs files of ``board`` (reference s8) under ``sysfs_root``, replacing files there."""
+    """Write the sysfs files of ``board`` under ``sysfs_root``, replacing files there."""
     _check(board, variant)
     t = Tree(Path(sysfs_root))
     _BUILDERS[board](t, variant)

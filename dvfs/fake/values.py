@@ -1,6 +1,6 @@
 """The values the fake kernel parses and picks: sysfs store parsing (``%u``, ``%15s``), cpufreq's
 and devfreq's frequency-table lookups and the CPU-range format, kept apart from ``FakeKernel``'s
-rules so each reads on its own (shared/reference/dvfs-sysfs.md)."""
+rules so each reads on its own."""
 import errno
 import os
 import re
@@ -38,7 +38,7 @@ def clamp(value: int, low: int, high: int) -> int:
 def pick_cpufreq(table: Optional[Sequence[int]], target: int, low: int, high: int,
                  high_rel: bool) -> int:
     """cpufreq's table lookup: RELATION_H (highest <= target) or RELATION_L (lowest >= target)
-    among the entries within [low, high], after clamping the target there (S7, 4.9 freq_table)."""
+    among the entries within [low, high], after clamping the target there (4.9 freq_table)."""
     target = clamp(target, low, high)
     if not table:
         return target  # setpolicy drivers have no table: the hardware runs anywhere in range

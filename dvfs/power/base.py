@@ -1,4 +1,4 @@
-"""The power-meter interface (DESIGN.md s6): watts per rail now, from whatever the board offers."""
+"""The power-meter interface: watts per rail now, from whatever the board offers."""
 import abc
 from typing import Dict, Mapping, Tuple
 

@@ -1,9 +1,9 @@
 """Joules from a power meter: samples ``total_w`` at a fixed rate and integrates with the trapezoid rule.
 
-Zeus integrates Jetson and Raspberry Pi power the same way, at 10 Hz by default (reference s3.3,
-s3.4). A bounded ring of ``(t, cumulative joules)`` samples answers "joules between two instants"
-for a training round. The clock is injectable and ``sample_once`` lets the simulator drive the
-counter in virtual time without the thread.
+Zeus integrates Jetson and Raspberry Pi power the same way, at 10 Hz by default. A bounded
+ring of ``(t, cumulative joules)`` samples answers "joules between two instants" for a training
+round. The clock is injectable and ``sample_once`` lets the simulator drive the counter in virtual
+time without the thread.
 """
 import bisect
 import logging
@@ -184,7 +184,7 @@ class EnergyCounter(object):
         before_s = self._clock()
         watts = self._read_w()
         if watts is not None:
-            # A read can take a while (pmic_read_adc ~23 ms, S16): stamp it at its middle.
+            # A read can take a while (pmic_read_adc ~23 ms): stamp it at its middle.
             after_s = self._clock()
             self._record(before_s + (after_s - before_s) / 2.0, watts, strict=False)
 

@@ -1,7 +1,7 @@
-"""INA3221 power rails through the upstream hwmon driver ``ina3221`` (JetPack 5/6, reference s3.2).
+"""INA3221 power rails through the upstream hwmon driver ``ina3221`` (JetPack 5/6).
 
 The hwmon driver has no power attribute: each rail's power is its bus voltage ``inN_input`` (mV)
-times its current ``currN_input`` (mA), channels 1..3, as jtop and Zeus compute it (s3.2, s3.3).
+times its current ``currN_input`` (mA), channels 1..3, as jtop and Zeus compute it.
 """
 import logging
 import os
@@ -15,9 +15,9 @@ from streamfl.dvfs.power.ina3221_iio import input_or_sum_w, read_attr, read_int,
 log = logging.getLogger(__name__)
 
 #: Voltage/current channels of the three INA3221 inputs; in4..in6 are shunt voltages (uV) and in7
-#: their sum, which are not rails (reference s3.2, S17).
+#: their sum, which are not rails.
 CHANNELS = (1, 2, 3)
-#: The label NVIDIA's device trees give unconnected inputs (reference s3.2; jtop skips them).
+#: The label NVIDIA's device trees give unconnected inputs (jtop skips them).
 UNCONNECTED_LABEL = "NC"
 
 _HWMON = re.compile(r"^hwmon(\d+)$")
@@ -77,9 +77,9 @@ class Ina3221HwmonMeter(PowerMeter):
     def _label(device: Path, n: int):
         """The rail label of channel ``n``, or None when the channel is not a rail to read.
 
-        Skipped (reference s3.2): no ``inN_label`` (the driver creates it only when the device tree
+        Skipped: no ``inN_label`` (the driver creates it only when the device tree
         names the input), the label ``NC`` (NVIDIA's unconnected inputs), and ``inN_enable`` = 0 (a
-        disabled input, whose ``inN_input`` fails with ENODATA in the upstream driver, S17).
+        disabled input, whose ``inN_input`` fails with ENODATA in the upstream driver).
         """
         label_path = device / ("in%d_label" % n)
         if not label_path.exists():

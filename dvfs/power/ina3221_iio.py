@@ -1,8 +1,8 @@
-"""INA3221 power rails through NVIDIA's IIO driver ``ina3221x`` (JetPack 4 / L4T R32, reference s3.1).
+"""INA3221 power rails through NVIDIA's IIO driver ``ina3221x`` (JetPack 4 / L4T R32).
 
 Jetson Nano and Xavier NX on JetPack 4 expose three channels per monitor as
 ``iio:deviceN/rail_name_K``, ``in_powerK_input`` (mW), ``in_voltageK_input`` (mV) and
-``in_currentK_input`` (mA) [reference s3.1, S19]. This module also holds the small file helpers and
+``in_currentK_input`` (mA). This module also holds the small file helpers and
 the input-rail rule the hwmon and jtop meters share.
 """
 import errno
@@ -17,7 +17,7 @@ from streamfl.dvfs.power.base import PowerError, PowerMeter
 log = logging.getLogger(__name__)
 
 #: Rails that carry the whole module input; ``total_w`` uses them instead of a sum, because the other
-#: rails are downstream of them (jtop's rule, reference s2.7: ``VDD_IN`` or ``POM_5V_IN``).
+#: rails are downstream of them (jtop's rule: ``VDD_IN`` or ``POM_5V_IN``).
 INPUT_RAILS = ("VDD_IN", "POM_5V_IN")
 
 _IIO_DEVICE = re.compile(r"^iio:device(\d+)$")
@@ -32,7 +32,7 @@ def read_attr(path: Path) -> str:
     except OSError as exc:
         hint = ""
         if exc.errno == errno.EACCES:
-            # Some JetPack 4 images make the INA files root-only (reference s3.1, S32).
+            # Some JetPack 4 images make the INA files root-only.
             hint = "; the agent needs read access (a udev or tmpfiles rule, or run as root)"
         raise PowerError("cannot read %s: %s%s" % (path, exc.strerror or exc, hint),
                          exc.errno or 0) from exc
@@ -85,8 +85,8 @@ class _Channel(object):
         self.power_path = device / ("in_power%d_input" % index)
         self.voltage_path = device / ("in_voltage%d_input" % index)
         self.current_path = device / ("in_current%d_input" % index)
-        # The driver computes in_power from the same bus/shunt registers (S19); jtop and Zeus both
-        # prefer it when present (reference s3.3), so V x I is only the fallback for images without it.
+        # The driver computes in_power from the same bus/shunt registers; jtop and Zeus both
+        # prefer it when present, so V x I is only the fallback for images without it.
         self.use_power_file = self.power_path.exists()
 
     def read_w(self) -> float:
@@ -124,9 +124,9 @@ class Ina3221IioMeter(PowerMeter):
         """IIO devices of the ina3221x driver, each once, in ``iio:deviceN`` order.
 
         Discovery keys on the ``rail_name_K`` attributes, which only NVIDIA's ina3221x driver
-        creates (S19): the content of the IIO ``name`` file on stock images is unconfirmed ([U] in
-        reference s8.1). ``bus/iio/devices`` is the kernel's index of IIO devices; the driver's own
-        ``bus/i2c/drivers/ina3221x/<addr>/`` directory is searched too, as jtop and Zeus do (s3.3).
+        creates: the content of the IIO ``name`` file on stock images is unconfirmed ([U] on
+        the Nano). ``bus/iio/devices`` is the kernel's index of IIO devices; the driver's own
+        ``bus/i2c/drivers/ina3221x/<addr>/`` directory is searched too, as jtop and Zeus do.
         """
         candidates: List[Tuple[int, Path]] = []
         iio_root = self.sysfs_root / "bus" / "iio" / "devices"

@@ -1,8 +1,8 @@
-"""Jetson rail power read through jetson-stats' ``jtop`` service, an optional reader (reference s2.7).
+"""Jetson rail power read through jetson-stats' ``jtop`` service, an optional reader.
 
 jtop reads the same INA3221 files as the sysfs meters, through a root service on ``/run/jtop.sock``
 (group ``jtop``). It is imported only when this meter is built, so boards without it never load it;
-jetson-stats is AGPL and stays an optional extra (DESIGN.md s6).
+jetson-stats is AGPL and stays an optional extra.
 """
 import importlib
 import logging
@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 INSTALL_HINT = "pip install streamfl[jetson]"
 
 #: Returns ``jetson.power``: ``{'rail': {name: {'volt': mV, 'curr': mA, 'power': mW, 'online':
-#: bool, ...}}, 'tot': {'power': mW, ...}}`` (reference s2.7).
+#: bool, ...}}, 'tot': {'power': mW, ...}}``.
 StatsSource = Callable[[], Mapping[str, Any]]
 
 
@@ -55,7 +55,7 @@ class JtopMeter(PowerMeter):
     """Watts per rail from jtop; ``source`` replaces the jtop connection (tests, other readers).
 
     jtop's own total is used for ``total_w``: it is ``VDD_IN``/``POM_5V_IN`` where present, else the
-    sum of the rails (s2.7), the same rule as the sysfs INA3221 meters.
+    sum of the rails, the same rule as the sysfs INA3221 meters.
     """
 
     kind = "jtop"

@@ -1,7 +1,8 @@
 """A power meter computed from a board profile's power model, for the simulator and the demo.
 
 Power is the board's idle draw plus, while training runs, each domain's watts at its current level
-(the ``watts per level`` of the board profile, DESIGN.md s6). It measures nothing on real hardware.
+(the ``watts per level`` of the board profile, ``configs/boards/*.yaml``). It measures nothing on
+real hardware.
 """
 import logging
 import math

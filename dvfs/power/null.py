@@ -1,4 +1,4 @@
-"""A power meter for boards without one (Raspberry Pi 4, DESIGN.md s6): it measures nothing."""
+"""A power meter for boards without one (Raspberry Pi 4): it measures nothing."""
 from typing import Dict, Mapping, Tuple
 
 from streamfl.dvfs.power.base import PowerMeter

@@ -1,7 +1,7 @@
-"""Intel RAPL package power from the powercap energy counters (reference s3.6, s8.7).
+"""Intel RAPL package power from the powercap energy counters.
 
 RAPL has no power attribute, only ``energy_uj``, a microjoule counter that wraps at
-``max_energy_range_uj`` (S21); power is the energy difference between two reads over their time.
+``max_energy_range_uj``; power is the energy difference between two reads over their time.
 Used on x86 development and CI machines.
 """
 import errno
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 #: ``uncore`` are parts of their package, so summing them with it would count twice.
 _ZONE = re.compile(r"^intel-rapl:(\d+)$")
 
-#: What the agent's operator can do about a root-only ``energy_uj`` (reference s5, S16, S22).
+#: What the agent's operator can do about a root-only ``energy_uj``.
 ACCESS_HINT = (
     "energy_uj is root-only since CVE-2020-8694; the agent needs read access: run it as root, "
     "give it CAP_DAC_READ_SEARCH, or add a udev/tmpfiles rule such as "
@@ -65,7 +65,7 @@ class _Zone(object):
         self.last_uj = _read_uj(self.energy_path)
 
     def delta_uj(self, now_uj: int) -> int:
-        """Energy since the previous sample, across one wrap of the counter (e2 < e1, S16)."""
+        """Energy since the previous sample, across one wrap of the counter (e2 < e1)."""
         delta = now_uj - self.last_uj
         if delta < 0:
             delta += self.range_uj

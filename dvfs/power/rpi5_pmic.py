@@ -1,8 +1,8 @@
-"""Raspberry Pi 5 rail power from the PMIC's ADCs through ``vcgencmd pmic_read_adc`` (reference s3.4).
+"""Raspberry Pi 5 rail power from the PMIC's ADCs through ``vcgencmd pmic_read_adc``.
 
 The firmware prints one current line (``VDD_CORE_A current(7)=6.22421000A``) and one voltage line
 (``VDD_CORE_V volt(15)=0.86173300V``) per rail; the channel numbers of the two differ, so lines are
-paired by rail name, not by index [S16, S33]. Power per rail is A x V.
+paired by rail name, not by index. Power per rail is A x V.
 """
 import logging
 import re
@@ -13,7 +13,7 @@ from streamfl.dvfs.power.base import PowerError, PowerMeter
 
 log = logging.getLogger(__name__)
 
-#: ``pmic_read_adc`` costs about 23 ms of firmware time (S16); a read past this is a hung mailbox.
+#: ``pmic_read_adc`` costs about 23 ms of firmware time; a read past this is a hung mailbox.
 DEFAULT_TIMEOUT_S = 2.0
 DEFAULT_COMMAND = ("vcgencmd", "pmic_read_adc")
 
@@ -98,7 +98,7 @@ class Rpi5PmicMeter(PowerMeter):
 
     def read_w(self) -> Dict[str, float]:
         """A x V for every rail with both a current and a voltage line (``EXT5V``, ``BATT``: voltage
-        only, so no power) [S16]."""
+        only, so no power)."""
         text = self._output()
         amps, volts = parse_pmic_adc(text)
         watts = {rail: amps[rail] * volts[rail] for rail in amps if rail in volts}
@@ -112,6 +112,6 @@ class Rpi5PmicMeter(PowerMeter):
 
         The PMIC has no rail for the 5 V input: ``EXT5V_V`` is a voltage without a current, so the
         input power cannot be measured. The sum covers the board's own rails and leaves out the
-        USB and peripheral 5 V draw, as Zeus documents (reference s3.4, S16).
+        USB and peripheral 5 V draw, as Zeus documents.
         """
         return sum(self.read_w().values())

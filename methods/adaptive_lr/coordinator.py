@@ -1,7 +1,7 @@
 """Adaptive-FedAvg (Canonaco et al., "Adaptive federated learning in presence of concept drift",
 IJCNN 2021) on the coordinator: the devices' learning rate follows how much the global model moves.
 
-The SFedPO paper (sfedpo.txt sec. 6) runs it as a concept-drift baseline: "Adaptive-FedAvg adjusts
+The SFedPO paper (sec. 6) runs it as a concept-drift baseline: "Adaptive-FedAvg adjusts
 local learning rates to improve model plasticity under concept drift". After every aggregation
 t = 1, 2, ... the coordinator keeps Adam-like statistics of the global parameter vector x_t
 (float64, every float tensor flattened in name order):

@@ -6,7 +6,7 @@ from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Meth
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).
 PRESETS: List[Method] = []
 
-# Adaptive-FedAvg (Canonaco et al., IJCNN 2021), SFedPO's concept-drift baseline (sfedpo.txt sec. 6:
+# Adaptive-FedAvg (Canonaco et al., IJCNN 2021), SFedPO's concept-drift baseline (SFedPO paper, sec. 6:
 # "adjusts local learning rates to improve model plasticity under concept drift"): FedAvg rounds,
 # the coordinator's ``adaptive_lr`` plug-in setting each round's lr from the global model's drift.
 PRESETS.append(Method("adapfedavg", "Adaptive-FedAvg: FedAvg whose devices' lr follows the global model's "

@@ -1,4 +1,4 @@
-"""AdaCLP hyper-parameter refinement on the device (adaclp.txt sec. 3.2, eq. 4-6; DESIGN.md s8).
+"""AdaCLP hyper-parameter refinement on the device (AdaCLP paper, sec. 3.2, eq. 4-6).
 
 ``refine(state, gm.hparams, cfg)`` turns the coordinator's CLP state (the global model's typed
 ``ClpState`` extra) into the round's lr, batch size and dropout:

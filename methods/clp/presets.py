@@ -6,7 +6,7 @@ from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Meth
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).
 PRESETS: List[Method] = []
 
-# AdaCLP (adaclp.txt) and its Table 4 ablations: FedAsync with the federated CLP probe, the devices'
+# AdaCLP (AdaCLP paper) and its Table 4 ablations: FedAsync with the federated CLP probe, the devices'
 # CLP hyper-parameters, and clocks as the method says. A scenario's ``plugins.clp`` settings
 # (trace_window, growth_threshold, last_regulated_version scaled to the run) apply to each of them.
 PRESETS.append(Method("adaclp", "AdaCLP: FedAsync with the staleness-decayed CLP probe (eq. 2-3), CLP "

@@ -1,4 +1,4 @@
-"""AdaCLP's federated CLP probe (adaclp.txt sec. 3.1.3, eq. 2-3; DESIGN.md section 8).
+"""AdaCLP's federated CLP probe (AdaCLP paper, sec. 3.1.3, eq. 2-3).
 
 Sans-I/O: the coordinator's ``clp`` plug-in (``methods/clp/coordinator.py``) calls
 ``ClpProbe.on_aggregation`` once per new global version and puts ``current()``, a typed
@@ -66,7 +66,7 @@ def _finite(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class ClpProbeConfig:
-    """Federated CLP regulator settings (adaclp.txt eq. 2-3, sec. 3.2).
+    """Federated CLP regulator settings (AdaCLP paper, eq. 2-3, sec. 3.2).
 
     trace_window: eq. 2's window m, in traced aggregations. The paper gives no value (Fig. 5
       draws 3); 10 averages a few updates from each of several concurrent devices (per-device traces are

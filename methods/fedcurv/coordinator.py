@@ -1,4 +1,4 @@
-"""FedCurv on the coordinator (Shoham et al. 2019; DESIGN.md s8, "FedCurv / ST-EWC"): U and V, not peers.
+"""FedCurv on the coordinator (Shoham et al. 2019): U and V, not peers.
 
 Device k's penalty ``(lambda2/2) sum_{k' != k} (theta - theta_k')^T diag(F_k') (theta - theta_k')``
 needs only ``U = sum_k F_k`` and ``V = sum_k F_k * theta_k`` over every device's latest update: the

@@ -7,8 +7,8 @@ from streamfl.methods.clp.presets import LEARNED as _LEARNED
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).
 PRESETS: List[Method] = []
 
-# The AdaCLP paper's other baselines (adaclp.txt sec. 5.1): FedCurv (synchronous, the U/V sums of
-# DESIGN.md s8), AFedCurv (the same penalty under FedAsync), CriticalFL (synchronous; twice the
+# The AdaCLP paper's other baselines (AdaCLP paper, sec. 5.1): FedCurv (synchronous, the U/V sums of
+# methods/fedcurv), AFedCurv (the same penalty under FedAsync), CriticalFL (synchronous; twice the
 # clients per round inside the CLP, half outside) and FedCurv+CLP (FedCurv with the CLP regulator).
 PRESETS.append(Method("fedcurv", "FedCurv: synchronous FedAvg whose devices train with the peers' Fisher-"
                                  "weighted penalty (Shoham et al. 2019)",

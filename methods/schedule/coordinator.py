@@ -1,4 +1,4 @@
-"""Device scheduling: each round the coordinator picks who trains (FedTeddi, fedteddi.txt, or one
+"""Device scheduling: each round the coordinator picks who trains (FedTeddi, Algorithm 1, or one
 of its baselines, ``streamfl.methods.schedule.policies``) and tells the others to sit it out.
 
 The global model carries a ``ScheduleRequest``; devices then report their ``ScheduleStats`` with

@@ -6,7 +6,7 @@ from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Meth
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).
 PRESETS: List[Method] = []
 
-# Device scheduling (methods/schedule/coordinator.py): FedTeddi (fedteddi.txt) and its baselines
+# Device scheduling (methods/schedule/coordinator.py): FedTeddi (the FedTeddi paper) and its baselines
 # (sec. V-A), each a policy of the one plug-in, in synchronous deadline rounds as in the paper.
 # A scenario's ``plugins.schedule`` settings (deadline_s = T_max, the shared band, frame_rounds)
 # apply to all of them; fedteddi+adaclp composes the choice with AdaCLP under FedAsync, where the

@@ -1,4 +1,4 @@
-"""Sessions of a dynamic device set on the coordinator (session-init-dynamic-devices.txt; DESIGN.md s8).
+"""Sessions of a dynamic device set on the coordinator (session-init paper).
 
 A session runs while the set of online devices stays about the same (``methods/sessions/initializers/
 membership.py``); when it changes by more than ``change_fraction``, or an operator sends

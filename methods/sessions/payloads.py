@@ -1,4 +1,4 @@
-"""The typed extra of session initialization for dynamic devices (DESIGN.md s8): which session.
+"""The typed extra of session initialization for dynamic devices (session-init paper): which session.
 
 ``SessionTerms`` rides in every global model of a fleet running the ``sessions`` plug-in: the
 session number (0 first; a new one starts whenever the set of online devices changed enough), and

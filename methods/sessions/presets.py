@@ -6,7 +6,7 @@ from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Meth
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).
 PRESETS: List[Method] = []
 
-# Session initialization for dynamic devices (session-init-dynamic-devices.txt) and its baselines
+# "Session initialization for dynamic devices" (the session-init paper) and its baselines
 # (sec. VI): FedAvg rounds as in the paper, the ``sessions`` plug-in ending a session whenever the
 # online devices change, and each session starting from the model its ``init`` builds. A
 # scenario's ``plugins.sessions`` settings (the trigger, similarity_sharpness) apply to each.

@@ -1,4 +1,4 @@
-"""SFedPO's distribution-guided sampling (DDS, sfedpo.txt eq. 10-11, Algorithm 2) as buffer admission.
+"""SFedPO's distribution-guided sampling (DDS, SFedPO eq. 10-11, Algorithm 2) as buffer admission.
 
 A window of latent state m is admitted with probability ``rates[m]`` (alpha_n,m; ``default_rate``
 for a state without a rate, or when the state is unknown), and once the buffer is full it replaces

@@ -1,4 +1,4 @@
-"""SFedPO on the coordinator (sfedpo.txt sec. 5): the fleet's state weights w_m, and SAW.
+"""SFedPO on the coordinator (SFedPO paper, sec. 5): the fleet's state weights w_m, and SAW.
 
 Every global model carries ``SfedpoTerms`` (DDS on or off, the budget alpha_n, eq. 10's a1 and b1,
 eq. 12's constants, and w_m), which wakes the devices' ``sfedpo`` plug-ins. Devices send s_n and

@@ -1,4 +1,4 @@
-"""SFedPO's device-side math (sfedpo.txt sec. 5, App. D and F.3): the state oracle, DDS and s_n.
+"""SFedPO's device-side math (SFedPO paper, sec. 5, App. D and F.3): the state oracle, DDS and s_n.
 
 A device moves between latent states m, each a stationary data distribution. Three pieces:
 

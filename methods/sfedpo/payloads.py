@@ -1,6 +1,6 @@
 """SFedPO's typed extras: its terms on the global model and a device's report in its update.
 
-- ``SfedpoTerms`` (global model, ``sfedpo``): SFedPO runs (sfedpo.txt sec. 5). Whether DDS admits
+- ``SfedpoTerms`` (global model, ``sfedpo``): SFedPO runs (SFedPO paper, sec. 5). Whether DDS admits
   windows by state (``dds``), whether the coordinator weighs updates by SAW (``saw``: devices then
   report s_n and q_n), the sampling budget alpha_n and eq. 10's a1, b1, eq. 12's G and
   L eta sigma^2, and the fleet's state frequencies w_m (``states`` with ``weights``) where devices

@@ -6,7 +6,7 @@ from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Meth
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).
 PRESETS: List[Method] = []
 
-# SFedPO (sfedpo.txt) and its baselines (sec. 6): FedAvg rounds as in the paper. ``sfedpo`` is DDS
+# SFedPO (SFedPO paper) and its baselines (sec. 6): FedAvg rounds as in the paper. ``sfedpo`` is DDS
 # admission on the devices' buffers and SAW weights on the coordinator; ``dds-only`` and
 # ``saw-only`` are the paper's ablations (SAW off: uniform aggregation; DDS off: every state
 # admitted at the budget alpha_n). FedAvg and FedCurv (registered above) keep FIFO buffers.

@@ -1,4 +1,4 @@
-"""ST-EWC's temporal half on the coordinator (st-ewc.txt sec. 4; DESIGN.md s8): periods, P and Q.
+"""ST-EWC's temporal half on the coordinator (ST-EWC paper, sec. 4): periods, P and Q.
 
 The spatial half is FedCurv's plug-in (``fedcurv``: U and V); a fleet runs ST-EWC by listing both,
 TimeEWC by listing this one alone. Each period: a boundary source (``methods/stewc/periods``) says

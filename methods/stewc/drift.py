@@ -1,6 +1,6 @@
 """Input drift on a board: has the sensor stream moved to another domain? (ST-EWC's periods.)
 
-st-ewc.txt assumes the periods are known. A board can notice them itself: a new permutation, a
+The ST-EWC paper assumes the periods are known. A board can notice them itself: a new permutation, a
 re-mounted or rotated sensor, another room, change the statistics of the windows. Per window this
 keeps a cheap feature vector, each channel's mean and standard deviation over the window's time
 axis (2C numbers). A reference is the features' mean and variance over ``windows`` windows; the

@@ -1,4 +1,4 @@
-"""The typed extras of ST-EWC's temporal half (st-ewc.txt; DESIGN.md s8): periods, T-FDMs, drift.
+"""The typed extras of ST-EWC's temporal half (ST-EWC paper, sec. 4): periods, T-FDMs, drift.
 
 ``PeriodTerms`` rides in every global model of a fleet running the ``stewc`` plug-in: the current
 period, lambda1, the running sums ``P = sum_t F^t`` and ``Q = sum_t F^t * theta*_t`` once a period

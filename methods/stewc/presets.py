@@ -6,7 +6,7 @@ from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Meth
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).
 PRESETS: List[Method] = []
 
-# ST-EWC (st-ewc.txt) and its baselines (sec. 5.1): FedAvg (lambda1 = lambda2 = 0) and FedCurv
+# ST-EWC (the ST-EWC paper) and its baselines (sec. 5.1): FedAvg (lambda1 = lambda2 = 0) and FedCurv
 # (lambda1 = 0) are registered above; TimeEWC is the temporal term alone (lambda2 = 0), ST-EWC both
 # (FedCurv's plug-in is the spatial half). Synchronous as in the paper; -async under FedAsync;
 # +adaclp composed with the CLP regulator. A scenario's ``plugins.stewc`` settings (the period

@@ -1,4 +1,4 @@
-"""The publish/subscribe interface both runtimes use, so cores never see paho (DESIGN.md section 2)."""
+"""The publish/subscribe interface both runtimes use, so cores never see paho."""
 import abc
 import time
 from dataclasses import dataclass

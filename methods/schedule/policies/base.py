@@ -3,7 +3,7 @@ candidate devices train, from arrays the coordinator plug-in builds out of the f
 
 A policy sees only ``Candidates`` (one row per device), the round's ``Budget`` and ``RoundInfo``;
 it never talks to a device, so every policy is testable on plain arrays. FedTeddi and the paper's
-seven baselines (fedteddi.txt, section V-A) are one module each beside this one.
+seven baselines (FedTeddi paper, section V-A) are one module each beside this one.
 
 Devices that hold nothing (zero samples or an all-zero ``p_now`` row) have nothing to train on and
 are never chosen by any policy, matching ``teddi.greedy_select``; ``holds_data`` is that mask.

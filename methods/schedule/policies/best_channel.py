@@ -1,4 +1,4 @@
-"""The ``best-channel`` baseline (fedteddi.txt, V-A (2), after [37]): the devices with the best link
+"""The ``best-channel`` baseline (FedTeddi paper, V-A (2), after [37]): the devices with the best link
 first, taken while they fit the budget.
 
 "Prioritize clients with the highest channel gain": order by ``snr_hz`` (P|H|^2/N0, the gain scaled

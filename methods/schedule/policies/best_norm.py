@@ -1,4 +1,4 @@
-"""The ``best-norm`` baseline (fedteddi.txt, V-A (3), after [37]): the devices whose latest local
+"""The ``best-norm`` baseline (FedTeddi paper, V-A (3), after [37]): the devices whose latest local
 update was largest first, taken while they fit the budget.
 
 "Select clients with the largest L2-norm of local gradient updates": order by ``grad_norm``

@@ -1,4 +1,4 @@
-"""The ``fedcbs`` baseline (fedteddi.txt, V-A (6); Zhang et al. 2023 [26]): devices drawn one by
+"""The ``fedcbs`` baseline (FedTeddi paper, V-A (6); Zhang et al. 2023 [26]): devices drawn one by
 one, each with a probability that favours the draw leaving the set's class mix most balanced.
 
 QCID(S) = sum_c (sum_{n in S} D_n p_n(c) / sum_{n in S} D_n - 1/C)^2, p_n the normalized ``p_now``

@@ -1,4 +1,4 @@
-"""The ``fedcgd`` baseline (fedteddi.txt, V-A (7); Chen et al. 2025 [29]): FedTeddi's greedy with
+"""The ``fedcgd`` baseline (FedTeddi paper, V-A (7); Chen et al. 2025 [29]): FedTeddi's greedy with
 the temporal-drift term off, i.e. minimizing the collective divergence alone.
 
 "Optimize client selection by minimizing the multi-level collective divergences measured through

@@ -1,4 +1,4 @@
-"""The ``fedteddi`` policy (fedteddi.txt, Algorithm 1): greedy on eq. 15's utility, collective
+"""The ``fedteddi`` policy (FedTeddi paper, Algorithm 1): greedy on eq. 15's utility, collective
 divergence minus lambda_k times the set's temporal drift, stopped by eq. 17, within the budget.
 
 Runs ``teddi.greedy_select`` (whose docstring lists the paper's open points it settles). Here:

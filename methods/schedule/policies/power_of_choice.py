@@ -1,4 +1,4 @@
-"""The ``power-of-choice`` baseline (fedteddi.txt, V-A (4); Cho et al. 2020 [38]): a random
+"""The ``power-of-choice`` baseline (FedTeddi paper, V-A (4); Cho et al. 2020 [38]): a random
 candidate set drawn by data size, then its highest-loss devices first, taken while they fit the
 budget.
 

@@ -1,4 +1,4 @@
-"""The ``pure-drift`` baseline (fedteddi.txt, V-A (5)): the devices whose data changed most since
+"""The ``pure-drift`` baseline (FedTeddi paper, V-A (5)): the devices whose data changed most since
 the last frame first, taken while they fit the budget.
 
 "Rank and select clients purely based on the magnitude of their data distribution drift": the

@@ -1,4 +1,4 @@
-"""The ``random`` baseline (fedteddi.txt, V-A (1)): devices in a uniformly random order, taken while
+"""The ``random`` baseline (FedTeddi paper, V-A (1)): devices in a uniformly random order, taken while
 they fit the budget.
 
 "Randomly select clients uniformly at random under bandwidth constraints": a permutation from the

@@ -1,4 +1,4 @@
-"""FedTeddi's scheduling math (Bai et al., fedteddi.txt): pure float64 numpy, no I/O.
+"""FedTeddi's scheduling math (Bai et al., the FedTeddi paper): pure float64 numpy, no I/O.
 
 N devices, C classes. ``p_now`` / ``p_prev`` [N, C] are each device's class distribution in this
 frame and the previous one (counts are fine: rows with a positive sum are normalized; a row of

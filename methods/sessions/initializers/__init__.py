@@ -1,4 +1,4 @@
-"""Sessions of a dynamic device set (session-init-dynamic-devices.txt; DESIGN.md s8).
+"""Sessions of a dynamic device set ("Session initialization for dynamic devices").
 
 ``membership.py`` says when a session ends (the online set changed by more than a fraction, or an
 operator asked), ``library.py`` keeps the earlier sessions' models and the pilot, ``aux.py``

@@ -1,4 +1,4 @@
-"""How a new session's starting model is built: the ``SessionInit`` ABC (DESIGN.md s8).
+"""How a new session's starting model is built: the ``SessionInit`` ABC (methods/sessions/README.md).
 
 When the set of devices changes, the model the last session ended with may be a poor start for the
 new one. One construction per file: ``previous`` (keep training the last model: the null object,

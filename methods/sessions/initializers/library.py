@@ -1,6 +1,6 @@
 """The saved models of earlier sessions and the pilot model, bounded, for the state folder.
 
-Session paper (DESIGN.md s8): after the first ``P`` sessions, ``w_pilot`` is the mean of their
+The session-init paper: after the first ``P`` sessions, ``w_pilot`` is the mean of their
 final models; each later session keeps its final model and its gradient from the pilot ``g_s``,
 at most ``H`` of them (the oldest go first). Every session's final model is kept here (a pilot
 session's with no gradient), so the ``average`` baseline sees them too. The arrays go to the

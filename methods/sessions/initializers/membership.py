@@ -1,5 +1,5 @@
 """When a session ends: the set of present devices changed by more than a fraction, or an
-operator asked for a new session (at the earliest ``min_session_s`` into it) (the session paper leaves the trigger open; DESIGN.md s8).
+operator asked for a new session (at the earliest ``min_session_s`` into it) (the paper leaves it open).
 
 A device is present while the registry has it online (from its Hello until its last will or clean
 offline) and, with ``silence_s`` > 0, it was heard from within ``silence_s`` (a board that stays

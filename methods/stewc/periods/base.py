@@ -1,4 +1,4 @@
-"""When a period ends: the ``PeriodBoundary`` ABC behind ST-EWC's temporal term (st-ewc.txt).
+"""When a period ends: the ``PeriodBoundary`` ABC behind ST-EWC's temporal term (ST-EWC paper, sec. 4).
 
 The paper's periods are given (PermutedMNIST's permutations, PACS's domains); a real fleet has to
 notice them. One boundary source per file: ``schedule`` (fixed period lengths: the scenario's, or

@@ -1,4 +1,4 @@
-"""Periods cut where the devices' inputs move: a real fleet's boundary (st-ewc.txt leaves it open).
+"""Periods cut where the devices' inputs move: a real fleet's boundary (the paper leaves it open).
 
 Each device counts the drifts of its own input statistics (``methods/stewc/drift.py``) and reports the
 count. A period ends when at least ``quorum`` of the online devices that report have counted a new
