@@ -35,9 +35,13 @@ def default_device_id() -> str:
 class AgentConfig:
     """Everything one board's agent needs; see configs/agent.example.yaml for each key's meaning."""
 
+    #: Fleet name: the topic namespace streamfl/v1/<fleet>/... shared with the coordinator (1-64
+    #: characters from A-Z a-z 0-9 _ . -).
     fleet: str = "default"
     #: None = the sanitized hostname (filled in by ``__post_init__``).
     device_id: Optional[str] = None
+    #: Board name reported in Hello (jetson-nano, xavier-nx, agx-orin, orin-nano, rpi4, rpi5,
+    #: generic); a label for the fleet view, not the DVFS profile (dvfs.board).
     board: str = "generic"
     model: ModelSpec = field(default_factory=ModelSpec)
     sensor: SensorConfig = field(default_factory=SensorConfig)
@@ -45,6 +49,8 @@ class AgentConfig:
     dvfs: DvfsConfig = field(default_factory=DvfsConfig)
     #: None = chosen by the CLI (/var/lib/streamfl-agent, else ~/.local/state/streamfl-agent).
     state_dir: Optional[Path] = None
+    #: Windows the training buffer holds; its memory (capacity x window_len x channels x 4 bytes) is
+    #: allocated at start.
     buffer_capacity: int = bounded(2048, 1, 10 ** 8)
     #: Which windows a full buffer keeps (``streamfl.agent.buffer_policies``): ``fifo``, the most
     #: recent ones, or ``reservoir``, a uniform sample of the whole stream.
@@ -53,19 +59,30 @@ class AgentConfig:
     #: label), checked before it is allocated (``streamfl.agent.preflight``), as is the memory
     #: this board has free. 1 GiB: ~400 times the default buffer, half of a 2 GiB board.
     max_buffer_bytes: int = bounded(1024 * MIB, 1, 2 ** 40)
+    #: Windows the buffer must hold before this board trains its first round.
     min_buffer: int = bounded(64, 1, 10 ** 8)
+    #: Seconds between round starts (a "train" command starts one at once).
     round_interval_s: float = bounded(5.0, 0.0, 86400.0, lo_open=True)
+    #: SGD steps per local round; the coordinator's hparams in each global model override it.
     local_steps: int = bounded(20, 1, 100000)
+    #: SGD learning rate of a local round; the coordinator's hparams override it.
     lr: float = bounded(0.01, 0.0, 10.0, lo_open=True)
+    #: Windows per minibatch of a local round; the coordinator's hparams override it.
     batch_size: int = bounded(32, 1, 65536)
+    #: Dropout probability while training, in [0, 1); the coordinator's hparams override it.
     dropout: float = bounded(0.0, 0.0, 1.0, hi_open=True)
+    #: SGD momentum of the local optimizer, in [0, 1) (0: plain SGD); local only, never sent.
     momentum: float = bounded(0.0, 0.0, 1.0, hi_open=True)
     #: Settings of the methods' plug-ins by name (``streamfl.agent.plugins``); every registered
     #: plug-in runs, dormant until the coordinator's global model asks for it; a name not given
     #: takes its defaults. Built into each plug-in's settings dataclass on load.
     plugins: Dict[str, Any] = field(default_factory=dict)
+    #: CPU threads torch may use; 1 leaves the other cores to the board's own work, 0 = torch's
+    #: default.
     torch_threads: int = bounded(1, 0, 1024)
+    #: Updates kept on disk while the broker is unreachable; beyond this the oldest is dropped.
     outbox_max_items: int = bounded(200, 1, 10 ** 6)
+    #: Bytes the on-disk outbox may hold (256 MiB); beyond this the oldest update is dropped.
     outbox_max_bytes: int = bounded(256 * MIB, 1024, 2 ** 40)
     #: Seconds between telemetry messages (QoS 0); 5 s shows a round's power in a dashboard.
     telemetry_interval_s: float = bounded(5.0, 0.0, 86400.0)
@@ -73,8 +90,11 @@ class AgentConfig:
     #: model topic, repeated every 10 times as long; 0 = never. A board on the wrong fleet or
     #: broker otherwise waits silently; 60 s is 12 rounds at the default interval.
     model_wait_warn_s: float = bounded(60.0, 0.0, 604800.0)
+    #: Save the local model every this many rounds (and at exit); 0 = only at exit.
     checkpoint_every_rounds: int = bounded(1, 0, 10 ** 6)
+    #: Send update tensors as float16 (half the bytes; the coordinator decodes them to float32).
     float16_updates: bool = False
+    #: Largest frame accepted from the broker (a global model or command), in bytes (64 MiB).
     max_frame_bytes: int = bounded(64 * MIB, 1024, FRAME_BYTES_MAX)
     #: None = derived from the device id (stable across restarts, different per device).
     seed: Optional[int] = bounded(None, 0, SEED_MAX)

@@ -119,6 +119,8 @@ class AdmissionConfig:
     device_norms: int = bounded(8, 1, 10 ** 4)
     warmup_updates: int = bounded(3, 1, 10 ** 7)
     warmup_devices: int = bounded(3, 1, 10 ** 6)
+    #: During the warm-up, the norm bound as a multiple of the base model's own norm (1.0: no honest
+    #: round moves the model by more than its size).
     initial_norm_ratio: float = bounded(1.0, 0.0, 1e6, lo_open=True)
     reject_multiplier: float = bounded(10.0, 1.0, 1e6)
     min_norm_ratio: float = bounded(0.25, 0.0, 1e6, lo_open=True)

@@ -25,9 +25,14 @@ from streamfl.protocol.transport.config import MqttConfig
 class HParams:
     """Training knobs shipped to devices in every GlobalModel (``hparams``)."""
 
+    #: Learning rate sent to the devices with every global model (plug-ins such as clp may refine
+    #: it).
     lr: float = bounded(0.01, 0, 10.0, lo_open=True)
+    #: Minibatch size (windows) sent to the devices with every global model.
     batch_size: int = bounded(32, 1, 65536)
+    #: SGD steps per local round, sent to the devices with every global model.
     local_steps: int = bounded(20, 1, 100000)
+    #: Dropout probability during local training, in [0, 1), sent with every global model.
     dropout: float = bounded(0.0, 0.0, 1.0, hi_open=True)
 
     def __post_init__(self) -> None:
@@ -54,10 +59,15 @@ class FedAvgConfig:
       values at each end per coordinate; 0.1 tolerates one bad device in ten).
     """
 
+    #: Seconds a round waits for the devices online at its start; at the deadline it aggregates if
+    #: min_updates arrived, else the deadline restarts.
     deadline_s: float = bounded(30.0, 0, 86400.0, lo_open=True)
+    #: Updates a round needs before it may aggregate.
     min_updates: int = bounded(1, 1, 10 ** 6)
     clients_per_round: Optional[int] = bounded(None, 1, 10 ** 6)
     combine: str = "mean"
+    #: combine: trimmed_mean only: the share of values dropped at each end per coordinate, in [0,
+    #: 0.5).
     trim_ratio: float = bounded(0.1, 0.0, 0.5, hi_open=True)
 
     def __post_init__(self) -> None:
@@ -78,14 +88,21 @@ class FedAvgConfig:
 class CoordinatorConfig:
     """Everything the coordinator needs besides the state and run directories."""
 
+    #: Fleet name: the topic prefix streamfl/v1/<fleet>/... ([A-Za-z0-9_.-], 1-64 characters).
     fleet: str = "default"
     model: ModelSpec = field(default_factory=ModelSpec)
+    #: Aggregation: fedasync (one new version per update) or fedavg (synchronous rounds, see
+    #: fedavg).
     strategy: str = "fedasync"
     #: FedAsync mixing weight; public implementations use 0.6-0.9 (Xie et al. 2019, FedAsync).
     alpha: float = bounded(0.6, 0.0, 1.0, lo_open=True)
+    #: FedAsync's staleness function s(t - tau) that scales alpha: constant, polynomial ((1 +
+    #: staleness)^-a) or hinge (1 up to b versions, then falling with a).
     staleness: str = "polynomial"
     #: Staleness parameters; null = the paper's default (polynomial a=0.5; hinge a=10, b=4).
     staleness_a: Optional[float] = bounded(None, 0.0, 100.0)
+    #: Hinge staleness grace period b, in versions; null = 4 (the paper's default). Ignored by the
+    #: other functions.
     staleness_b: Optional[float] = bounded(None, 0.0, 1e6)
     #: FedAsync drops updates older than this many versions; null = never.
     max_staleness: Optional[int] = bounded(None, 0, 10 ** 9)
@@ -95,11 +112,18 @@ class CoordinatorConfig:
     #: mapping takes the defaults); none by default, i.e. plain FedAsync/FedAvg. Built into each
     #: plug-in's settings dataclass on load, in calling order (``streamfl.coordinator.plugins``).
     plugins: Dict[str, Any] = field(default_factory=dict)
+    #: Past global versions kept in memory, as the base models that updates are measured against; an
+    #: older base falls back to the current model.
     history_size: int = bounded(10, 1, 1000)
     #: How many recent update ids are remembered to drop resent duplicates.
     dedup_window: int = bounded(4096, 1, 10 ** 7)
+    #: Held-out dataset (.npz: X float32 [N, T, C], y int64 [N]) the coordinator evaluates each
+    #: version on; null = no evaluation.
     eval_path: Optional[str] = None
+    #: Evaluate the global model at version 0 and every this many versions (accuracy and loss go to
+    #: metrics.jsonl).
     eval_every_versions: int = bounded(5, 1, 10 ** 9)
+    #: Windows per forward pass of the held-out evaluation.
     eval_batch_size: int = bounded(512, 1, 65536)
     #: A version is published only once it is durable in the state folder, and saved at most this
     #: often: the model topic lags the newest aggregation by up to this much plus one save
@@ -120,8 +144,12 @@ class CoordinatorConfig:
     #: One coordinator per fleet: refuse to start beside a live one, or take over from it
     #: (``coordinator/liveness.py``; ``--take-over``).
     exclusive: ExclusiveConfig = field(default_factory=ExclusiveConfig)
+    #: Seed of the version-0 model (same seed and model = the same initial weights everywhere).
     seed: int = bounded(0, 0, SEED_MAX)
+    #: Send global models with float16 tensors (half the bytes; agents decode them to float32).
     float16: bool = False
+    #: Largest frame accepted from the broker (an update), in bytes (64 MiB); larger ones are
+    #: rejected.
     max_frame_bytes: int = bounded(64 * 2 ** 20, 1024, FRAME_BYTES_MAX)
     mqtt: MqttConfig = field(default_factory=MqttConfig)
 

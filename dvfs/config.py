@@ -37,6 +37,8 @@ class DvfsConfig:
     emulate_speed: bool = False
     #: Hardware roots, for tests and containers that mount the host's /sys elsewhere.
     sysfs_root: str = "/sys"
+    #: Where /proc is (board detection reads <proc_root>/device-tree/model), for tests and
+    #: containers.
     proc_root: str = "/proc"
 
     def __post_init__(self) -> None:

@@ -10,9 +10,14 @@ from streamfl.config import bounded
 class ModelSpec:
     """A model's architecture: registry name plus the data shape it takes ([B, T, C] -> [B, K])."""
 
+    #: Architecture from the model registry: lstm (AdaCLP's one-layer LSTM), cnn1d or mlp; must
+    #: match on the agents and the coordinator.
     name: str = "lstm"
+    #: Sensor channels per time step (C of a [T, C] window); must equal sensor.channels.
     in_channels: int = bounded(6, 1, 1024)
+    #: Time steps per window (T); must equal sensor.window_len.
     window_len: int = bounded(50, 1, 100000)
+    #: Output classes (K); at least sensor.num_classes, and labels must be below it.
     num_classes: int = bounded(6, 2, 4096)
     #: Hidden units; 128 as in AdaCLP's one-layer LSTM.
     hidden: int = bounded(128, 1, 10 ** 6)

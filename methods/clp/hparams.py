@@ -77,12 +77,17 @@ class ClpHparamsConfig:
     #: Slope of eq. 6's sigmoid in F's change per version (AdaCLP's beta, eq. 6).
     dropout_slope: float = bounded(10.0, 0.0, 1e4)
     lr_min: float = bounded(DEFAULT_ETA0 / 100.0, 0.0, 10.0, lo_open=True)
+    #: Upper clamp on eq. 4's learning rate (AdaCLP); eq. 4 explodes for F_G < 1.
     lr_max: float = bounded(DEFAULT_ETA0, 0.0, 10.0, lo_open=True)
     batch_min: int = bounded(8, 1, 65536)
+    #: Upper clamp on eq. 5's batch size (AdaCLP), also its value past eq. 5's pole.
     batch_max: int = bounded(DEFAULT_B0, 1, 65536)
+    #: Lower clamp on eq. 6's dropout (AdaCLP).
     dropout_min: float = bounded(0.0, 0.0, 1.0, hi_open=True)
     dropout_max: float = bounded(0.5, 0.0, 1.0, hi_open=True)
     fisher_reference: str = "absolute"
+    #: fisher_reference absolute: F = F_G / fisher_scale in eq. 4-6 (1.0 = the paper's literal F_G;
+    #: a typical trace of the model makes them scale-free).
     fisher_scale: float = bounded(1.0, 0.0, 1e12, lo_open=True)
 
     def __post_init__(self) -> None:

@@ -51,10 +51,17 @@ class SfedpoAgentConfig:
     #: The slot an admitted window replaces: "random" (eq. 1's convex mix), "oldest" (FIFO) or
     #: "balanced" (the most-held class among a few random slots; streamfl's).
     victim: str = "random"
+    #: Floor on the availability q_n this board reports (0.01, the paper's clip), so 1/q_n stays
+    #: finite.
     min_availability: float = bounded(0.01, 0.0, 1.0, lo_open=True)
+    #: Inferred states: windows in the sliding label histogram that is matched to a state.
     history: int = bounded(32, 1, 10 ** 6)
+    #: Inferred states: match the histogram to the nearest state every this many windows.
     every: int = bounded(8, 1, 10 ** 6)
+    #: Inferred states: a histogram within this total-variation distance of a state's centroid joins
+    #: it; beyond it for a whole history starts a new one.
     threshold: float = bounded(0.35, 0.0, 1.0, lo_open=True)
+    #: States this board tracks; past it the nearest is taken.
     max_states: int = bounded(32, 1, MAX_STATES)
 
     def __post_init__(self) -> None:

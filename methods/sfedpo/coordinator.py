@@ -50,8 +50,13 @@ log = logging.getLogger(__name__)
 class SfedpoConfig:
     """SFedPO's fleet settings (module docstring)."""
 
+    #: Devices admit windows by their latent state's share (distribution-guided sampling, SFedPO eq.
+    #: 10-11); false: every state at the budget.
     dds: bool = True
+    #: Weigh updates by shift-aware aggregation weights (SFedPO eq. 14); false: the strategy's own
+    #: weights.
     saw: bool = True
+    #: alpha_n: the mean share of new windows a full buffer admits, in (0, 1).
     budget: float = bounded(0.5, 0.0, 1.0, lo_open=True, hi_open=True)
     #: Old key names (the paper's symbols) that files may still use.
     RENAMED: ClassVar[Dict[str, str]] = {
@@ -73,8 +78,12 @@ class SfedpoConfig:
     #: Constant gradient-noise term of s_n (SFedPO's L eta sigma^2, eq. 12);
     #: ``SfedpoTerms.l_eta_sigma2``.
     noise_term: float = bounded(0.0, 0.0, 100.0)
+    #: Floor on a device's reported availability q_n (0.01, the paper's clip), so 1/q_n in eq. 14
+    #: stays finite.
     min_availability: float = bounded(0.01, 0.0, 1.0, lo_open=True)
+    #: Cap on a device's reported heterogeneity score s_n (a report is a claim).
     max_score: float = bounded(100.0, 0.0, 1e6, lo_open=True)
+    #: Cap on a device's eq. 14 weight, as a multiple of the fleet's mean weight.
     max_factor: float = bounded(4.0, 1.0, 100.0)
 
     def __post_init__(self) -> None:

@@ -12,15 +12,28 @@ from streamfl.protocol.transport.credentials import PASSWORD_ENV, read_password
 class MqttConfig:
     """The ``mqtt:`` section: where the broker is and how to authenticate (no password here)."""
 
+    #: Broker host name or address.
     host: str = "localhost"
+    #: Broker TCP port (1883 plain; 8883 is usual with TLS).
     port: int = bounded(1883, 1, 65535)
+    #: MQTT keep-alive interval in seconds: the broker declares the client gone (and sends its last
+    #: will) after 1.5 times this without traffic.
     keepalive_s: int = bounded(30, 5, 65535)
+    #: CA certificate file (PEM); setting it enables TLS. null = plain TCP.
     tls_ca: Optional[Path] = None
+    #: Client certificate file (PEM) for mutual TLS; needs tls_key.
     tls_cert: Optional[Path] = None
+    #: Private key file (PEM) of tls_cert, for mutual TLS.
     tls_key: Optional[Path] = None
+    #: MQTT user name (with the shipped ACL: the agent's device id); null = anonymous.
     username: Optional[str] = None
+    #: File whose first line is the MQTT password; null = $STREAMFL_MQTT_PASSWORD, else none. Never
+    #: in YAML.
     password_file: Optional[Path] = None
+    #: Seconds before the first reconnection attempt after the broker is lost; the wait doubles up
+    #: to reconnect_max_s.
     reconnect_min_s: float = bounded(1.0, 0.0, 3600.0, lo_open=True)
+    #: Longest wait between reconnection attempts, in seconds.
     reconnect_max_s: float = bounded(60.0, 0.0, 3600.0, lo_open=True)
 
     def __post_init__(self) -> None:
