@@ -160,7 +160,7 @@ class AgentCore:
     def add_window(self, window: Window) -> bool:
         """Offer one sensor window to the buffer; False if it was not stored (see buffer counters)."""
         for plugin in self.active_plugins:
-            plugin.on_window_arrived(window)
+            window = plugin.on_window_arrived(window) or window
         return self.buffer.add(window.x, window.label, window.state)
 
     def on_global_model(self, gm: GlobalModel) -> bool:

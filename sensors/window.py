@@ -5,14 +5,15 @@ import numpy as np
 
 #: Label of a window whose class is not known (e.g. a live IIO stream with no label source).
 UNLABELLED = -1
-#: State of a window whose latent state (SFedPO: at work, at home, driving) the source does not say.
+#: State of a window whose context (a latent state such as at work, at home, driving) nobody says.
 UNKNOWN_STATE = -1
 
 
 @dataclass
 class Window:
     """``x`` is float32 [T, C] (time, channels); ``label`` the majority class or ``UNLABELLED``;
-    ``state`` the source's latent-state id (>= 0) or ``UNKNOWN_STATE``."""
+    ``state`` the id (>= 0) of the context the window was recorded in, as its source or a method
+    resolves it, or ``UNKNOWN_STATE``; buffer policies may admit windows by it."""
 
     x: np.ndarray
     label: int

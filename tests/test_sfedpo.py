@@ -142,15 +142,13 @@ def test_dds_admits_everything_while_filling_then_each_state_at_its_rate():
     assert unknown == pytest.approx(0.5, abs=0.03)  # no rate: the default budget
 
 
-def test_dds_uses_the_state_its_owner_resolved_once():
+def test_dds_admits_by_the_state_the_buffer_is_given():
     policy = DdsPolicy(seed=0)
     policy.rates = {3: 0.0}
     buf = Buffer(2, 4, 2, 4, policy)
     x = np.zeros((4, 2), np.float32)
     buf.add(x, 0), buf.add(x, 0)
-    policy.pending_state = 3
-    assert not buf.add(x, 0, -1)          # the resolved state 3 is never admitted
-    assert policy.pending_state is None
+    assert not buf.add(x, 0, 3)           # state 3 is never admitted
 
 
 def test_dds_random_victims_mix_the_buffer_as_eq1():

@@ -122,9 +122,11 @@ class AgentPlugin(abc.ABC):
     def bind(self, seed: int, num_classes: int) -> None:
         """Told once, before any window, the device's seed and the model's class count."""
 
-    def on_window_arrived(self, window: Window) -> None:
+    def on_window_arrived(self, window: Window) -> Optional[Window]:
         """A sensor window is about to be offered to the buffer (called for every one: keep it
-        cheap)."""
+        cheap). Return the window as it should be stored (e.g. with the latent state this method
+        resolved; the next plug-in gets it), or None to leave it as it is."""
+        return None
 
     def on_model_received(self, gm: GlobalModel, hparams: Dict[str, float]) -> ModelDecision:
         """A newer global model of this device's architecture was accepted; ``hparams`` are its

@@ -18,6 +18,7 @@ q = 1 or 0.05 on no evidence (1/q_n moves eq. 14 most). It is floored at ``min_a
 """
 import logging
 import math
+import dataclasses
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -128,14 +129,16 @@ class SfedpoAgentPlugin(AgentPlugin):
             self._local_steps = int(steps)
         return ModelDecision(hparams, buffer_policy=self.policy)
 
-    def on_window_arrived(self, window: Window) -> None:
+    def on_window_arrived(self, window: Window) -> Optional[Window]:
+        """Resolves the window's latent state (given or inferred, ``states``), which the buffer's
+        DDS admission then reads: the window as it should be stored."""
         state = self.source.state_of(window)
         new = state not in self.oracle.counts
         self.oracle.observe(state, window.label)
-        self.policy.pending_state = state
         self._since_refresh += 1
         if new or self._since_refresh >= self.config.refresh_windows:
             self.refresh()
+        return window if state == window.state else dataclasses.replace(window, state=state)
 
     def _inputs(self):
         """(states, pi_hat, w, d) over the states known to this device and, if shared, the fleet."""

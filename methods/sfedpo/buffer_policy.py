@@ -12,7 +12,7 @@ which windows make room open). The ``sfedpo`` agent plug-in keeps the rates
 current; on its own (``buffer_policy: dds``) every state is admitted at the budget, the paper's
 "uniform sampling" ablation. Seeded.
 """
-from typing import Dict, Optional
+from typing import Dict
 
 import numpy as np
 
@@ -44,16 +44,11 @@ class DdsPolicy(ReplacementPolicy):
         self.victim_rule = victim
         #: alpha_n,m per state id.
         self.rates: Dict[int, float] = {}
-        #: The next window's state as its owner resolved it (e.g. inferred), used once in place
-        #: of the state the buffer passes.
-        self.pending_state: Optional[int] = None
         #: Windows offered while the buffer was full, and admitted of them (the admission rate).
         self.offered_full = 0
         self.admitted_full = 0
 
     def admit(self, label: int, buffer: BufferView, state: int = -1) -> bool:
-        if self.pending_state is not None:
-            state, self.pending_state = self.pending_state, None
         if buffer.size < buffer.capacity:
             return True
         self.offered_full += 1
