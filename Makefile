@@ -110,7 +110,7 @@ TEDDI_T_digits := 0.5,0.6
 TEDDI_T_mnist := 0.6,0.7
 TEDDI_T_watch := 0.6,0.7
 # $(call TEDDI_FRAMES,folder,methods,dataset,reference): the folder's frames table.
-TEDDI_FRAMES = $(BIN)/streamfl report $(1) --frames $(TEDDI_T_$(3)) --reference $(4) --methods $(2) > $(1)/frames.md
+TEDDI_FRAMES = $(BIN)/streamfl report $(1) --section frames --option $(TEDDI_T_$(3)) --reference $(4) --methods $(2) > $(1)/frames.md
 comma := ,
 teddi_data = $(word 1,$(subst -, ,$(1)))
 teddi_part = $(word 2,$(subst -, ,$(1)))
@@ -123,11 +123,11 @@ TEDDI_OUT := $(foreach d,$(TEDDI_DATA),$(foreach t,$(TEDDI_TMAX),runs/eval/teddi
 TEDDI_GRID := $(foreach d,$(TEDDI_DATA),$(foreach t,$(TEDDI_TMAX),$(d)-$(t)))
 eval-fedteddi: $(addsuffix /frames.md,$(TEDDI_OUT))
 	$(BIN)/streamfl report $(addprefix runs/eval/teddi-,$(TEDDI_GRID)) --overview --reference random \
-	  --frames "$(foreach g,$(TEDDI_GRID),$(TEDDI_T_$(call teddi_data,$(g)));)" \
+	  --section frames --option "$(foreach g,$(TEDDI_GRID),$(TEDDI_T_$(call teddi_data,$(g)));)" \
 	  --labels "$(foreach g,$(TEDDI_GRID),$(call teddi_data,$(g)) $(call teddi_part,$(g)) s,)" \
 	  --methods $(TEDDI_METHODS) > runs/eval/teddi-overview.md
 	$(foreach d,$(TEDDI_DATA),$(BIN)/streamfl report $(foreach t,$(TEDDI_TMAX),runs/eval/teddi-$(d)-$(t)) \
-	  --frames $(TEDDI_T_$(d)) --reference random --methods $(TEDDI_METHODS) \
+	  --section frames --option $(TEDDI_T_$(d)) --reference random --methods $(TEDDI_METHODS) \
 	  --labels "$(foreach t,$(TEDDI_TMAX),T_max $(t) s,)" \
 	  > runs/eval/teddi-$(d)-deadlines.md && $(BIN)/streamfl report runs/eval/teddi-$(d)-1.0 &&) true
 # What eq. 17's stop rule does with a larger gradient-noise scale than the devices report (random
@@ -174,27 +174,27 @@ eval-stewc: $(foreach d,$(STEWC_DATA),runs/eval/stewc-$(d)/periods.md runs/eval/
 # FedCurv's S-FDM estimated every 10 rounds instead of every round (its cost, bench_stewc.json).
 runs/eval/stewc-mnist-sfdm10/periods.md: $(STAMP)
 	$(SIM) $(STEWC) --seeds 3 --methods fedcurv,stewc --set plugins.fedcurv.fisher_every_rounds=10 --out $(@D)
-	$(BIN)/streamfl report $(@D) --periods --reference fedcurv > $@
+	$(BIN)/streamfl report $(@D) --section periods --reference fedcurv > $@
 # The composition with AdaCLP beside AdaCLP alone, both with eta0 the baselines' rate 0.1 (as in
 # eval-fedteddi; AdaCLP's own 0.01 learns nothing in 100 s periods here).
 runs/eval/stewc-%-adaclp/periods.md: $(STAMP)
 	$(SIM) $(STEWC) --seeds 3 --methods stewc+adaclp,adaclp $(STEWC_SET_$*) \
 	  --set method_lr.stewc+adaclp=0.1 --set method_lr.adaclp=0.1 --out $(@D)
-	$(BIN)/streamfl report $(@D) --periods --reference adaclp > $@
+	$(BIN)/streamfl report $(@D) --section periods --reference adaclp > $@
 # ST-EWC at smaller lambda1 than the default 10 (chosen on digits): how period 1 and the average
 # trade on the two datasets the results report.
 runs/eval/stewc-%-lam1/periods.md: $(STAMP)
 	$(SIM) $(STEWC) --seeds 3 --methods stewc $(STEWC_SET_$*) --set plugins.stewc.temporal_strength=1 --out $(@D)
-	$(BIN)/streamfl report $(@D) --periods --reference stewc > $@
+	$(BIN)/streamfl report $(@D) --section periods --reference stewc > $@
 runs/eval/stewc-%-lam3/periods.md: $(STAMP)
 	$(SIM) $(STEWC) --seeds 3 --methods stewc $(STEWC_SET_$*) --set plugins.stewc.temporal_strength=3 --out $(@D)
-	$(BIN)/streamfl report $(@D) --periods --reference stewc > $@
+	$(BIN)/streamfl report $(@D) --section periods --reference stewc > $@
 runs/eval/stewc-%-drift/periods.md: $(STAMP)
 	$(SIM) $(STEWC) --seeds 3 --methods timeewc,stewc $(STEWC_SET_$*) --set plugins.stewc.boundary=drift --out $(@D)
-	$(BIN)/streamfl report $(@D) --periods --reference timeewc > $@
+	$(BIN)/streamfl report $(@D) --section periods --reference timeewc > $@
 runs/eval/stewc-%/periods.md: $(STAMP)
 	$(SIM) $(STEWC) --seeds 3 --methods $(STEWC_METHODS) $(STEWC_SET_$*) --out $(@D)
-	$(BIN)/streamfl report $(@D) --periods --reference fedavg --methods $(STEWC_METHODS) > $@
+	$(BIN)/streamfl report $(@D) --section periods --reference fedavg --methods $(STEWC_METHODS) > $@
 
 # Sessions (session-init paper, sec. VI): the churn scenario (14 boards, 7 sessions of
 # 100 s, the population changing at each boundary, which the coordinator finds by itself), label
@@ -214,19 +214,19 @@ SESS_DATA := digits mnist watch
 SESS_OUT := $(foreach d,$(SESS_DATA),$(foreach o,0 0.2 0.8,$(foreach a,0.3 0.7,runs/eval/sessions-$(d)-o$(o)-a$(a))))
 sess_word = $(patsubst $(3)%,%,$(word $(2),$(subst -, ,$(1))))
 eval-sessions: $(addsuffix /sessions.md,$(SESS_OUT)) $(foreach k,1 3,runs/eval/sessions-kappa$(k)/sessions.md)
-	$(BIN)/streamfl report $(SESS_OUT) --sessions > runs/eval/sessions.md
+	$(BIN)/streamfl report $(SESS_OUT) --section sessions > runs/eval/sessions.md
 # kappa's sensitivity (the paper's Table VI): session-init at kappa 1 and 3 beside the default 10, on
 # digits at the shipped overlap 0.2 and Dirichlet 0.3.
 runs/eval/sessions-kappa%/sessions.md: $(STAMP)
 	$(SIM) $(SESS) --seeds 3 --methods previous,session-init $(SESS_SET_digits) \
 	  --set plugins.sessions.similarity_sharpness=$* --out $(@D)
-	$(BIN)/streamfl report $(@D) --sessions > $@
+	$(BIN)/streamfl report $(@D) --section sessions > $@
 runs/eval/sessions-%/sessions.md: $(STAMP)
 	$(SIM) $(SESS) --seeds 3 --methods $(call sess_methods,$*) $(SESS_SET_$(call sess_word,$*,1,)) \
 	  --set stream.params.label_overlap=$(call sess_word,$*,2,o) \
 	  --set stream.params.dirichlet_alpha=$(call sess_word,$*,3,a) \
 	  --set method_lr.session-init+adaclp=0.1 --out $(@D)
-	$(BIN)/streamfl report $(@D) --sessions > $@
+	$(BIN)/streamfl report $(@D) --section sessions > $@
 
 # SFedPO (the SFedPO paper, sec. 6): the latent-state scenario (30 boards, 12 states in 6 clusters of
 # Dirichlet 0.05 .. 100, 100 FedAvg rounds, a 500-window buffer refilled once per state slot), full
@@ -246,8 +246,8 @@ SFEDPO_OUT := $(foreach d,mnist watch,$(foreach a,full partial,runs/eval/sfedpo-
 SFEDPO_TRIED := $(addprefix runs/eval/sfedpo-tried/,mnist-inferred mnist-contrast watch-contrast mnist-slow \
   mnist-balanced watch-balanced)
 eval-sfedpo: $(addsuffix /summary.json,$(SFEDPO_OUT) $(SFEDPO_TRIED))
-	$(BIN)/streamfl report $(SFEDPO_OUT) --sfedpo > runs/eval/sfedpo.md
-	$(BIN)/streamfl report $(SFEDPO_TRIED) --sfedpo > runs/eval/sfedpo-tried/sfedpo.md
+	$(BIN)/streamfl report $(SFEDPO_OUT) --section sfedpo > runs/eval/sfedpo.md
+	$(BIN)/streamfl report $(SFEDPO_TRIED) --section sfedpo > runs/eval/sfedpo-tried/sfedpo.md
 runs/eval/sfedpo-tried/%-inferred/summary.json: $(STAMP)
 	$(SIM) $(SFEDPO) --seeds 3 --methods sfedpo $(SFEDPO_SET_$*) --set stream.params.access=partial \
 	  --set agent.plugins.sfedpo.states=inferred --out $(@D)
