@@ -1,4 +1,5 @@
-"""The device side of FedCurv (Shoham et al. 2019; DESIGN.md s8): the peers' penalty and the own Fisher.
+"""The device side of FedCurv (Shoham et al. 2019, "Overcoming forgetting in federated learning on
+non-IID data"): the peers' penalty and the own Fisher.
 
 The global model's ``CurvatureTerms`` extra carries ``lambda2`` and the coordinator's sums
 ``U = sum_k F_k`` and ``V = sum_k F_k * theta_k`` (the coordinator's ``CurvatureSums``). Device k removes its own last

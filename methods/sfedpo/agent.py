@@ -1,4 +1,4 @@
-"""SFedPO on the device (sfedpo.txt sec. 5, Algorithm 1): which windows the buffer keeps, and s_n.
+"""SFedPO on the device (the SFedPO paper, sec. 5 and Algorithm 1): which windows the buffer keeps, and s_n.
 
 Dormant until a global model carries ``SfedpoTerms``. Then every window's latent state (from
 ``states``: the window's own, else inferred; ``streamfl.methods.sfedpo.latent``) is counted by the Dirichlet

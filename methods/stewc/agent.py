@@ -1,4 +1,4 @@
-"""The device side of ST-EWC's temporal term (st-ewc.txt eq. 8 and 12; DESIGN.md s8).
+"""The device side of ST-EWC's temporal term (the ST-EWC paper, eq. 8 and 12).
 
 The global model's ``PeriodTerms`` carry ``lambda1`` and the coordinator's sums ``P = sum_t F^t``
 and ``Q = sum_t F^t * theta*_t``. The device trains with ``lambda1 (P theta - Q)`` added to the
