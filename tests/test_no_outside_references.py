@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 THIS = "tests/test_no_outside_references.py"
 
 #: Files another change is rewriting: their hits are expected to go, not yet enforced.
-BEING_REWRITTEN = ("docs/architecture.md",)
+BEING_REWRITTEN = ()
 
 #: Tracked files never read: recorded figures, not prose.
 SKIPPED = ("tests/golden/*.json",)
