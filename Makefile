@@ -8,7 +8,7 @@ TORCH_PIP_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
-AGENT_SIDE := streamfl protocol sensors models agent dvfs
+AGENT_SIDE := streamfl protocol sensors models agent dvfs methods
 
 .PHONY: demo test venv lint bench load eval-adaclp eval-fedteddi eval-stewc eval-sessions eval-sfedpo golden clean
 

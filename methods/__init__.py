@@ -48,12 +48,21 @@ def _load() -> None:
         _loaded = True
         for name in BUILTIN:
             _add(importlib.import_module("%s.%s" % (__name__, name)).METHOD)
-        from importlib.metadata import entry_points
-        for point in entry_points(group=ENTRY_POINT_GROUP):
+        for point in _entry_points():
             try:
                 _add(point.load())
             except Exception as exc:  # another distribution's bug must not stop the fleet
                 log.error("method %s from entry point %s not loaded: %s", point.name, point.value, exc)
+
+
+def _entry_points() -> list:
+    """The ``streamfl.methods`` entry points of the installed distributions (Python 3.8 and 3.9,
+    which boards on JetPack 5 run, return a dict from ``entry_points()``; 3.10+ select by group)."""
+    from importlib.metadata import entry_points
+    found = entry_points()
+    if hasattr(found, "select"):
+        return list(found.select(group=ENTRY_POINT_GROUP))
+    return list(found.get(ENTRY_POINT_GROUP, ()))
 
 
 def register(package: MethodPackage) -> MethodPackage:
