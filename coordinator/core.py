@@ -11,7 +11,7 @@ import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from streamfl.coordinator.admission import UpdateAdmission
 from streamfl.coordinator.config import CoordinatorConfig
@@ -20,7 +20,7 @@ from streamfl.coordinator.persistence import PLUGIN_TENSORS
 from streamfl.coordinator.plugins import Addressed, Aggregation, CoordinatorPlugin, FleetView, make_plugins
 from streamfl.coordinator.plugins.base import Effects, Verdict
 from streamfl.coordinator.registry import DeviceRegistry
-from streamfl.coordinator.strategies import AGGREGATED, STALE, Aggregator, make_strategy, staleness_of
+from streamfl.coordinator.strategies import STALE, Aggregator, make_strategy, staleness_of
 from streamfl.logs import RateLimitedLog
 from streamfl.protocol.messages import Command, GlobalModel, Hello, Message, Offline, Telemetry, Tensors, Update
 
@@ -235,14 +235,12 @@ class CoordinatorCore:
             # update's share there, never raise it above the strategy's own. (FedAvg shares a
             # round out among its updates, where the plug-ins' caps bound each share.)
             weight = min(weight, 1.0)
-        new = self.strategy.on_update(self._model, self.version, update, now, weight=weight)
-        outcome = self.strategy.last_outcome
-        if outcome == STALE:
+        outcome = self.strategy.on_update(self._model, self.version, update, now, weight=weight)
+        if outcome.kind == STALE:
             self.counters["stale_dropped"] += 1
-        if new is not None:
-            self._install(new, now, step)
-            outcome = AGGREGATED
-        step.update = self._record(update, now, staleness, new is not None, outcome,
+        if outcome.model is not None:
+            self._install(outcome.model, now, step, merged=outcome.merged, mixing_weight=outcome.mixing_weight)
+        step.update = self._record(update, now, staleness, outcome.model is not None, outcome.kind,
                                    clipped=verdict.clipped, delta_norm=verdict.delta_norm, fields=fields)
         return self._step(step, now)
 
@@ -271,9 +269,9 @@ class CoordinatorCore:
     def tick(self, now: float) -> Step:
         """Drive time-based decisions (FedAvg's deadline, plug-ins' timers)."""
         step = Step()
-        new = self.strategy.on_tick(self._model, self.version, now)
-        if new is not None:
-            self._install(new, now, step)
+        outcome = self.strategy.on_tick(self._model, self.version, now)
+        if outcome is not None and outcome.model is not None:
+            self._install(outcome.model, now, step, merged=outcome.merged, mixing_weight=outcome.mixing_weight)
         for plugin in self.plugins:
             self._apply(plugin, plugin.on_tick(now))
         return self._step(step, now)
@@ -368,9 +366,11 @@ class CoordinatorCore:
         self._start_plugins(now)
 
     # ---- internals ----------------------------------------------------------------------------
-    def _install(self, tensors: Tensors, now: float, step: Step, switched_by: str = "") -> None:
+    def _install(self, tensors: Tensors, now: float, step: Step, switched_by: str = "",
+                 merged: Tuple[Update, ...] = (), mixing_weight: Optional[float] = None) -> None:
         """Make ``tensors`` the next version: the strategy's aggregation (``switched_by`` empty:
-        what it last merged) or the model a plug-in switched to (nothing merged)."""
+        of ``merged``, one update's share ``mixing_weight`` where it mixes one in) or the model a
+        plug-in switched to (nothing merged)."""
         self.version += 1
         self._model = tensors
         self.history.add(self.version, tensors, now)
@@ -378,10 +378,8 @@ class CoordinatorCore:
         if switched_by:
             aggregation = Aggregation(self.version, (), now, switched_by=switched_by)
         else:
-            merged = tuple(self.strategy.last_aggregated)
-            mixing = getattr(self.strategy, "last_weight", None) if len(merged) == 1 else None
-            aggregation = Aggregation(self.version, merged, now,
-                                      mixing_weight=None if mixing is None else float(mixing))
+            aggregation = Aggregation(self.version, tuple(merged), now,
+                                      mixing_weight=None if mixing_weight is None else float(mixing_weight))
         made = []
         for plugin in self.plugins:
             effects = plugin.on_model_made(aggregation)

@@ -127,7 +127,7 @@ def test_fedavg_combine_option(combine, expected):
     out = None
     for u in _updates([1.0, 1.1, 0.9, 1.0, 1000.0]):
         out = agg.on_update(model, 0, u, 0.0)
-    np.testing.assert_allclose(out["w"], expected, rtol=1e-5)
+    np.testing.assert_allclose(out.model["w"], expected, rtol=1e-5)
     with pytest.raises(ConfigError, match="combine"):
         build(CoordinatorConfig, {"strategy": "fedavg", "fedavg": {"combine": "mode"}}, "t")
 

@@ -1,6 +1,6 @@
 """One contract suite over every aggregation strategy (and each staleness function of FedAsync):
-new arrays out, inputs never mutated, the same updates give the same models, state round-trips
-through JSON. A new strategy is covered by adding it to ``STRATEGIES``."""
+new arrays out, inputs never mutated, the same updates give the same models, an Outcome that says
+what it did, state round-trips through JSON. A new strategy is covered by adding it to ``STRATEGIES``."""
 import copy
 import json
 
@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from factories import make_update
-from streamfl.coordinator.strategies import STALENESS_NAMES, FedAsyncAggregator, FedAvgAggregator, make_staleness
+from streamfl.coordinator.strategies import (AGGREGATED, BUFFERED, STALE, STALENESS_NAMES, FedAsyncAggregator,
+                                             FedAvgAggregator, Outcome, make_staleness)
+from streamfl.protocol.messages import Update
 
 DEVICES = ("d0", "d1", "d2")
 
@@ -35,10 +37,10 @@ def feed(strategy, n=15, seed=1):
         u = make_update(current, device_id=DEVICES[k % 3], update_id="u%d" % k,
                         base_version=max(0, version - k % 3), num_samples=5 + k,
                         tensors={n_: rng.normal(size=a.shape).astype(np.float32) for n_, a in current.items()})
-        for new in (strategy.on_update(current, version, u, float(k)), strategy.on_tick(current, version, k + 0.9)):
-            if new is not None:
-                current, version = new, version + 1
-                made.append(new)
+        for outcome in (strategy.on_update(current, version, u, float(k)), strategy.on_tick(current, version, k + 0.9)):
+            if outcome is not None and outcome.model is not None:
+                current, version = outcome.model, version + 1
+                made.append(outcome.model)
     return made
 
 
@@ -63,7 +65,8 @@ class TestAggregatorContract:
                                tensors={k: rng.normal(size=a.shape).astype(np.float32) for k, a in current.items()})
                    for d in DEVICES]
         shown = copy.deepcopy(updates)
-        outs = [strategy.on_update(current, 0, u, 0.0) for u in updates] + [strategy.on_tick(current, 0, 5.0)]
+        outcomes = [strategy.on_update(current, 0, u, 0.0) for u in updates] + [strategy.on_tick(current, 0, 5.0)]
+        outs = [o.model for o in outcomes if o is not None]
         assert all(np.array_equal(current[k], kept[k]) for k in kept)
         for u, s in zip(updates, shown):
             assert all(np.array_equal(u.tensors[k], s.tensors[k]) for k in s.tensors)
@@ -77,6 +80,25 @@ class TestAggregatorContract:
         assert len(a) == len(b)
         for x, y in zip(a, b):
             assert all(np.array_equal(x[k], y[k]) for k in x)
+
+    def test_it_returns_what_it_did(self, name):
+        strategy = STRATEGIES[name]()
+        current, rng = model(), np.random.default_rng(5)
+        for k in range(9):
+            u = make_update(current, device_id=DEVICES[k % 3], update_id="u%d" % k, base_version=0,
+                            num_samples=3, tensors={n_: rng.normal(size=a.shape).astype(np.float32)
+                                                    for n_, a in current.items()})
+            outcome = strategy.on_update(current, 0, u, float(k))
+            assert isinstance(outcome, Outcome) and outcome.kind in (AGGREGATED, BUFFERED, STALE)
+            ticked = strategy.on_tick(current, 0, k + 0.5)
+            assert ticked is None or (isinstance(ticked, Outcome) and ticked.kind == AGGREGATED)
+            for o in (outcome, ticked):
+                if o is not None and o.model is not None:
+                    assert o.merged and all(isinstance(m, Update) for m in o.merged)
+                    assert (o.mixing_weight is None) == strategy.normalizes_weights
+                elif o is not None:
+                    assert o.merged == () and o.mixing_weight is None
+        assert not any(hasattr(strategy, a) for a in ("last_outcome", "last_aggregated", "last_weight"))
 
     def test_state_round_trips_through_json(self, name):
         strategy = STRATEGIES[name]()

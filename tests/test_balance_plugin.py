@@ -32,6 +32,12 @@ def send(c, device, classes, t, samples=8):
     return step
 
 
+def mixing(step):
+    """The share FedAsync gave the update ``step`` aggregated, as the core reported it."""
+    (made,) = [a for a in step.aggregations if not a.switched_by]
+    return made.mixing_weight
+
+
 def test_class_mix_is_the_counts_as_fractions():
     assert class_mix(make_update(SPEC, class_counts={0: 3, 2: 1})) == {0: 0.75, 2: 0.25}
     assert class_mix(make_update(SPEC, class_counts={})) == {}
@@ -40,11 +46,11 @@ def test_class_mix_is_the_counts_as_fractions():
 def test_the_composition_follows_the_mixing_weights():
     c = core()
     plugin = c.plugin("balance")
-    send(c, "d0", {0: 8}, 1.0)  # first update: nothing to balance against, full weight
-    assert c.strategy.last_weight == pytest.approx(0.5)
+    step = send(c, "d0", {0: 8}, 1.0)  # first update: nothing to balance against, full weight
+    assert mixing(step) == pytest.approx(0.5)
     assert plugin.composition == {0: 1.0}
-    send(c, "d1", {1: 8}, 2.0)  # class 1 is absent from the model: the strategy's weight
-    assert c.strategy.last_weight == pytest.approx(0.5)
+    step = send(c, "d1", {1: 8}, 2.0)  # class 1 is absent from the model: the strategy's weight
+    assert mixing(step) == pytest.approx(0.5)
     assert plugin.composition == pytest.approx({0: 0.5, 1: 0.5})
 
 
@@ -53,15 +59,15 @@ def test_an_over_represented_class_is_mixed_in_lightly():
     plugin = c.plugin("balance")
     send(c, "d0", {0: 8}, 1.0)
     send(c, "d1", {1: 8}, 2.0)
-    send(c, "d2", {0: 8}, 3.0)  # composition {0: .5, 1: .5}, target .5: factor 1
-    assert c.strategy.last_weight == pytest.approx(0.5)
+    step = send(c, "d2", {0: 8}, 3.0)  # composition {0: .5, 1: .5}, target .5: factor 1
+    assert mixing(step) == pytest.approx(0.5)
     m0 = plugin.composition[0]
     assert m0 == pytest.approx(0.75)
     step = send(c, "d3", {0: 8}, 4.0)  # class 0 fills 3/4 of the model: factor .5 / .75
-    assert c.strategy.last_weight == pytest.approx(0.5 * 0.5 / 0.75)
+    assert mixing(step) == pytest.approx(0.5 * 0.5 / 0.75)
     assert step.update.as_event()["balance_factor"] == pytest.approx(0.5 / 0.75, abs=1e-4)
-    send(c, "d1", {1: 8}, 5.0)  # the rarer class keeps the full weight
-    assert c.strategy.last_weight == pytest.approx(0.5)
+    step = send(c, "d1", {1: 8}, 5.0)  # the rarer class keeps the full weight
+    assert mixing(step) == pytest.approx(0.5)
 
 
 def test_power_sharpens_the_shortfall():
@@ -69,8 +75,8 @@ def test_power_sharpens_the_shortfall():
     send(c, "d0", {0: 8}, 1.0)
     send(c, "d1", {1: 8}, 2.0)
     send(c, "d2", {0: 8}, 3.0)
-    send(c, "d3", {0: 8}, 4.0)
-    assert c.strategy.last_weight == pytest.approx(0.5 * (0.5 / 0.75) ** 3)
+    step = send(c, "d3", {0: 8}, 4.0)
+    assert mixing(step) == pytest.approx(0.5 * (0.5 / 0.75) ** 3)
 
 
 def test_the_floor_bounds_the_factor_and_counts_without_classes_weigh_fully():
@@ -78,11 +84,11 @@ def test_the_floor_bounds_the_factor_and_counts_without_classes_weigh_fully():
     for k in range(4):  # four classes seen: target 1/4, which class 0 overshoots below
         send(c, "d1", {k: 8}, 1.0 + k)
     for t in range(5, 60):
-        send(c, "d2", {0: 8}, float(t))
+        step = send(c, "d2", {0: 8}, float(t))
     assert c.plugin("balance").composition[0] > 0.7
-    assert c.strategy.last_weight == pytest.approx(0.5 * 0.4)
-    send(c, "d3", {}, 10.0)
-    assert c.strategy.last_weight == pytest.approx(0.5)
+    assert mixing(step) == pytest.approx(0.5 * 0.4)
+    step = send(c, "d3", {}, 10.0)
+    assert mixing(step) == pytest.approx(0.5)
 
 
 def test_a_device_weighted_below_rest_below_is_told_to_skip():

@@ -25,9 +25,10 @@ def test_client_count_closes_rounds_early():
     agg = FedAvgAggregator(online_devices=lambda: online, clients_per_round=2)
     model = {"w": np.zeros(2, np.float32)}
     up = lambda d: make_update(model, 1.0, device_id=d)
-    assert agg.on_update(model, 0, up("a"), 0.0) is None
-    assert agg.on_update(model, 0, up("b"), 0.0) is not None      # 2 of 4 is enough
-    assert [u.device_id for u in agg.last_aggregated] == ["a", "b"]
+    assert agg.on_update(model, 0, up("a"), 0.0).model is None
+    closed = agg.on_update(model, 0, up("b"), 0.0)                  # 2 of 4 is enough
+    assert closed.model is not None
+    assert [u.device_id for u in closed.merged] == ["a", "b"]
 
 
 class _Flag:

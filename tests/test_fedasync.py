@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from streamfl.coordinator.strategies import AGGREGATED, STALE, FedAsyncAggregator, make_staleness
+from streamfl.coordinator.strategies import AGGREGATED, STALE, FedAsyncAggregator, Outcome, make_staleness
 from streamfl.protocol.messages import Update
 
 
@@ -19,8 +19,10 @@ def f32(*values):
 def test_mix_with_constant_staleness_is_exact():
     agg = FedAsyncAggregator(alpha=0.5)
     model = {"w": f32(1.0, 2.0), "b": f32(-4.0)}
-    new = agg.on_update(model, 0, update({"w": f32(3.0, 6.0), "b": f32(0.0)}), now=0.0)
-    assert agg.last_outcome == AGGREGATED
+    u = update({"w": f32(3.0, 6.0), "b": f32(0.0)})
+    out = agg.on_update(model, 0, u, now=0.0)
+    assert out.kind == AGGREGATED and out.merged == (u,) and out.mixing_weight == 0.5
+    new = out.model
     np.testing.assert_array_equal(new["w"], f32(2.0, 4.0))
     np.testing.assert_array_equal(new["b"], f32(-2.0))
     assert new["w"].dtype == np.float32
@@ -33,10 +35,10 @@ def test_staleness_lowers_the_mixing_weight():
     model = {"w": f32(1.0, 2.0)}
     # version 3, trained from 0: s = (3 + 1) ** -0.5 = 0.5, a = 0.25
     new = agg.on_update(model, 3, update({"w": f32(3.0, 6.0)}, base_version=0), now=0.0)
-    assert agg.last_weight == pytest.approx(0.25)
-    np.testing.assert_array_equal(new["w"], f32(1.5, 3.0))
+    assert new.mixing_weight == pytest.approx(0.25)
+    np.testing.assert_array_equal(new.model["w"], f32(1.5, 3.0))
     fresh = agg.on_update(model, 3, update({"w": f32(3.0, 6.0)}, base_version=3), now=0.0)
-    np.testing.assert_array_equal(fresh["w"], f32(2.0, 4.0))
+    np.testing.assert_array_equal(fresh.model["w"], f32(2.0, 4.0))
 
 
 def test_matches_float64_formula_on_random_tensors():
@@ -46,7 +48,7 @@ def test_matches_float64_formula_on_random_tensors():
     agg = FedAsyncAggregator(alpha=alpha, staleness_fn=s)
     x = {"w": rng.standard_normal((16, 8)).astype(np.float32)}
     x_new = {"w": rng.standard_normal((16, 8)).astype(np.float32)}
-    out = agg.on_update(x, 10, update(x_new, base_version=4), now=0.0)   # staleness 6
+    out = agg.on_update(x, 10, update(x_new, base_version=4), now=0.0).model   # staleness 6
     a = alpha * s(6)
     expected = (1 - a) * x["w"].astype(np.float64) + a * x_new["w"].astype(np.float64)
     np.testing.assert_allclose(out["w"], expected, rtol=1e-6, atol=1e-7)
@@ -55,31 +57,34 @@ def test_matches_float64_formula_on_random_tensors():
 def test_max_staleness_drops_and_counts():
     agg = FedAsyncAggregator(alpha=0.6, max_staleness=2)
     model = {"w": f32(1.0)}
-    assert agg.on_update(model, 5, update({"w": f32(2.0)}, base_version=2), now=0.0) is None
-    assert agg.last_outcome == STALE
+    assert agg.on_update(model, 5, update({"w": f32(2.0)}, base_version=2), now=0.0) == Outcome(STALE)
     assert agg.stale_dropped == 1
-    assert agg.on_update(model, 5, update({"w": f32(2.0)}, base_version=3), now=0.0) is not None
+    assert agg.on_update(model, 5, update({"w": f32(2.0)}, base_version=3), now=0.0).model is not None
     assert agg.stale_dropped == 1
 
 
 def test_future_base_version_counts_as_fresh():
     agg = FedAsyncAggregator(alpha=0.5, staleness_fn=make_staleness("polynomial"), max_staleness=0)
-    out = agg.on_update({"w": f32(0.0)}, 2, update({"w": f32(2.0)}, base_version=9), now=0.0)
+    out = agg.on_update({"w": f32(0.0)}, 2, update({"w": f32(2.0)}, base_version=9), now=0.0).model
     np.testing.assert_array_equal(out["w"], f32(1.0))
 
 
 def test_float16_update_tensors_are_accepted():
     agg = FedAsyncAggregator(alpha=0.5)
-    out = agg.on_update({"w": f32(1.0)}, 0, update({"w": np.array([3.0], dtype=np.float16)}), now=0.0)
+    out = agg.on_update({"w": f32(1.0)}, 0, update({"w": np.array([3.0], dtype=np.float16)}), now=0.0).model
     assert out["w"].dtype == np.float32 and out["w"][0] == 2.0
 
 
 def test_state_round_trip_and_alpha_validation():
     agg = FedAsyncAggregator(alpha=0.6, max_staleness=0)
     agg.on_update({"w": f32(1.0)}, 3, update({"w": f32(2.0)}, base_version=0), now=0.0)
+    agg.on_update({"w": f32(1.0)}, 3, update({"w": f32(2.0)}, base_version=3), now=0.0)
     other = FedAsyncAggregator(alpha=0.6)
     other.load_state(agg.state())
     assert other.stale_dropped == 1
+    # the saved state keeps its format: the last mixing weight under "last_weight"
+    assert agg.state() == {"stale_dropped": 1, "last_weight": 0.6} == other.state()
+    assert not hasattr(agg, "last_weight") and not hasattr(agg, "last_outcome")
     with pytest.raises(ValueError):
         FedAsyncAggregator(alpha=0.0)
     with pytest.raises(ValueError):
@@ -90,10 +95,11 @@ def test_a_methods_weight_factor_scales_the_mixing_weight_up_to_one():
     agg = FedAsyncAggregator(alpha=0.5)
     model = {"w": f32(0.0, 0.0)}
     half = agg.on_update(model, 0, update({"w": f32(4.0, 8.0)}), now=0.0, weight=0.5)
-    assert agg.last_weight == pytest.approx(0.25)
-    np.testing.assert_array_equal(half["w"], f32(1.0, 2.0))
+    assert half.mixing_weight == pytest.approx(0.25)
+    np.testing.assert_array_equal(half.model["w"], f32(1.0, 2.0))
     replaced = agg.on_update(model, 0, update({"w": f32(4.0, 8.0)}), now=0.0, weight=10.0)
-    assert agg.last_weight == 1.0
-    np.testing.assert_array_equal(replaced["w"], f32(4.0, 8.0))
+    assert replaced.mixing_weight == 1.0
+    np.testing.assert_array_equal(replaced.model["w"], f32(4.0, 8.0))
     kept = agg.on_update(model, 0, update({"w": f32(4.0, 8.0)}), now=0.0, weight=0.0)
-    np.testing.assert_array_equal(kept["w"], f32(0.0, 0.0))
+    assert kept.kind == AGGREGATED and kept.mixing_weight == 0.0
+    np.testing.assert_array_equal(kept.model["w"], f32(0.0, 0.0))

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from streamfl.coordinator.strategies import AGGREGATED, BUFFERED, STALE, FedAvgAggregator, weighted_average
+from streamfl.coordinator.strategies import (AGGREGATED, BUFFERED, STALE, FedAvgAggregator, Outcome,
+                                             weighted_average)
 from streamfl.protocol.messages import Update
 
 MODEL = {"w": np.zeros(2, dtype=np.float32)}
@@ -46,21 +47,23 @@ def test_weighted_average_times_the_methods_factors():
 def test_a_round_weighs_each_update_by_its_factor():
     agg = FedAvgAggregator(deadline_s=30.0, online_devices=Online("a", "b"))
     agg.on_update(MODEL, 0, update("a", 2.0, 1), now=0.0, weight=3.0)
-    out = agg.on_update(MODEL, 0, update("b", 6.0, 1), now=1.0, weight=1.0)
+    out = agg.on_update(MODEL, 0, update("b", 6.0, 1), now=1.0, weight=1.0).model
     np.testing.assert_allclose(out["w"], [3.0, 3.0])
     # the next round starts from factors of 1 again
     agg.on_update(out, 1, update("a", 2.0, 1, base_version=1), now=2.0)
-    nxt = agg.on_update(out, 1, update("b", 6.0, 1, base_version=1), now=3.0)
+    nxt = agg.on_update(out, 1, update("b", 6.0, 1, base_version=1), now=3.0).model
     np.testing.assert_allclose(nxt["w"], [4.0, 4.0])
 
 
 def test_aggregates_when_all_expected_devices_reported():
     agg = FedAvgAggregator(deadline_s=30.0, online_devices=Online("a", "b"))
-    assert agg.on_update(MODEL, 0, update("a", 2.0, 1), now=0.0) is None
-    assert agg.last_outcome == BUFFERED
+    first = agg.on_update(MODEL, 0, update("a", 2.0, 1), now=0.0)
+    assert first == Outcome(BUFFERED) and first.model is None and first.merged == ()
     out = agg.on_update(MODEL, 0, update("b", 6.0, 1), now=1.0)
-    assert agg.last_outcome == AGGREGATED
-    np.testing.assert_allclose(out["w"], [4.0, 4.0])
+    assert out.kind == AGGREGATED
+    assert [u.device_id for u in out.merged] == ["a", "b"]
+    assert out.mixing_weight is None                         # a round: no one update's share
+    np.testing.assert_allclose(out.model["w"], [4.0, 4.0])
     assert agg.rounds == 1
 
 
@@ -69,7 +72,8 @@ def test_repeat_from_same_device_replaces_its_update():
     agg.on_update(MODEL, 0, update("a", 100.0), now=0.0)
     agg.on_update(MODEL, 0, update("a", 2.0), now=0.5)
     out = agg.on_update(MODEL, 0, update("b", 4.0), now=1.0)
-    np.testing.assert_allclose(out["w"], [3.0, 3.0])
+    np.testing.assert_allclose(out.model["w"], [3.0, 3.0])
+    assert [u.update_id for u in out.merged] == ["a-2.0", "b-4.0"]
 
 
 def test_deadline_aggregates_what_arrived():
@@ -78,7 +82,9 @@ def test_deadline_aggregates_what_arrived():
     agg.on_update(MODEL, 0, update("a", 2.0), now=1.0)
     assert agg.on_tick(MODEL, 0, now=29.0) is None
     out = agg.on_tick(MODEL, 0, now=30.5)
-    np.testing.assert_allclose(out["w"], [2.0, 2.0])
+    assert out.kind == AGGREGATED and [u.device_id for u in out.merged] == ["a"]
+    assert out.mixing_weight is None
+    np.testing.assert_allclose(out.model["w"], [2.0, 2.0])
 
 
 def test_deadline_restarts_without_min_updates():
@@ -89,15 +95,14 @@ def test_deadline_restarts_without_min_updates():
     assert agg.deadline_restarts == 1
     assert agg.on_tick(MODEL, 0, now=20.0) is None           # new deadline is 21
     out = agg.on_update(MODEL, 0, update("b", 3.0), now=20.5)  # everyone expected reported
-    np.testing.assert_allclose(out["w"], [2.0, 2.0])
+    np.testing.assert_allclose(out.model["w"], [2.0, 2.0])
 
 
 def test_stale_updates_dropped_and_counted():
     agg = FedAvgAggregator(online_devices=Online("a"))
-    assert agg.on_update(MODEL, 3, update("a", 1.0, base_version=2), now=0.0) is None
-    assert agg.last_outcome == STALE
+    assert agg.on_update(MODEL, 3, update("a", 1.0, base_version=2), now=0.0) == Outcome(STALE)
     assert agg.stale_dropped == 1
-    assert agg.on_update(MODEL, 3, update("a", 1.0, base_version=3), now=0.0) is not None
+    assert agg.on_update(MODEL, 3, update("a", 1.0, base_version=3), now=0.0).model is not None
 
 
 def test_device_going_offline_is_not_waited_for():
@@ -106,13 +111,22 @@ def test_device_going_offline_is_not_waited_for():
     agg.on_update(MODEL, 0, update("a", 5.0), now=0.0)
     online.devices = ["a"]                                   # b's last will arrived
     out = agg.on_tick(MODEL, 0, now=1.0)
-    np.testing.assert_allclose(out["w"], [5.0, 5.0])
+    np.testing.assert_allclose(out.model["w"], [5.0, 5.0])
 
 
 def test_no_devices_known_waits_for_deadline():
     agg = FedAvgAggregator(deadline_s=5.0, online_devices=Online())
-    assert agg.on_update(MODEL, 0, update("a", 1.0), now=0.0) is None
-    assert agg.on_tick(MODEL, 0, now=5.5) is not None
+    assert agg.on_update(MODEL, 0, update("a", 1.0), now=0.0).kind == BUFFERED
+    assert agg.on_tick(MODEL, 0, now=5.5).model is not None
+
+
+def test_an_outcome_has_a_model_exactly_when_it_aggregated():
+    with pytest.raises(ValueError, match="model"):
+        Outcome(AGGREGATED)
+    with pytest.raises(ValueError, match="model"):
+        Outcome(BUFFERED, MODEL)
+    with pytest.raises(ValueError, match="kind"):
+        Outcome("dropped")
 
 
 def test_invalid_parameters():

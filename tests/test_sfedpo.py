@@ -265,13 +265,19 @@ def send(c, device, rep, t, value=0.5, shift=None):
                                     extras={"sfedpo_report": rep}, **tensors), t)
 
 
+def mixing(step):
+    """The share FedAsync gave the update ``step`` aggregated, as the core reported it."""
+    (made,) = [a for a in step.aggregations if not a.switched_by]
+    return made.mixing_weight
+
+
 def test_fedasync_mixing_weight_is_scaled_by_eq14_over_the_fleet_median():
     c = coordinator("fedasync", score_weight=1.0, weight_offset=0.5)
-    send(c, "d0", report(1.0, 0.2), 1.0)               # raw 5 - 1 + .5 = 4.5; alone: factor 1
-    assert c.strategy.last_weight == pytest.approx(0.5)
+    step = send(c, "d0", report(1.0, 0.2), 1.0)        # raw 5 - 1 + .5 = 4.5; alone: factor 1
+    assert mixing(step) == pytest.approx(0.5)
     step = send(c, "d1", report(2.0, 0.5), 2.0)        # raw 2 - 2 + .5 = 0.5
     # d0's 4.5 counts as 4 x 0.5 = 2 against its one peer; the median of (2, 0.5) is 1.25.
-    assert c.strategy.last_weight == pytest.approx(0.5 * 0.5 / 1.25)
+    assert mixing(step) == pytest.approx(0.5 * 0.5 / 1.25)
     assert step.update.fields["saw_factor"] == pytest.approx(0.4)
 
 
@@ -293,7 +299,7 @@ def test_a_forged_tiny_availability_buys_at_most_max_factor():
     send(c, "d1", report(1.0, 0.2), 2.0)
     step = send(c, "d2", report(0.0, 1e-9), 3.0)       # q clamped to 0.01: raw 100.5
     assert step.update.fields["saw_factor"] == pytest.approx(4.0)   # 4 x the others' median, no more
-    assert c.strategy.last_weight == pytest.approx(0.5)  # and never above FedAsync's own alpha
+    assert mixing(step) == pytest.approx(0.5)  # and never above FedAsync's own alpha
     assert c.plugin("sfedpo").reports["d2"][1] == 0.01
     step = send(c, "d0", report(1.0, 0.2), 4.0)        # the honest devices keep their weight
     assert step.update.fields["saw_factor"] == pytest.approx(1.0)
@@ -301,12 +307,12 @@ def test_a_forged_tiny_availability_buys_at_most_max_factor():
 
 def test_updates_without_a_report_or_with_saw_off_keep_the_strategy_weight():
     c = coordinator("fedasync")
-    c.on_message(make_update(SPEC, device_id="d0", base_version=c.version), 1.0)
-    assert c.strategy.last_weight == pytest.approx(0.5)
+    step = c.on_message(make_update(SPEC, device_id="d0", base_version=c.version), 1.0)
+    assert mixing(step) == pytest.approx(0.5)
     off = coordinator("fedasync", saw=False)
     send(off, "d0", report(1.0, 0.2), 1.0)
-    send(off, "d1", report(50.0, 0.9), 2.0)
-    assert off.strategy.last_weight == pytest.approx(0.5)
+    step = send(off, "d1", report(50.0, 0.9), 2.0)
+    assert mixing(step) == pytest.approx(0.5)
 
 
 def test_state_weights_are_one_device_one_vote_and_ride_in_the_model():

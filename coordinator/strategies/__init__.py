@@ -1,7 +1,7 @@
 """Aggregation strategies (FedAsync, synchronous FedAvg) and the factory that picks one from config."""
 from typing import Callable, Collection
 
-from streamfl.coordinator.strategies.base import AGGREGATED, BUFFERED, STALE, Aggregator
+from streamfl.coordinator.strategies.base import AGGREGATED, BUFFERED, STALE, Aggregator, Outcome
 from streamfl.coordinator.strategies.staleness import staleness_of
 from streamfl.coordinator.strategies.fedasync import DEFAULT_ALPHA, FedAsyncAggregator
 from streamfl.coordinator.strategies.fedavg import FedAvgAggregator, weighted_average
@@ -25,6 +25,6 @@ def make_strategy(config, online_devices: Callable[[], Collection[str]] = lambda
     raise ValueError("unknown strategy %r (known: %s)" % (config.strategy, ", ".join(STRATEGY_NAMES)))
 
 
-__all__ = ["AGGREGATED", "BUFFERED", "STALE", "Aggregator", "staleness_of", "DEFAULT_ALPHA",
+__all__ = ["AGGREGATED", "BUFFERED", "STALE", "Aggregator", "Outcome", "staleness_of", "DEFAULT_ALPHA",
            "FedAsyncAggregator", "FedAvgAggregator", "weighted_average", "STALENESS_NAMES",
            "make_staleness", "STRATEGY_NAMES", "make_strategy"]

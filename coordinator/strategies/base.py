@@ -1,19 +1,48 @@
 """The aggregation-strategy interface the coordinator core drives.
 
 A strategy sees the current global model, its version, and each accepted update; it answers with
-new global tensors when it aggregates (the core then bumps the version) or None when it only
-buffered or dropped the update. Strategies never mutate the tensors they are given: the current
-model is shared with the history and the publisher thread, so every aggregation builds new arrays.
+an ``Outcome``: what it did with the update and, when it aggregated, the new global tensors (the
+core then bumps the version) and the updates they merged. Strategies never mutate the tensors they
+are given: the current model is shared with the history and the publisher thread, so every
+aggregation builds new arrays.
 """
 import abc
-from typing import Any, Collection, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Any, Collection, Dict, Optional, Tuple
 
 from streamfl.protocol.messages import Tensors, Update
 
-#: ``last_outcome`` values after ``on_update``.
+#: ``Outcome.kind`` values.
 AGGREGATED = "aggregated"  # this update produced a new global model
 BUFFERED = "buffered"      # kept for a later aggregation (e.g. a FedAvg round)
 STALE = "stale"            # dropped: too old for this strategy
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a strategy did with an update (or a tick): the new model and what it merged, if any."""
+
+    #: AGGREGATED, BUFFERED or STALE.
+    kind: str
+    #: The new global tensors when it aggregated, else None.
+    model: Optional[Tensors] = None
+    #: The updates the aggregation merged (empty when it did not aggregate).
+    merged: Tuple[Update, ...] = ()
+    #: The share the one merged update got in the new model where the strategy mixes updates in
+    #: one at a time (FedAsync's a_t); None for a round (FedAvg) or no aggregation.
+    mixing_weight: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in (AGGREGATED, BUFFERED, STALE):
+            raise ValueError("strategy outcome kind must be %s, %s or %s, got %r"
+                             % (AGGREGATED, BUFFERED, STALE, self.kind))
+        if (self.kind == AGGREGATED) != (self.model is not None):
+            raise ValueError("a strategy outcome has a model exactly when it aggregated (%s)" % self.kind)
+
+    @property
+    def aggregated(self) -> bool:
+        """True when this made a new global model."""
+        return self.model is not None
 
 
 class Aggregator(abc.ABC):
@@ -29,23 +58,21 @@ class Aggregator(abc.ABC):
     runs_rounds = False
 
     def __init__(self) -> None:
-        #: What the last ``on_update`` did with its update: AGGREGATED, BUFFERED or STALE.
-        self.last_outcome = BUFFERED
-        #: The updates the newest aggregation merged (the core hands them to the plug-ins).
-        self.last_aggregated: List[Update] = []
         #: Updates dropped as too stale (core reports it as ``stale_dropped``).
         self.stale_dropped = 0
 
     @abc.abstractmethod
     def on_update(self, model: Tensors, version: int, update: Update, now: float,
-                  weight: float = 1.0) -> Optional[Tensors]:
-        """Consume one accepted update; new global tensors if it aggregated, else None.
+                  weight: float = 1.0) -> Outcome:
+        """Consume one accepted update; the Outcome says whether it aggregated (then with the new
+        global tensors and the updates merged), buffered or dropped it as stale.
 
         ``weight`` is the methods' factor on this update's share of the aggregation (the product of
         the plug-ins' ``weight``; 1.0 leaves the strategy's own weighting as it is)."""
 
-    def on_tick(self, model: Tensors, version: int, now: float) -> Optional[Tensors]:
-        """Called periodically (deadlines); new global tensors if it aggregated, else None."""
+    def on_tick(self, model: Tensors, version: int, now: float) -> Optional[Outcome]:
+        """Called periodically (deadlines); an AGGREGATED Outcome (its model set) when a deadline
+        closed a round, else None (never a BUFFERED or STALE Outcome)."""
         return None
 
     def set_round_size(self, clients: Optional[int]) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from streamfl.coordinator.strategies.base import AGGREGATED, STALE, Aggregator
+from streamfl.coordinator.strategies.base import AGGREGATED, STALE, Aggregator, Outcome
 from streamfl.coordinator.strategies.staleness import StalenessFn, constant, staleness_of
 from streamfl.protocol.messages import Tensors, Update
 
@@ -37,8 +37,8 @@ class FedAsyncAggregator(Aggregator):
         self.alpha = float(alpha)
         self.staleness_fn = staleness_fn
         self.max_staleness = max_staleness
-        #: The mixing weight a_t used by the last aggregation (for metrics and tests).
-        self.last_weight = 0.0
+        #: The mixing weight a_t of the last aggregation: kept only for the saved state.
+        self._last_weight = 0.0
         self._scratch: Dict[str, np.ndarray] = {}
 
     def mixing_weight(self, staleness: int) -> float:
@@ -46,19 +46,16 @@ class FedAsyncAggregator(Aggregator):
         return self.alpha * float(self.staleness_fn(max(0, staleness)))
 
     def on_update(self, model: Tensors, version: int, update: Update, now: float,
-                  weight: float = 1.0) -> Optional[Tensors]:
+                  weight: float = 1.0) -> Outcome:
         staleness = staleness_of(version, update.base_version)
         if self.max_staleness is not None and staleness > self.max_staleness:
             self.stale_dropped += 1
-            self.last_outcome = STALE
             log.debug("dropping update %s of %s: staleness %d > max %d", update.update_id,
                       update.device_id, staleness, self.max_staleness)
-            return None
+            return Outcome(STALE)
         weight = min(1.0, self.mixing_weight(staleness) * max(0.0, float(weight)))
-        self.last_weight = weight
-        self.last_outcome = AGGREGATED
-        self.last_aggregated = [update]
-        return self.mix(model, update.tensors, weight)
+        self._last_weight = weight
+        return Outcome(AGGREGATED, self.mix(model, update.tensors, weight), (update,), float(weight))
 
     def mix(self, model: Tensors, new: Tensors, weight: float) -> Tensors:
         """``(1 - weight) * model + weight * new`` in float32, into new arrays."""
@@ -80,9 +77,9 @@ class FedAsyncAggregator(Aggregator):
 
     def state(self) -> Dict[str, Any]:
         state = super().state()
-        state["last_weight"] = self.last_weight
+        state["last_weight"] = self._last_weight
         return state
 
     def load_state(self, state: Dict[str, Any]) -> None:
         super().load_state(state)
-        self.last_weight = float(state.get("last_weight", 0.0))
+        self._last_weight = float(state.get("last_weight", 0.0))

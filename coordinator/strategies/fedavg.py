@@ -16,7 +16,7 @@ from typing import Any, Callable, Collection, Dict, Optional, Sequence, Set
 
 import numpy as np
 
-from streamfl.coordinator.strategies.base import AGGREGATED, BUFFERED, STALE, Aggregator
+from streamfl.coordinator.strategies.base import AGGREGATED, BUFFERED, STALE, Aggregator, Outcome
 from streamfl.coordinator.strategies.robust import ROBUST_NAMES, coordinate_median, trimmed_mean
 from streamfl.protocol.messages import Tensors, Update
 
@@ -127,8 +127,8 @@ class FedAvgAggregator(Aggregator):
         waiting_for = (self.expected & set(self.online_devices())) - set(self.pending)
         return bool(self.expected) and not waiting_for
 
-    def _aggregate(self, version: int) -> Tensors:
-        updates = list(self.pending.values())
+    def _aggregate(self, version: int) -> Outcome:
+        updates = tuple(self.pending.values())
         log.info("fedavg round from version %d: averaging %d updates (%d expected)", version,
                  len(updates), len(self.expected))
         self.rounds += 1
@@ -137,31 +137,30 @@ class FedAvgAggregator(Aggregator):
         factors = [self._factors.get(u.device_id, 1.0) for u in updates]
         self.pending = {}
         self._factors = {}
-        self.last_aggregated = updates
         if self.combine == "median":
-            return coordinate_median(updates)
-        if self.combine == "trimmed_mean":
-            return trimmed_mean(updates, self.trim_ratio)
-        return weighted_average(updates, factors)
+            model = coordinate_median(updates)
+        elif self.combine == "trimmed_mean":
+            model = trimmed_mean(updates, self.trim_ratio)
+        else:
+            model = weighted_average(updates, factors)
+        # A round shares its weight out among its updates: no single update's mixing weight.
+        return Outcome(AGGREGATED, model, updates)
 
     def on_update(self, model: Tensors, version: int, update: Update, now: float,
-                  weight: float = 1.0) -> Optional[Tensors]:
+                  weight: float = 1.0) -> Outcome:
         self._ensure_round(version, now)
         if update.base_version < version:
             self.stale_dropped += 1
-            self.last_outcome = STALE
             log.debug("fedavg: dropping update of %s from version %d (round is %d)",
                       update.device_id, update.base_version, version)
-            return None
+            return Outcome(STALE)
         self.pending[update.device_id] = update
         self._factors[update.device_id] = float(weight)
         if self._complete():
-            self.last_outcome = AGGREGATED
             return self._aggregate(version)
-        self.last_outcome = BUFFERED
-        return None
+        return Outcome(BUFFERED)
 
-    def on_tick(self, model: Tensors, version: int, now: float) -> Optional[Tensors]:
+    def on_tick(self, model: Tensors, version: int, now: float) -> Optional[Outcome]:
         self._ensure_round(version, now)
         if self.pending and self._complete():
             return self._aggregate(version)
