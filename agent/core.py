@@ -270,22 +270,27 @@ class AgentCore:
     # ---- scheduling ---------------------------------------------------------------------------
 
     def ready(self, now: float) -> bool:
-        """True when a round can start: enough windows, a global model, the orders allow it
-        (no skip in force, the commanded model arrived), the last round did not diverge on the
-        model held (``DivergenceWatch.allows``) and every active plug-in agrees."""
+        """True when the core could start a round: enough windows, a global model, the orders
+        allow it (no skip in force, the commanded model arrived) and the last round did not
+        diverge on the model held (``DivergenceWatch.allows``). The methods are not asked here:
+        a runtime that finds the core ready when a round is due calls ``round_opportunity``."""
         version = None if self.global_model is None else self.global_model.version
         return (self.orders.allow(now, version) and self.global_model is not None
                 and self.divergence.allows((self.global_model.run_id, version), now)
-                and len(self.buffer) >= self.config.min_buffer
-                and self._plugins_agree(now))
+                and len(self.buffer) >= self.config.min_buffer)
 
-    def _plugins_agree(self, now: float) -> bool:
-        """Every active plug-in's answer, each told of the opportunity whatever the others say:
-        ``on_round_opportunity`` is an event with a clock (a plug-in may count round opportunities
-        or end a rest there), so stopping at the first no would hide the opportunity from every
-        plug-in after one that declines."""
+    def round_opportunity(self, now: float) -> bool:
+        """A round is due and the core is ready: every active plug-in is told of the opportunity,
+        whatever the others answer (a plug-in may count opportunities or end a rest there, so
+        stopping at the first no would hide it from the plug-ins after one that declines); True
+        if none declines. Runtimes call it once per opportunity, not to poll."""
         answers = [plugin.on_round_opportunity(now) for plugin in self.active_plugins]
         return all(answers)
+
+    @property
+    def train_requested(self) -> bool:
+        """True while a "train" command waits (``take_train_request`` takes it)."""
+        return self.orders.train_requested
 
     @property
     def skipping(self) -> bool:

@@ -230,12 +230,16 @@ class AgentDaemon:
             now = self._clock()
             with self._lock:
                 ready = self.core.ready(now)
-                urgent = ready and self.core.take_train_request()
-            if ready and (urgent or next_start is None or now >= next_start):
+                due = ready and (self.core.train_requested or next_start is None or now >= next_start)
+                start = due and self.core.round_opportunity(now)  # the methods may decline it
+                if start:
+                    self.core.take_train_request()
+            if start:
                 next_start = now + interval_s
                 self._round()
                 continue
-            wait_s = 0.2 if not ready else min(0.2, max(0.0, next_start - now))
+            # Not ready, or a method declined the round: ask again shortly.
+            wait_s = 0.2 if not ready or due else min(0.2, max(0.0, next_start - now))
             self._wake.wait(wait_s)
             self._wake.clear()
 

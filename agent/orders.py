@@ -89,6 +89,11 @@ class Orders:
         """True while a skip command is in force."""
         return self.skip_rounds > 0
 
+    @property
+    def train_requested(self) -> bool:
+        """True while a "train" command waits to start a round."""
+        return self._train_requested
+
     def take_train_request(self) -> bool:
         """True once after a "train" command: the runtime may start a round without pacing."""
         requested, self._train_requested = self._train_requested, False

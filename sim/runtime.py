@@ -205,7 +205,7 @@ class SimRun:
         gm = self._newest_for(d, t)
         if gm is not None and (d.agent.global_model is None or gm.version > d.agent.global_model.version):
             d.agent.on_global_model(gm)
-        if not d.agent.ready(t) or not d.model.participates():
+        if not (d.agent.ready(t) and d.agent.round_opportunity(t)) or not d.model.participates():
             self._report(d, t)
             self._next_round(i, t + interval)
             return

@@ -258,6 +258,23 @@ def test_every_plugin_is_asked_whether_to_train_even_after_one_declines():
     core.on_global_model(gm)
     clp, sfedpo = core.plugin("clp"), core.plugin("sfedpo")
     clp._rest_until_s = 1e9                               # CLP rests for the whole test
-    assert not core.ready(0.0)
-    assert not core.ready(50.0)
+    assert core.ready(0.0) and not core.round_opportunity(0.0)
+    assert not core.round_opportunity(50.0)
     assert sfedpo.availability(10.0) == pytest.approx((0 + 1.0) / (5.0 + 1.0 + 2.0))
+
+
+def test_ready_is_a_query_the_methods_are_told_of_an_opportunity_apart():
+    """Polling ``ready`` (the daemon does, five times a second) tells no plug-in anything; only
+    ``round_opportunity``, once per round a runtime would start, reaches them."""
+    from streamfl.methods.clp.payloads import ClpState
+    from streamfl.methods.sfedpo.payloads import SfedpoTerms
+    core = make_core()
+    fill(core)
+    gm = global_model(1)
+    gm.extras = {"clp": ClpState(1, None, None, False, 0, 0, False), "sfedpo": SfedpoTerms()}
+    core.on_global_model(gm)
+    told = []
+    for plugin in core.active_plugins:
+        plugin.on_round_opportunity = lambda now, name=plugin.name: told.append(name) or True
+    assert all(core.ready(t) for t in (0.0, 0.2, 0.4)) and told == []
+    assert core.round_opportunity(0.6) and sorted(told) == ["clp", "sfedpo"]

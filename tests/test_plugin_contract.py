@@ -197,7 +197,7 @@ class TestAgentPluginContract:
         gm = _plain_model(1)
         core.on_global_model(gm)
         core.add_window(Window(np.zeros((4, 2), dtype=np.float32), 0, 99.0))
-        assert core.ready(1.0)
+        assert core.ready(1.0) and core.round_opportunity(1.0)
         assert core.train_round().extras == {} and core.statistics_windows == {}
         assert core.report_extras(2.0) == {}
         assert calls == [] and plugin not in core.active_plugins     # no hook of a dormant plug-in
@@ -213,7 +213,7 @@ class TestAgentPluginContract:
         assert set(plugin.activated_by) & set(gm.extras), "activated_by names no kind its coordinator sends"
         core.on_global_model(gm)
         assert plugin in core.active_plugins
-        core.ready(1.0)
+        core.round_opportunity(1.0)
         core.train_round()
         calls = _spy(core, name)
         core.on_global_model(_plain_model(gm.version + 1))
@@ -223,7 +223,7 @@ class TestAgentPluginContract:
         assert vars(fresh).keys() == vars(type(plugin)(plugin.config)).keys()
         assert calls == []                          # the deactivating model is not shown to it
         assert not core.critical_period and core.buffer.policy is core.policy
-        core.ready(2.0)
+        core.round_opportunity(2.0)
         assert core.train_round().extras == {}
 
     def test_same_inputs_give_the_same_update(self, name):

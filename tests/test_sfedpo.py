@@ -206,7 +206,7 @@ def test_the_plugin_lends_dds_and_reports_s_q_and_state_counts():
     pi = plugin.oracle.pi_hat([0, 1])
     assert float(pi @ np.array([rates[0], rates[1]])) == pytest.approx(0.5)
     for t in range(5):
-        core.ready(float(t))
+        core.round_opportunity(float(t))
     report = core.train_round().extras["sfedpo_report"]
     assert isinstance(report, SfedpoReport) and report.shared_ids
     assert dict(zip(report.states, report.counts)) == {0: 320, 1: 40}

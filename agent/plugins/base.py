@@ -7,8 +7,8 @@ needs no per-method configuration beyond the plug-in's settings), and replaces i
 instance when it goes dormant, so no state of an earlier run survives. The hooks, by their place
 in the device's life: ``bind`` (once), ``on_window_arrived`` (every sensor window),
 ``on_model_received`` (each accepted global model: the round's hyper-parameters and what the
-buffer and clocks should do, as a ``ModelDecision``), ``on_round_opportunity`` (each time the
-agent checks whether a round may start: the plug-in may veto it), ``before_round`` (a loss term),
+buffer and clocks should do, as a ``ModelDecision``), ``on_round_opportunity`` (once per round
+opportunity, when a round is due and the core is ready: the plug-in may veto it), ``before_round`` (a loss term),
 ``after_round`` (statistics for the update) and ``before_telemetry`` (cheap reports while the
 device does not train). Hooks are called in the registry's order (``streamfl.methods``); all
 default to doing nothing. Hooks do no I/O.
@@ -135,9 +135,10 @@ class AgentPlugin(abc.ABC):
         return ModelDecision(hparams)
 
     def on_round_opportunity(self, now: float) -> bool:
-        """An event with a clock, not a pure query: the agent checks at ``now`` whether a round
-        may start, and every active plug-in hears of it each time, whatever the others answer (a
-        plug-in may count opportunities or end a rest here). False vetoes the round."""
+        """An event with a clock, not a query: a round is due at ``now`` and the core is ready
+        (``AgentCore.round_opportunity``, once per opportunity), and every active plug-in hears of
+        it, whatever the others answer (a plug-in may count opportunities or end a rest here).
+        False vetoes the round."""
         return True
 
     def before_round(self, model: nn.Module) -> Optional[Penalty]:
