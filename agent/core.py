@@ -29,14 +29,14 @@ from streamfl.agent.divergence import DivergenceCause, DivergenceWatch, describe
 from streamfl.agent.hparams import clamp_hparams, hparam_limits
 from streamfl.agent.model_gate import RESYNC, STALE, UNNAMED, ModelGate
 from streamfl.agent.orders import Orders
-from streamfl.agent.plugins import AgentPlugin, ReportContext, RoundContext, make_plugin, make_plugins
+from streamfl.agent.plugin_set import DevicePlugins
+from streamfl.agent.plugins import AgentPlugin, ReportContext, RoundContext
 from streamfl.agent.quadratic import largest_curvature
 from streamfl.agent.trainer import LocalTrainer
 from streamfl.dvfs.policies.base import DomainView, PolicyInput
 from streamfl.dvfs.policies.factory import make_policy
 from streamfl.errors import StreamflError
 from streamfl.models import ModelSpec, arrays_to_model, build_model, model_to_arrays
-from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import COMMAND_KINDS, Command, GlobalModel, Hello, Update
 from streamfl.sensors.window import Window
 
@@ -112,14 +112,8 @@ class AgentCore:
         self.buffer = Buffer(config.buffer_capacity, self.spec.window_len, self.spec.in_channels,
                              self.spec.num_classes, self.policy)
         self.trainer = LocalTrainer(self.model, self.spec.num_classes, momentum=config.momentum)
-        #: The methods' device sides, in calling order, each dormant until a global model asks for
-        #: it (``active_plugins``).
-        self.plugins = make_plugins(config.plugins, self.seed, self.spec.num_classes)
-        #: Names of the plug-ins called now: those the newest global model activates, and those
-        #: with no ``activated_by`` (always active).
-        self._active = {plugin.name for plugin in self.plugins if not plugin.activated_by}
-        #: Each active plug-in's critical-period answer to the newest global model.
-        self._critical: Dict[str, bool] = {}
+        #: The methods' device sides, each dormant until a global model asks for it.
+        self.methods = DevicePlugins(config.plugins, self.seed, self.spec.num_classes)
         self._rng = np.random.default_rng(self.seed)
         #: What this board accepts from the coordinator (``hparam_limits`` in its YAML).
         self.hparam_limits = hparam_limits(config.hparam_limits)
@@ -159,8 +153,7 @@ class AgentCore:
 
     def add_window(self, window: Window) -> bool:
         """Offer one sensor window to the buffer; False if it was not stored (see buffer counters)."""
-        for plugin in self.active_plugins:
-            window = plugin.on_window_arrived(window) or window
+        window = self.methods.window_arrived(window)
         return self.buffer.add(window.x, window.label, window.state)
 
     def on_global_model(self, gm: GlobalModel) -> bool:
@@ -191,27 +184,13 @@ class AgentCore:
                         gm.run_id or "(unnamed)", gm.version)
             self.base_version = -1
         self.global_model = gm
-        active = self._activated_by(gm)
-        hparams = dict(gm.hparams)
-        forget = False
-        lent: Optional[ReplacementPolicy] = None
-        critical: Dict[str, bool] = {}
-        for plugin in active:
-            decision = plugin.on_model_received(gm, hparams)
-            hparams = decision.hparams
-            forget = forget or decision.forget_windows
-            if lent is None:
-                lent = decision.buffer_policy
-            critical[plugin.name] = bool(decision.critical_period)
-        self._critical = critical
-        # Published only now: a plug-in's other hooks never run before it has seen its model.
-        self._active = {plugin.name for plugin in active}
-        if forget:
+        decided = self.methods.model_received(gm, gm.hparams)
+        if decided.forget_windows:
             log.info("window buffer emptied (%d windows): they describe a world that is gone", len(self.buffer))
             self.buffer.clear()
-        self.buffer.use(lent if lent is not None else self.policy)
+        self.buffer.use(decided.buffer_policy if decided.buffer_policy is not None else self.policy)
         before = dict(self.hparams)
-        self.apply_hparams(hparams, "global model v%d" % gm.version)
+        self.apply_hparams(decided.hparams, "global model v%d" % gm.version)
         if self.hparams != before:
             log.info("hyper-parameters from v%d: lr %.4g, batch %d, local steps %d, dropout %.3g",
                      gm.version, self.hparams["lr"], self.hparams["batch_size"],
@@ -219,31 +198,15 @@ class AgentCore:
         log.debug("global model v%d received", gm.version)
         return True
 
-    def _activated_by(self, gm: GlobalModel) -> List[AgentPlugin]:
-        """The plug-ins active under ``gm``, in calling order: those with no ``activated_by`` and
-        those ``gm`` carries an extra of one of its kinds for. Each active one that ``gm`` leaves
-        dormant is replaced at once by a fresh instance (built and bound as at start), so no state
-        of the method's run survives to its next."""
-        active = []
-        for i, plugin in enumerate(self.plugins):
-            if not plugin.activated_by or any(
-                    isinstance(gm.extras.get(kind), Extra) and gm.extras[kind].KIND == kind
-                    for kind in plugin.activated_by):
-                if plugin.name not in self._active:
-                    log.debug("plug-in %s active from global model v%d", plugin.name, gm.version)
-                active.append(plugin)
-            elif plugin.name in self._active:
-                self._active.discard(plugin.name)
-                self.plugins[i] = make_plugin(plugin.name, self.config.plugins, self.seed,
-                                              self.spec.num_classes)
-                log.info("plug-in %s dormant from global model v%d (its coordinator side does not "
-                         "run): started afresh", plugin.name, gm.version)
-        return active
-
     @property
     def active_plugins(self) -> List[AgentPlugin]:
         """The plug-ins whose hooks are called now, in calling order."""
-        return [plugin for plugin in self.plugins if plugin.name in self._active]
+        return self.methods.active
+
+    @property
+    def plugins(self) -> List[AgentPlugin]:
+        """Every method's device plug-in, active or dormant, in calling order."""
+        return self.methods.plugins
 
     def on_command(self, cmd: Command) -> bool:
         """Handle a coordinator command: skip n rounds, train now or override hyper-parameters;
@@ -284,8 +247,7 @@ class AgentCore:
         whatever the others answer (a plug-in may count opportunities or end a rest there, so
         stopping at the first no would hide it from the plug-ins after one that declines); True
         if none declines. Runtimes call it once per opportunity, not to poll."""
-        answers = [plugin.on_round_opportunity(now) for plugin in self.active_plugins]
-        return all(answers)
+        return self.methods.round_opportunity(now)
 
     @property
     def train_requested(self) -> bool:
@@ -304,7 +266,7 @@ class AgentCore:
     def plugin(self, name: str) -> Optional[AgentPlugin]:
         """The plug-in called ``name`` (every registered one is held, active or dormant), None if
         there is none."""
-        return next((p for p in self.plugins if p.name == name), None)
+        return self.methods.get(name)
 
     # ---- clocks -------------------------------------------------------------------------------
 
@@ -312,7 +274,7 @@ class AgentCore:
     def critical_period(self) -> bool:
         """True while an active plug-in said, on the newest global model, that the learning is in a
         critical period; False by default, so clock policies see "after the critical period"."""
-        return any(self._critical.values())
+        return self.methods.critical_period
 
     def frequency_plan(self, domains: Sequence[DomainView]) -> Dict[str, int]:
         """The clock level per domain for the next round; empty means "touch nothing"."""
@@ -373,7 +335,7 @@ class AgentCore:
         self.base_version = plan.base_version
         held = self.global_model  # the model whose pulls and lr this round trains with
         self.model.set_dropout(plan.dropout)
-        penalties = [(plugin.name, plugin.before_round(self.model)) for plugin in self.active_plugins]
+        penalties = self.methods.penalties(self.model)
         self.trainer.penalties = [p for _, p in penalties if p is not None]
         t0 = self._timer()
         with torch.random.fork_rng(devices=[]):
@@ -441,14 +403,7 @@ class AgentCore:
                            loss=loss, start_loss=start_loss, num_classes=self.spec.num_classes,
                            buffer_counts=buffer_counts, base_version=plan.base_version,
                            round_interval_s=float(self.config.round_interval_s))
-        extras: Dict[str, Any] = {}
-        for plugin in self.active_plugins:
-            for stat in plugin.after_round(ctx):
-                for key, n in (("batched", stat.batched_windows), ("per_window", stat.per_window_windows)):
-                    if n:
-                        self.statistics_windows[key] = self.statistics_windows.get(key, 0) + n
-                if stat.extra is not None:
-                    extras[stat.extra.KIND] = stat.extra
+        extras, self.statistics_windows = self.methods.statistics(ctx)
         return extras
 
     def report_extras(self, now: float, lock: Optional[ContextManager] = None) -> Dict[str, Any]:
@@ -459,7 +414,7 @@ class AgentCore:
         with lock if lock is not None else nullcontext():
             counts = self.buffer.class_counts()
         ctx = ReportContext(buffer_counts=counts, num_classes=self.spec.num_classes, now_s=float(now))
-        return {extra.KIND: extra for plugin in self.active_plugins for extra in plugin.before_telemetry(ctx)}
+        return self.methods.reports(ctx)
 
     def complete_round(self, update: Update, measured: RoundMeasurement) -> Update:
         """The round's update as sent: stamped with what the runtime measured, which the clock

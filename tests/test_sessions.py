@@ -392,15 +392,20 @@ def test_an_agent_core_empties_its_buffer_when_a_new_session_is_announced():
     with pytest.raises(NotReadyError):
         agent.begin_round()
     feed(6)
+
+    def may_train():
+        """The core is ready and no plug-in declines the round."""
+        return agent.ready(0.0) and agent.round_opportunity(0.0)
+
     plan = agent.begin_round()
     agent.finish_round(plan)                              # one round from the auxiliary model...
-    assert not agent.ready(0.0)                           # ... then it waits for the next model
+    assert not may_train()                                # ... then it waits for the next model
     agent.on_global_model(model(3, 1))
-    assert len(agent.buffer) == 6 and agent.ready(0.0)    # same session: the windows stay
+    assert len(agent.buffer) == 6 and may_train()         # same session: the windows stay
     agent.finish_round(agent.begin_round())
     agent.on_global_model(model(4, 1, aux_round=1))
     agent.finish_round(agent.begin_round())               # an auxiliary round trained ...
-    assert not agent.ready(0.0)
+    assert not may_train()
     agent.on_global_model(GlobalModel(version=5, arch_id=MSPEC.arch_id, tensors=_model(0.1), hparams={"lr": 0.05}))
     assert agent.plugin("sessions").session is None       # ... sessions stop: the plug-in starts afresh
-    assert agent.ready(0.0)
+    assert may_train()
