@@ -78,6 +78,9 @@ def test_agents_leave_and_join_and_each_new_session_starts_from_its_constructed_
         run.wait_for(lambda: run.version() >= 3 and session_events(0, "start"), 60,
                      "session 0 with a few FedAvg versions", poll_s=0.2)
         init1 = swap(C, B, 1)
+        # The metrics line comes before the publisher thread sends the model: wait until it is out.
+        run.wait_for(lambda: [m for m in watcher.models() if _terms(m) == (1, 0)], 30,
+                     "session 1's own model on the broker", poll_s=0.1)
         late = ModelWatcher(mqtt_broker.host, mqtt_broker.port, run.fleet, run.spec,
                             client_id="test-late-subscriber")
         try:
