@@ -33,7 +33,8 @@ COUNTER_NAMES = ("updates_received", "aggregated", "duplicates", "rejected", "st
 #: Outcomes of an update besides the strategy's (aggregated / buffered / stale).
 DUPLICATE = "duplicate"
 REJECTED = "rejected"
-#: A plug-in kept the update from the strategy (it runs its own round, or fences a session off).
+#: A plug-in kept the update from the strategy (it runs its own round, or fences off updates
+#: trained from a model it replaced).
 WITHHELD = "withheld"
 
 #: A device whose rounds keep diverging is reported at most this often (seconds).

