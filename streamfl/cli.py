@@ -1,6 +1,7 @@
-"""The ``streamfl`` command: tools around the fleet: ``demo``, ``sim``, ``tune``, ``report`` and
-``operator``."""
+"""The ``streamfl`` command: tools around the fleet: ``demo``, ``sim``, ``tune``, ``report``,
+``operator``, and the sub-commands of ``TOOLS`` (``status``, ``methods``, ``dataset``)."""
 import argparse
+import importlib
 import sys
 from typing import List, Optional
 
@@ -20,6 +21,16 @@ SIM_HELP = "run a scenario's methods on a simulated fleet in virtual time"
 REPORT_HELP = "PNG plots and an HTML page from a sim run folder"
 TUNE_HELP = "find each method's best learning rate on a scenario with a small sweep"
 OPERATOR_HELP = "send the running coordinator an operator's command, a kind one of its plug-ins knows"
+
+
+#: Sub-commands that live in a module of their own: ``{name: module}``. Each module has ``HELP``
+#: (one line), ``DETAILS`` (the rest of its --help), ``add_arguments(parser)`` and ``run(args) ->
+#: exit code``; its top-level imports stay light, since every ``streamfl`` call imports it.
+TOOLS = {
+    "status": "streamfl.status",
+    "methods": "streamfl.method_list",
+    "dataset": "streamfl.recordings",
+}
 
 
 def _sub(sub, name: str, help_text: str, details: str) -> argparse.ArgumentParser:
@@ -154,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="seconds to wait for the broker's acknowledgement (default 10)")
     operator.add_argument("--log-level", default="ERROR",
                           help="default ERROR: a failure is the one line saying why")
+    for name, module_name in TOOLS.items():
+        module = importlib.import_module(module_name)
+        module.add_arguments(_sub(sub, name, module.HELP, module.DETAILS))
     return parser
 
 
@@ -273,7 +287,7 @@ def _fmt(value, pattern: str = "%.3f") -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        setup_logging(args.log_level)
+        setup_logging(getattr(args, "log_level", "WARNING"))
         if args.command == "demo":
             from streamfl.sim.demo import DemoOptions, run_demo
             opts = DemoOptions(agents=args.agents, duration_s=args.duration, run_dir=args.run_dir,
@@ -288,6 +302,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             return _tune(args)
         if args.command == "operator":
             return _operator(args)
+        if args.command in TOOLS:
+            return importlib.import_module(TOOLS[args.command]).run(args)
         if args.command == "report":
             from pathlib import Path
 

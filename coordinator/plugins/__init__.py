@@ -6,7 +6,7 @@ their settings and builds them, naming none.
 from typing import Any, Dict, List, Mapping, Type
 
 from streamfl.coordinator.plugins.base import (
-    Addressed, Aggregation, CoordinatorPlugin, FleetView,
+    Addressed, Aggregation, CoordinatorPlugin, FleetView, MethodState,
 )
 from streamfl.plugins import build_settings
 
@@ -51,4 +51,4 @@ def make_plugins(configs: Mapping[str, Any], fleet: FleetView) -> List[Coordinat
 
 
 __all__ = ["registered", "plugin_configs", "make_plugins", "CoordinatorPlugin", "Aggregation",
-           "Addressed", "FleetView"]
+           "Addressed", "FleetView", "MethodState"]

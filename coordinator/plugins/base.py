@@ -11,7 +11,7 @@ or tensors they are shown (they are shared with the strategy, the history and th
 """
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Collection, Dict, FrozenSet, List, Mapping, Optional, Tuple, Type
+from typing import Any, Callable, ClassVar, Collection, Dict, FrozenSet, List, Mapping, Optional, Tuple, Type, Union
 
 import numpy as np
 
@@ -107,6 +107,28 @@ class Verdict(Effects):
 
 ACCEPT = Verdict()
 
+#: A value of the fleet view: plain and JSON-able (a label, a flag, a count or a measure).
+Scalar = Union[str, int, float, bool, None]
+
+
+@dataclass(frozen=True)
+class MethodState:
+    """What a method shows an operator of a live fleet (the coordinator's fleet table, its
+    dashboard, ``streamfl status`` and Prometheus): fleet-wide values, and each device's own.
+
+    Keys are short column names (``flag``, ``period``, ``session``, ``saw_weight``); values are
+    ``Scalar``. The view shows at most ``MAX_STATE_KEYS`` keys of each, so a method keeps to the
+    few an operator acts on."""
+
+    fleet: Dict[str, Scalar] = field(default_factory=dict)
+    devices: Dict[str, Dict[str, Scalar]] = field(default_factory=dict)
+
+
+#: Keys of ``MethodState.fleet`` and of each device's row the fleet view keeps per method.
+MAX_STATE_KEYS = 8
+
+NO_STATE = MethodState()
+
 
 class CoordinatorPlugin(abc.ABC):
     """Hooks of one method on the coordinator, named by when they run; subclasses set ``name`` and
@@ -116,7 +138,8 @@ class CoordinatorPlugin(abc.ABC):
     ``load_state``); then, as inputs come, ``on_device_report`` (a greeted device's telemetry
     carried typed reports), ``on_update_admitted`` (an update passed admission: weigh, withhold,
     describe), ``on_model_made`` (a new global version), ``on_tick`` (about once a second),
-    ``on_operator_command``; ``before_publish`` gives the extras of each global model sent.
+    ``on_operator_command``; ``before_publish`` gives the extras of each global model sent, and
+    ``describe`` what the fleet view shows of the method (both queries).
     """
 
     #: The registry name (also the key of its settings under ``plugins:`` in the YAML).
@@ -165,6 +188,11 @@ class CoordinatorPlugin(abc.ABC):
     def before_publish(self) -> List[Extra]:
         """Typed payloads for the global model about to be published (a query: no side effects)."""
         return []
+
+    def describe(self, now: float) -> MethodState:
+        """What an operator should see of this method now, fleet-wide and per device (a query: no
+        side effects; called about once a second from the core's thread)."""
+        return NO_STATE
 
     # ---- persistence --------------------------------------------------------------------------
     def state(self) -> Optional[Dict[str, Any]]:
