@@ -11,6 +11,8 @@ from typing import Any, Dict, Mapping, Optional
 from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, load
 from streamfl.coordinator.plugins import plugin_configs
 from streamfl.coordinator.admission import AdmissionConfig
+from streamfl.coordinator.fleet import FleetTableConfig
+from streamfl.coordinator.monitor.config import MonitorConfig
 from streamfl.coordinator.liveness import ExclusiveConfig
 from streamfl.coordinator.operator_gate import OperatorConfig
 from streamfl.coordinator.strategies import STALENESS_NAMES, STRATEGY_NAMES
@@ -152,6 +154,12 @@ class CoordinatorConfig:
     #: rejected.
     max_frame_bytes: int = bounded(64 * 2 ** 20, 1024, FRAME_BYTES_MAX)
     mqtt: MqttConfig = field(default_factory=MqttConfig)
+    #: The live fleet table's bounds: how often telemetry is logged, rows, series, and the
+    #: plausible range of what devices report (``coordinator/fleet.py``).
+    fleet_view: FleetTableConfig = field(default_factory=FleetTableConfig)
+    #: The live dashboard, ``/metrics`` for Prometheus and the JSON API of ``streamfl status``,
+    #: served on localhost by default (``coordinator/monitor/``).
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
 
     def __post_init__(self) -> None:
         try:

@@ -91,6 +91,8 @@ class Step:
     update: Optional[UpdateRecord] = None
     #: The plug-ins' metrics events for the aggregations (each with an ``event`` key).
     events: List[Dict[str, Any]] = field(default_factory=list)
+    #: For an operator's command: the plug-ins that handled it (empty: nobody did).
+    handled_by: Optional[List[str]] = None
 
     @property
     def new_version(self) -> Optional[int]:
@@ -253,7 +255,8 @@ class CoordinatorCore:
 
     def on_operator(self, command: Command, now: float) -> Step:
         """An operator's command to the coordinator (its own command topic): the plug-ins act on
-        the kinds they know; another kind is logged and ignored."""
+        the kinds they know; the step names them (``handled_by``, empty for a kind nobody knows,
+        which is logged; the server answers the operator either way)."""
         self.counters["operator_commands"] += 1
         handled = []
         for plugin in self.plugins:
@@ -265,7 +268,7 @@ class CoordinatorCore:
             log.info("operator command %r handled by %s", command.kind, ", ".join(handled))
         else:
             log.warning("operator command %r ignored: no running plug-in handles it", command.kind)
-        return self._step(Step(), now)
+        return self._step(Step(handled_by=handled), now)
 
     def tick(self, now: float) -> Step:
         """Drive time-based decisions (FedAvg's deadline, plug-ins' timers)."""

@@ -25,16 +25,19 @@ METRICS_FILE = "metrics.jsonl"
 class MetricsWriter:
     """Appends one JSON object per line to ``path``, flushing each line."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, tags: Optional[Dict[str, Any]] = None):
         self.path = Path(path)
+        #: Fields every line gets unless it has its own (a real run's ``method`` and ``seed``, so
+        #: ``streamfl report`` reads it as a simulator run of one seed).
+        self.tags = dict(tags or {})
         self.lines = 0
         self.errors = 0
         self._fh = None
         self._closed = False
 
     @classmethod
-    def in_run_dir(cls, run_dir: Path) -> "MetricsWriter":
-        return cls(Path(run_dir) / METRICS_FILE)
+    def in_run_dir(cls, run_dir: Path, tags: Optional[Dict[str, Any]] = None) -> "MetricsWriter":
+        return cls(Path(run_dir) / METRICS_FILE, tags)
 
     def _open(self):
         if self._fh is None:
@@ -46,6 +49,8 @@ class MetricsWriter:
         """Append ``record``; False (logged, counted) if it could not be written."""
         if self._closed:
             return False
+        if self.tags:
+            record = dict(self.tags, **record)
         try:
             line = json.dumps(record, sort_keys=True, allow_nan=True, default=_plain)
             fh = self._open()

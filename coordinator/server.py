@@ -7,6 +7,11 @@ worker thread feeds ``CoordinatorCore`` and does evaluation and metrics; the pub
 durably, signs it and publishes it retained. When aggregations outpace save + send, intermediate
 versions are skipped (coalesced): devices always fetch the newest model anyway.
 
+The worker also keeps the live fleet table (``fleet.py``): it sees every hello, last will,
+telemetry and update fate, asks the methods what to show about once a second, and serves it to
+the monitor (``monitor/``: dashboard, ``/metrics``), to ``streamfl operator status`` (answered on
+the reply topic, like every operator command) and, at stop, to the run's ``summary.json``.
+
 The state folder's run identity (``run_id``) is made on first use and saved before anything is
 published; every global model and command names it, and every command gets a growing ``seq``.
 
@@ -30,15 +35,18 @@ from typing import Callable, Dict, Optional
 
 from streamfl.coordinator.core import CoordinatorCore, Step
 from streamfl.coordinator.evaluation import Evaluator, make_evaluator
+from streamfl.coordinator.fleet import FleetTable, method_name, status_result
 from streamfl.coordinator.metrics import MetricsWriter
 from streamfl.coordinator.admission import admission_counters
 from streamfl.coordinator.liveness import beats, describe, new_instance
 from streamfl.coordinator.operator_gate import STAMP_FILE, OperatorGate
 from streamfl.coordinator.persistence import Persister, StateStore
 from streamfl.coordinator.publisher import DurablePublisher
+from streamfl.coordinator.run_summary import run_summary, summary_lines, write_summary
 from streamfl.models import tensor_spec
 from streamfl.protocol.codec import REASONS, Decoder, encode
-from streamfl.protocol.messages import Command, CoordinatorStatus, Hello, Offline, Telemetry, Update
+from streamfl.protocol.messages import (Command, CommandReply, CoordinatorStatus, Hello, Offline, Telemetry,
+                                       Update)
 from streamfl.protocol.signing import make_signer
 from streamfl.protocol.topics import Topics
 from streamfl.protocol.transport.base import Transport
@@ -51,6 +59,9 @@ TICK_S = 0.5
 QUEUE_MAX = 256
 #: Which message types may arrive on which device topic kind.
 KIND_TYPES = {"status": (Hello, Offline), "update": (Update,), "telemetry": (Telemetry,)}
+
+#: Operator command kinds the coordinator answers itself, before any plug-in.
+OWN_COMMANDS = ("status",)
 
 _STOP = object()
 #: Queued by the publisher when it took a snapshot: the worker may offer the next version.
@@ -79,7 +90,10 @@ class CoordinatorServer:
         #: The status of the coordinator that took the fleet over from this one (it then stops).
         self.taken_over_by: Optional[CoordinatorStatus] = None
         self.evaluator = evaluator if evaluator is not None else make_evaluator(config)
-        self.metrics = MetricsWriter.in_run_dir(self.run_dir)
+        self.method = method_name(config)
+        self.metrics = MetricsWriter.in_run_dir(self.run_dir, tags={"method": self.method, "seed": config.seed})
+        self.fleet = FleetTable(config.fleet_view, config.fleet, self.method, config.strategy,
+                                list(config.plugins))
         self.decoder = Decoder({config.model.arch_id: tensor_spec(config.model)},
                                max_frame_bytes=config.max_frame_bytes)
         now = clock()
@@ -101,6 +115,12 @@ class CoordinatorServer:
             log.info("continuing from %s at version %d (run %s)", self.store.state_dir,
                      self.core.version, self.core.run_id)
         self.persister.saved_version = self.core.version
+        self.fleet.run_id = self.core.run_id
+        self.monitor = None
+        if config.monitor.enabled:
+            from streamfl.coordinator.monitor.http import MonitorServer
+            self.monitor = MonitorServer(config.monitor, snapshot=self.fleet.snapshot,
+                                         series=self.fleet.series, run_dir=self.run_dir)
         self._counts: Dict[str, int] = {k: 0 for k in (
             "frames", "bad_topic", "wrong_kind", "topic_mismatch", "publishes", "coalesced",
             "publish_failures", "publish_offline", "publish_not_durable", "evaluations",
@@ -148,6 +168,15 @@ class CoordinatorServer:
             log.info("operator commands must be signed by one of %d pinned operator key(s)",
                      len(self.config.operator.public_keys))
         self._offer_snapshot()
+        self._refresh_fleet(self.clock())
+        if self.monitor is not None:
+            try:
+                url = self.monitor.start()
+            except OSError as exc:  # e.g. an unreadable token file: the fleet comes first
+                log.error("the fleet dashboard could not start (%s); the coordinator runs without it", exc)
+                url = None
+            if url:
+                log.info("fleet dashboard at %s (Prometheus metrics at %s/metrics)", url, url)
         self._worker.start()
         self.publisher.start()
         self.transport.connect()
@@ -185,8 +214,25 @@ class CoordinatorServer:
             self._worker.join()
             self.publisher.stop()
         self.persister.flush(self.core)
+        if self.monitor is not None:
+            self.monitor.stop()
+        self._write_summary()
         self.metrics.close()
-        log.info("coordinator stopped at version %d: %s", self.core.version, self.counters())
+
+    def _write_summary(self) -> None:
+        """``summary.json`` of the run and its readable lines in the log (at stop)."""
+        now = self.clock()
+        self._refresh_fleet(now)
+        summary = run_summary(self.fleet.figures(), self.counters(), fleet=self.config.fleet,
+                              run_id=self.core.run_id, method=self.method, seed=self.config.seed,
+                              started_wall_s=self.started_s, duration_s=now - self._t0)
+        log.info("coordinator stopped at version %d\n  %s", self.core.version,
+                 "\n  ".join(summary_lines(summary)))
+        try:
+            path = write_summary(self.run_dir, summary)
+            log.info("run summary written to %s", path)
+        except OSError as exc:
+            log.error("cannot write the run summary into %s: %s", self.run_dir, exc)
 
     def healthy(self) -> bool:
         """True while the worker and publisher threads run (for the systemd watchdog)."""
@@ -334,13 +380,59 @@ class CoordinatorServer:
 
     def _handle(self, msg, now: float) -> None:
         if isinstance(msg, Command):  # only the operator's topic queues one
-            self._apply(self.core.on_operator(msg, now), now)
-        else:
-            self._apply(self.core.on_message(msg, now), now)
+            self._on_operator(msg, now)
+            return
+        if isinstance(msg, (Hello, Offline)) or (isinstance(msg, Telemetry)
+                                                 and self.core.registry.greeted(msg.device_id)):
+            for event in self.fleet.on_message(msg, now - self._t0):
+                self._write_event(event, now)
+        self._apply(self.core.on_message(msg, now), now)
+
+    def _on_operator(self, command: Command, now: float) -> None:
+        """An operator's command: the coordinator's own kinds (``status``) or the plug-ins'; the
+        operator gets a ``CommandReply`` either way, an error for a kind nobody handles."""
+        if command.kind in OWN_COMMANDS:
+            self._refresh_fleet(now)
+            rows = command.params.get("rows", 50)
+            rows = rows if isinstance(rows, int) and not isinstance(rows, bool) and rows >= 0 else 50
+            self._reply(CommandReply(kind=command.kind, seq=command.seq, ok=True, handled_by=["coordinator"],
+                                     result=status_result(self.fleet.snapshot(), rows)))
+            return
+        step = self.core.on_operator(command, now)
+        self._apply(step, now)
+        handled = list(step.handled_by or ())
+        self._reply(CommandReply(
+            kind=command.kind, seq=command.seq, ok=bool(handled), handled_by=handled,
+            error="" if handled else "no running plug-in handles %r (running: %s)" % (
+                command.kind, ", ".join(p.name for p in self.core.plugins) or "none")))
+
+    def _reply(self, reply: CommandReply) -> None:
+        """Answer an operator on the reply topic (QoS 1, not retained, signed like commands)."""
+        topic = self.topics.coordinator_reply
+        frame = self.signer.sign(topic, encode(replace(reply, run_id=self.core.run_id)))
+        if not (self.transport.connected and self.transport.publish(topic, frame, qos=1)):
+            log.warning("could not answer the operator's %s command (broker unreachable)", reply.kind)
 
     def _tick(self, now: float) -> None:
         self._apply(self.core.tick(now), now)
+        self._refresh_fleet(now)
         self._log_progress()
+
+    def _refresh_fleet(self, now: float) -> None:
+        """Rebuild the fleet view's snapshot, with what each method shows now (worker thread)."""
+        states = {}
+        for plugin in self.core.plugins:
+            try:
+                states[plugin.name] = plugin.describe(now)
+            except Exception:  # a method's display must never stop the coordinator
+                self._count("worker_errors")
+                log.exception("%s: describe() failed; its state is not shown", plugin.name)
+        self.fleet.refresh(now, now - self._t0, self.core.version, self.core.devices(), states)
+
+    def _write_event(self, event, now: float) -> None:
+        event["time_s"] = round(now - self._t0, 6)
+        event["wall_s"] = round(time.time(), 3)
+        self.metrics.write(event)
 
     def _wake_worker(self) -> None:
         try:
@@ -369,9 +461,8 @@ class CoordinatorServer:
     def _apply(self, step: Step, now: float) -> None:
         """Do the I/O a core step asks for: log its records, publish a new version, send commands."""
         for event in step.records():
-            event["time_s"] = round(now - self._t0, 6)
-            event["wall_s"] = round(time.time(), 3)
-            self.metrics.write(event)
+            self.fleet.on_record(event, now - self._t0)
+            self._write_event(event, now)
         if step.new_version is not None:
             self._after_aggregation(now)
         for addressed in step.commands:
@@ -404,10 +495,10 @@ class CoordinatorServer:
             return
         accuracy, loss = self.evaluator.evaluate(self.core.model)
         self._count("evaluations")
+        self.fleet.on_eval(self.core.version, accuracy, loss, now - self._t0)
         log.info("version %d: accuracy %.4f, loss %.4f", self.core.version, accuracy, loss)
-        self.metrics.write({"event": "eval", "time_s": round(now - self._t0, 6),
-                            "wall_s": round(time.time(), 3),
-                            "version": self.core.version, "accuracy": accuracy, "loss": loss,
-                            "updates": self.core.counters["updates_received"],
-                            "devices_online": len(self.core.online())})
+        self._write_event({"event": "eval", "version": self.core.version, "accuracy": accuracy,
+                           "loss": loss, "updates": self.core.counters["updates_received"],
+                           "devices_online": len(self.core.online()),
+                           "energy_j": round(self.fleet.energy_j(), 3)}, now)
 

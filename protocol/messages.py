@@ -105,6 +105,22 @@ class Command:
     seq: int = 0
 
 
+@dataclass
+class CommandReply:
+    """Coordinator to the operators: what became of the operator command stamped ``seq`` (its
+    ``Command.seq``). ``ok`` False with ``error`` when nothing handles its kind or it failed;
+    ``result`` is what the command asked for (``status``: the fleet's figures), JSON values."""
+
+    kind: str
+    seq: int
+    ok: bool
+    #: Who acted on it: ``coordinator`` for its own kinds, else the plug-ins' names.
+    handled_by: List[str] = field(default_factory=list)
+    error: str = ""
+    result: Dict[str, Any] = field(default_factory=dict)
+    run_id: str = ""
+
+
 #: The kinds every agent core handles: train now, skip rounds, override hyper-parameters.
 COMMAND_KINDS = ("train", "skip", "override")
 #: What any command kind must look like (plug-ins name their own).
@@ -136,7 +152,7 @@ class Telemetry:
     divergence: str = ""
 
 
-Message = Union[Hello, Offline, CoordinatorStatus, GlobalModel, Update, Command, Telemetry]
+Message = Union[Hello, Offline, CoordinatorStatus, GlobalModel, Update, Command, Telemetry, CommandReply]
 
 #: Wire names of the message types, used as the ``type`` field of a frame header.
 MESSAGE_TYPES = {
@@ -147,5 +163,6 @@ MESSAGE_TYPES = {
     "update": Update,
     "command": Command,
     "telemetry": Telemetry,
+    "command_reply": CommandReply,
 }
 TYPE_NAMES = {cls: name for name, cls in MESSAGE_TYPES.items()}

@@ -10,7 +10,8 @@ from typing import Any, Callable, Dict, List, Tuple, Union, get_args, get_origin
 
 from streamfl.errors import ConfigError, ProtocolError
 from streamfl.protocol.messages import (
-    COMMAND_KIND_RE, MESSAGE_TYPES, Command, CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry, Update,
+    COMMAND_KIND_RE, MESSAGE_TYPES, Command, CommandReply, CoordinatorStatus, GlobalModel, Hello, Offline,
+    Telemetry, Update,
 )
 from streamfl.protocol.topics import validate_name
 
@@ -24,7 +25,8 @@ DEVICE_ID_FIELDS = {(Hello, "device_id"), (Offline, "device_id"), (Update, "devi
 #: Integer fields that are counts or versions and so never negative.
 NON_NEGATIVE = {(GlobalModel, "version"), (CoordinatorStatus, "version"), (Update, "base_version"),
                 (Update, "num_samples"), (Hello, "buffer_capacity"), (Telemetry, "buffer_fill"),
-                (Telemetry, "buffer_capacity"), (Telemetry, "diverged_rounds"), (Command, "seq")}
+                (Telemetry, "buffer_capacity"), (Telemetry, "diverged_rounds"), (Command, "seq"),
+                (CommandReply, "seq")}
 #: A run identity: "" (unknown) or up to 64 characters of a topic-safe name.
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
 
@@ -172,6 +174,6 @@ def check_body(cls: type, body: Any) -> Dict[str, Any]:
         out["extras"] = {}
     if not _RUN_ID.match(out.get("run_id", "")):
         raise ProtocolError("schema", "%s.run_id %r is not a run identity" % (cls.__name__, out["run_id"]))
-    if cls is Command and not _COMMAND_KIND.match(out["kind"]):
+    if cls in (Command, CommandReply) and not _COMMAND_KIND.match(out["kind"]):
         raise ProtocolError("schema", "Command.kind %r is not a valid command name" % (out["kind"],))
     return out

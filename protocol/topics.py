@@ -48,6 +48,11 @@ class Topics:
         """An operator's commands to the coordinator (e.g. ``new-session``)."""
         return self.prefix + "/coordinator/command"
 
+    @property
+    def coordinator_reply(self) -> str:
+        """The coordinator's answers to operator commands (``CommandReply``), matched by stamp."""
+        return self.prefix + "/coordinator/reply"
+
     def device(self, device_id: str, kind: str) -> str:
         """``streamfl/v1/{fleet}/device/{device}/{kind}``."""
         if kind not in DEVICE_KINDS:

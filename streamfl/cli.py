@@ -20,7 +20,8 @@ DEMO_HELP = "run a broker, a coordinator and N agents on this machine"
 SIM_HELP = "run a scenario's methods on a simulated fleet in virtual time"
 REPORT_HELP = "PNG plots and an HTML page from a sim run folder"
 TUNE_HELP = "find each method's best learning rate on a scenario with a small sweep"
-OPERATOR_HELP = "send the running coordinator an operator's command, a kind one of its plug-ins knows"
+OPERATOR_HELP = ("send the running coordinator an operator's command (status, or a kind one of its "
+                 "plug-ins knows) and print its answer")
 
 
 #: Sub-commands that live in a module of their own: ``{name: module}``. Each module has ``HELP``
@@ -139,12 +140,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--log-level", default="WARNING")
     operator = _sub(sub, "operator", OPERATOR_HELP,
                     "Publishes the command on the fleet's coordinator command topic (QoS 1) and "
-                    "returns once the broker acknowledged it; the coordinator's plug-ins act on the "
-                    "kinds they know and log and ignore the others. The "
+                    "waits for the coordinator's answer on its reply topic: 'status' answers with the "
+                    "live fleet table; another kind is handled by the plug-ins that know it, and a "
+                    "kind nobody handles is an error (exit 1), as is no answer within --timeout. The "
                     "command is stamped with this machine's clock (the coordinator obeys each stamp "
                     "once, and only a fresh one) and, with --signing-key-file, signed: a "
                     "coordinator that pins operator keys (operator.public_keys) obeys nothing else. "
-                    "The shipped broker ACL lets the 'operator' account write that topic.")
+                    "The shipped broker ACL lets the 'operator' account write that topic and read "
+                    "the replies.")
     operator.add_argument("kind", metavar="KIND", help="command kind, as a plug-in of the "
                                                           "coordinator names it")
     operator.add_argument("--param", action="append", default=[], dest="params", metavar="KEY=VALUE",
@@ -161,8 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the operator's Ed25519 private key (PEM, from 'streamfl-coordinator "
                                "keygen --name operator'; its .pub line goes into the coordinator's "
                                "operator.public_keys) that signs the command")
+    operator.add_argument("--coordinator-public-key", default=None, metavar="KEY",
+                          help="the coordinator's public key (its .pub line): only an answer signed "
+                               "by it counts")
+    operator.add_argument("--json", action="store_true", help="print the answer as JSON")
     operator.add_argument("--timeout", type=float, default=10.0,
-                          help="seconds to wait for the broker's acknowledgement (default 10)")
+                          help="seconds to wait for the broker and the coordinator's answer (default 10)")
     operator.add_argument("--log-level", default="ERROR",
                           help="default ERROR: a failure is the one line saying why")
     for name, module_name in TOOLS.items():
@@ -254,10 +261,23 @@ def _operator(args) -> int:
         raise ConfigError(str(exc)) from None
     settings = replace(mqtt.settings("streamfl-operator-%d" % os.getpid(), os.environ),
                        persistent_session=False)
-    send_operator_command(settings, args.fleet, args.kind, params, args.timeout,
-                          signing_key_file=args.signing_key_file)
-    print("sent %s to the coordinator of fleet %s" % (args.kind, args.fleet))
-    return 0
+    reply = send_operator_command(settings, args.fleet, args.kind, params, args.timeout,
+                                  signing_key_file=args.signing_key_file,
+                                  coordinator_public_key=args.coordinator_public_key)
+    if args.json:
+        import json
+        print(json.dumps({"kind": reply.kind, "ok": reply.ok, "handled_by": reply.handled_by,
+                          "error": reply.error, "result": reply.result}, indent=1))
+    elif not reply.ok:
+        print("streamfl: the coordinator of fleet %s did not act on %s: %s"
+              % (args.fleet, args.kind, reply.error), file=sys.stderr)
+    elif args.kind == "status":
+        from streamfl.status import render_status
+        print(render_status(reply.result))
+    else:
+        print("%s: handled by %s%s" % (args.kind, ", ".join(reply.handled_by),
+                                       (" " + str(reply.result)) if reply.result else ""))
+    return 0 if reply.ok else 1
 
 
 def _section(args):

@@ -8,6 +8,7 @@ The devices are plain paho clients publishing a retained Hello (as agents do) an
 needs one, an update. The subscription of the coordinator is live once it handled those retained
 Hellos: its filters go to the broker in one SUBSCRIBE, answered before any retained message.
 """
+import json
 import subprocess
 import sys
 
@@ -132,11 +133,51 @@ def test_a_frame_that_is_not_a_command_is_dropped_and_counted(coordinator, mqtt_
     assert code == 0
     wait_until(lambda: _sessions(server).session == 1, 20, "the new session from 'streamfl operator'")
     assert server.core.counters["operator_commands"] == 1
-    # A kind no running plug-in knows is logged and ignored, the session stays.
-    send_operator_command(_settings(mqtt_broker, "operator"), FLEET, "no-such-kind", {"x": 1}, 10)
-    wait_until(lambda: server.core.counters["operator_commands"] == 2, 20, "the unknown kind handled")
+    # A kind no running plug-in knows is answered with an error, and the session stays.
+    reply = send_operator_command(_settings(mqtt_broker, "operator"), FLEET, "no-such-kind", {"x": 1}, 10)
+    assert not reply.ok and reply.handled_by == [] and "no running plug-in handles" in reply.error, reply
+    assert "sessions" in reply.error  # it names what runs
+    assert server.core.counters["operator_commands"] == 2
     assert _sessions(server).session == 1 and server.healthy()
     assert server.counters()["worker_errors"] == 0
+
+
+def test_operator_status_answers_with_the_live_fleet_table(coordinator, mqtt_broker, capsys):
+    server, _ = coordinator
+    reply = send_operator_command(_settings(mqtt_broker, "operator"), FLEET, "status", {}, timeout_s=10)
+    assert reply.ok and reply.handled_by == ["coordinator"] and reply.run_id == server.core.run_id
+    result = reply.result
+    assert result["fleet"] == FLEET and result["run_id"] == server.core.run_id
+    assert result["version"] == server.core.version and result["plugins"] == ["sessions"]
+    rows = {row["device"]: row for row in result["devices"]}
+    assert set(rows) == set(DEVICES) and all(row["online"] for row in rows.values()), rows
+    # The command line prints it, as a table or as JSON, and exits 0.
+    argv = ["operator", "status", "--broker", mqtt_broker.host, "--port", str(mqtt_broker.port),
+            "--fleet", FLEET, "--timeout", "10"]
+    capsys.readouterr()
+    assert streamfl_main(argv) == 0
+    table = capsys.readouterr().out
+    assert all(d in table for d in DEVICES) and FLEET in table, table
+    assert streamfl_main(argv + ["--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["ok"] and {r["device"] for r in answer["result"]["devices"]} == set(DEVICES)
+    # Status is the coordinator's own: no plug-in saw it.
+    assert server.core.counters["operator_commands"] == 0
+
+
+def test_a_kind_nobody_handles_exits_non_zero(coordinator, mqtt_broker, capsys):
+    server, _ = coordinator
+    code = streamfl_main(["operator", "no-such-kind", "--broker", mqtt_broker.host, "--port",
+                          str(mqtt_broker.port), "--fleet", FLEET, "--timeout", "10"])
+    err = capsys.readouterr().err
+    assert code == 1 and "no running plug-in handles 'no-such-kind'" in err, err
+    assert server.core.counters["operator_commands"] == 1 and server.healthy()
+
+
+def test_no_answer_is_an_error_not_a_success(mqtt_broker):
+    """No coordinator on the fleet: the broker acknowledges, nobody answers."""
+    with pytest.raises(TransportError, match="no answer to the status command"):
+        send_operator_command(_settings(mqtt_broker, "operator"), "nobody-here", "status", {}, timeout_s=1.5)
 
 
 def _streamfl(*argv: str) -> subprocess.CompletedProcess:

@@ -60,6 +60,7 @@ class PahoTransport(Transport):
         self._network_thread: Any = None
         #: True once on_connect took its snapshot of the filters for the current connection
         self._subscribed = False
+        self._sent_subscriptions = False
         #: the last connection failure logged as a warning, so a broker that stays down logs once
         self._last_failure: Any = None
         #: True between an accepted CONNACK and the next disconnect
@@ -208,6 +209,13 @@ class PahoTransport(Transport):
     def connected(self) -> bool:
         return self._client.is_connected()
 
+    @property
+    def subscribed(self) -> bool:
+        """True once this connection sent its subscriptions: a broker handles them before any
+        publish sent after this, so an answer to that publish reaches us."""
+        with self._lock:
+            return self._sent_subscriptions
+
     # -- paho callbacks (network thread) ---------------------------------------------------------
 
     def _handle_connect(self, client: mqtt.Client, userdata: Any, flags: Any, reason_code: Any,
@@ -224,6 +232,8 @@ class PahoTransport(Transport):
             self._subscribed = True
         if filters:
             client.subscribe(filters)
+        with self._lock:
+            self._sent_subscriptions = True
         session_present = bool(getattr(flags, "session_present", False))
         log.info("connected to %s:%d as %s (session present: %s)", self.settings.host,
                  self.settings.port, self.settings.client_id, session_present)
@@ -233,6 +243,7 @@ class PahoTransport(Transport):
                            properties: Any) -> None:
         with self._lock:
             self._subscribed = False
+            self._sent_subscriptions = False
             accepted, self._accepted = self._accepted, False
             refused, self._refused = self._refused, False   # the CONNACK's reason was logged
         reason = "closed" if self._closed else str(reason_code)
