@@ -50,6 +50,8 @@ class DemoOptions:
     #: Clock policy of every agent; each agent simulates the next board of ``boards``.
     dvfs_policy: str = "clp-aware"
     boards: Tuple[str, ...] = DEMO_BOARDS
+    #: The coordinator's dashboard port on localhost (0: any free one; the demo prints the URL).
+    dashboard_port: int = 0
 
 
 def _model_section(opts: DemoOptions) -> Dict:
@@ -68,6 +70,7 @@ def coordinator_config(opts: DemoOptions, run_dir: Path) -> Dict:
         "eval_path": str(run_dir / "eval.npz"),
         "eval_every_versions": 3,
         "seed": opts.seed,
+        "monitor": {"port": opts.dashboard_port},
     }
 
 
@@ -76,7 +79,8 @@ def agent_config(opts: DemoOptions, index: int) -> Dict:
     return {
         "fleet": FLEET,
         "device_id": "demo-%02d" % (index + 1),
-        "board": "demo-process",
+        # The board profile each agent simulates: its DVFS levels, and the name its Hello shows.
+        "board": opts.boards[index % len(opts.boards)],
         "model": _model_section(opts),
         "sensor": {
             "kind": "synthetic",
@@ -96,8 +100,7 @@ def agent_config(opts: DemoOptions, index: int) -> Dict:
         "seed": opts.seed + index,
         # Simulated clocks of a real board's profile: levels, modeled power, and rounds stretched
         # as the lower clock would stretch them, so the energy and the levels mean something.
-        "dvfs": {"backend": "simulated", "board": opts.boards[index % len(opts.boards)],
-                 "policy": opts.dvfs_policy, "emulate_speed": True},
+        "dvfs": {"backend": "simulated", "policy": opts.dvfs_policy, "emulate_speed": True},
     }
 
 
@@ -148,10 +151,15 @@ def summarize(metrics: List[Dict], num_classes: int) -> Dict:
     evals = [m for m in metrics if m.get("event") == "eval"]
     updates = [m for m in metrics if m.get("event") == "update"]
     staleness = [m["staleness"] for m in updates if m.get("staleness") is not None]
+    fates: Dict[str, int] = {}
+    for m in updates:
+        fates[str(m.get("outcome"))] = fates.get(str(m.get("outcome")), 0) + 1
     return {
         "final_version": max([m.get("version", 0) for m in metrics] or [0]),
         "updates": len(updates),
         "aggregated": sum(1 for m in updates if m.get("aggregated")),
+        # Where every received update went (aggregated, buffered, duplicate, rejected, ...).
+        "updates_by_outcome": dict(sorted(fates.items())),
         "devices": sorted({m["device"] for m in updates if "device" in m}),
         "mean_staleness": sum(staleness) / len(staleness) if staleness else None,
         "max_staleness": max(staleness) if staleness else None,
@@ -209,8 +217,14 @@ def run_demo(opts: DemoOptions) -> Dict:
                                "--config", str(run_dir / (name + ".yaml")),
                                "--state-dir", str(run_dir / (name + "-state"))])
         next_report = started + opts.progress_every_s
+        dashboard_shown = False
         while time.monotonic() - started < opts.duration_s:
             time.sleep(0.5)
+            if not dashboard_shown and (run_dir / "monitor.url").is_file():
+                dashboard_shown = True
+                url = (run_dir / "monitor.url").read_text().strip()
+                print("fleet dashboard: %s   (or in a terminal: streamfl status --url %s)" % (url, url),
+                      flush=True)
             dead = [p for p in fleet.procs if p.poll() is not None]
             if dead:
                 print("a demo process exited early (code %s); see the logs in %s" % (
@@ -232,14 +246,28 @@ def run_demo(opts: DemoOptions) -> Dict:
     summary["processes_ok"] = all(p.returncode == 0 for p in fleet.procs)
     summary["learned"] = learned(summary, opts.duration_s)
     summary["ok"] = summary["processes_ok"] and summary["learned"]
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_demo_summary(run_dir, summary)
     plot = plot_accuracy(read_metrics(run_dir / "metrics.jsonl"), run_dir / "accuracy.png",
                          title="streamfl demo: %d agents, %s" % (opts.agents, opts.strategy))
     clocks = plot_clock_levels(read_metrics(run_dir / "metrics.jsonl"), run_dir / "clocks.png",
                                boards=summary["boards"],
-                               title="clock levels (%s, simulated boards)" % opts.dvfs_policy)
+                               title="clocks (%s, simulated boards)" % opts.dvfs_policy)
     print(format_summary(summary, plot, clocks))
     return summary
+
+
+def write_demo_summary(run_dir: Path, summary: Dict) -> None:
+    """Put the demo's figures under ``demo`` in the run's ``summary.json``, beside what the
+    coordinator wrote there at stop (so ``streamfl report`` reads a demo folder as any real run)."""
+    path = run_dir / "summary.json"
+    try:
+        run = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        run = {}
+    if not isinstance(run, dict):
+        run = {}
+    run["demo"] = summary
+    path.write_text(json.dumps(run, indent=1))
 
 
 #: A full-length demo must end at least this many times above chance (README: 0.98 vs 0.167).
@@ -259,14 +287,24 @@ def learned(summary: Dict, duration_s: float) -> bool:
     return final >= LEARNED_FACTOR * float(summary.get("chance") or 0.0)
 
 
+def _fates(summary: Dict) -> str:
+    """Where the updates that were not aggregated went, e.g. " (1 duplicate: resent ...)"."""
+    from streamfl.coordinator.run_summary import FATES
+    others = {k: n for k, n in (summary.get("updates_by_outcome") or {}).items() if k != "aggregated" and n}
+    if not others:
+        return ""
+    return " (the others: %s)" % "; ".join("%d %s: %s" % (n, k, FATES.get(k, "")) for k, n in others.items())
+
+
 def format_summary(summary: Dict, plot: Optional[Path], clocks: Optional[Path] = None) -> str:
     """The lines the demo ends with."""
     def fmt(value, pattern="%.3f"):
         return "-" if value is None else pattern % value
     lines = [
         "== streamfl demo summary ==",
-        "versions: %s   updates received: %s   aggregated: %s" % (
-            summary.get("final_version"), summary.get("updates"), summary.get("aggregated")),
+        "versions: %s   updates received: %s   aggregated: %s%s" % (
+            summary.get("final_version"), summary.get("updates"), summary.get("aggregated"),
+            _fates(summary)),
         "staleness: mean %s, max %s" % (fmt(summary.get("mean_staleness"), "%.2f"),
                                          summary.get("max_staleness")),
         "accuracy: start %s -> end %s (best %s; chance %.3f)" % (
@@ -281,7 +319,7 @@ def format_summary(summary: Dict, plot: Optional[Path], clocks: Optional[Path] =
     if plot is not None:
         lines.append("plot: %s" % plot)
     if clocks is not None:
-        lines.append("clock levels: %s" % clocks)
+        lines.append("clocks plot: %s" % clocks)
     lines.append("all processes exited cleanly: %s" % ("yes" if summary.get("processes_ok") else "NO"))
     if not summary.get("learned", True):
         lines.append("the fleet did NOT learn: final accuracy below %.0fx chance" % LEARNED_FACTOR)

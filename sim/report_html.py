@@ -34,7 +34,8 @@ CAPTIONS = {
     "accuracy_vs_time.png": "Accuracy of the global model against virtual time.",
     "accuracy_vs_rounds.png": "Accuracy against rounds (global versions), mean and spread over seeds.",
     "accuracy_vs_energy.png": "Accuracy against cumulative fleet energy (training and idle).",
-    "clock_levels.png": "Clock level of each device's scaled domain over time (first seed).",
+    "clock_levels.png": "Clock of each device's scaled domain over time (first seed), in MHz "
+                        "through its board profile (levels where a board's profile is unknown).",
     "clp.png": "Global Fisher information over time; shaded spans are detected critical learning periods.",
 }
 
@@ -56,12 +57,28 @@ def _by_method_seed(records: List[Dict], event: str) -> Dict[str, Dict[int, List
     return out
 
 
+def boards_by_method_seed(summary: Dict) -> Dict[str, Dict[int, Dict[str, str]]]:
+    """Each run's device -> board profile name, by method then seed, from ``summary.json``'s
+    per-seed runs (what converts the clock plot's levels to MHz)."""
+    out: Dict[str, Dict[int, Dict[str, str]]] = {}
+    for method, entry in (summary.get("methods") or {}).items():
+        for run in (entry.get("runs") or []) if isinstance(entry, dict) else []:
+            devices = run.get("devices") if isinstance(run, dict) else None
+            if isinstance(run.get("seed"), int) and isinstance(devices, dict):
+                out.setdefault(method, {})[run["seed"]] = {
+                    str(dev): d["board"] for dev, d in devices.items()
+                    if isinstance(d, dict) and isinstance(d.get("board"), str)}
+    return out
+
+
 def render_html(summary: Dict, images: List[str], title: str) -> str:
     """The self-contained page; images are referenced by file name next to it."""
     e = html.escape
     seeds = summary.get("seeds") or []
-    meta = "duration %s s of virtual time · seeds %s · thresholds %s" % (
+    fleet_run = summary.get("kind") == "fleet"  # a real fleet's run folder (coordinator/run_summary.py)
+    meta = "duration %s s of %s time · seeds %s · thresholds %s" % (
         fmt_value(summary["duration_s"]) if is_number(summary.get("duration_s")) else "?",
+        "wall-clock" if fleet_run else "virtual",
         ", ".join(str(s) for s in seeds) or "?",
         ", ".join(str(t) for t in summary.get("thresholds") or []) or "none")
     how = ("How to read: table cells are mean ± standard deviation over the %d seed(s) (population std); "
@@ -99,7 +116,8 @@ def render_report(run_dir: Path, out_dir: Optional[Path] = None) -> Path:
                  ("accuracy_vs_energy.png",
                   lambda p: plot_accuracy_curves(evals, methods, "energy_j", p)),
                  ("clock_levels.png", lambda p: plot_clock_levels_by_method(
-                     _by_method_seed(records, "update"), methods, p, seeds)),
+                     _by_method_seed(records, "update"), methods, p, seeds,
+                     boards_by_method_seed(summary))),
                  ("clp.png", lambda p: plot_clp(_by_method_seed(records, "clp"), methods, p, seeds))]
         for name, draw in plots:
             if draw(out_dir / name) is not None:
@@ -108,7 +126,8 @@ def render_report(run_dir: Path, out_dir: Optional[Path] = None) -> Path:
                 log.info("%s: nothing to plot", name)
                 if (out_dir / name).exists():  # a stale plot from an earlier render of this directory
                     (out_dir / name).unlink()
-    title = "streamfl simulation: %s" % summary.get("scenario", run_dir.name)
+    title = "streamfl %s: %s" % ("fleet run" if summary.get("kind") == "fleet" else "simulation",
+                                 summary.get("scenario", run_dir.name))
     out = out_dir / "report.html"
     out.write_text(render_html(summary, images, title), encoding="utf-8")
     log.info("report written to %s (%d plots)", out, len(images))

@@ -38,7 +38,8 @@ def test_short_demo_run_leaves_metrics_summary_and_plot(tmp_path):
     assert {u["device"] for u in updates} == {"demo-01", "demo-02"}, logs()
     assert len(evals) >= 2, logs()
 
-    summary = json.loads((run_dir / "summary.json").read_text())
+    run_summary = json.loads((run_dir / "summary.json").read_text())
+    summary = run_summary["demo"]
     assert summary["ok"] is True and summary["agents"] == 2, summary
     assert summary["final_accuracy"] is not None, summary
     assert summary["final_version"] > 0, summary
@@ -64,6 +65,14 @@ def test_short_demo_run_leaves_metrics_summary_and_plot(tmp_path):
     assert all(j > 0 for j in summary["energy_j"].values()), summary["energy_j"]
     assert "demo-02 (raspberry-pi-4) %.1f J" % summary["energy_j"]["demo-02"] in out, out[-2000:]
     assert all(u["clock_levels"] for u in updates)
+    # Every update received is accounted for by its fate, and the coordinator's own summary of the
+    # run is there beside the demo's: streamfl report reads the folder.
+    assert sum(summary["updates_by_outcome"].values()) == summary["updates"], summary
+    (method, entry), = run_summary["methods"].items()
+    assert method == "fedasync" and entry["runs"][0]["updates"] == summary["updates"], run_summary
+    report = subprocess.run([sys.executable, "-m", "streamfl.cli", "report", str(run_dir)],
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0 and (run_dir / "report.html").is_file(), report.stderr
     assert (run_dir / "clocks.png").read_bytes()[:4] == b"\x89PNG"
 
 
