@@ -1,11 +1,307 @@
-"""Placeholder while the ``status`` sub-command is written (replaced in this change)."""
-HELP = "(being written)"
-DETAILS = ""
+"""``streamfl status``: the running coordinator's fleet in the terminal, read from its fleet view.
+
+It asks the coordinator's read-only HTTP fleet view (``coordinator/monitor/``) for ``/api/fleet``,
+the same snapshot the dashboard shows, and prints a header (fleet, run, method, version, versions
+per second, accuracy, devices, updates and why they were rejected) and one line per device, with
+as many columns as the terminal is wide (the least needed go first). ``--watch`` redraws it until
+Ctrl-C; ``--json`` prints the snapshot as it came. Only the standard library is used, so that it
+runs wherever streamfl is installed, a board included.
+"""
+import json
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from streamfl.errors import ConfigError
+
+HELP = "the running coordinator's fleet: devices, versions, accuracy, updates"
+DETAILS = ("Reads the coordinator's fleet view (its monitor: section, http://127.0.0.1:8470 by "
+           "default) and prints the fleet and one line per device, fitted to the terminal. Exits 1 "
+           "with the reason when the coordinator cannot be reached or refuses the token.")
+#: Where the coordinator's fleet view listens unless its monitor: section says otherwise.
+DEFAULT_URL = "http://127.0.0.1:8470"
+#: The file in a coordinator's run folder that names its fleet view's URL.
+URL_FILE = "monitor.url"
+#: Longest answer read from the fleet view, in bytes (a snapshot of thousands of rows is a few MB).
+MAX_ANSWER_BYTES = 64 * 2 ** 20
+#: Longest device id shown, in characters (a longer one is cut, with a ~).
+DEVICE_CHARS = 24
+#: Clears the terminal and homes the cursor between two ``--watch`` frames.
+CLEAR = "\x1b[H\x1b[2J"
+
+
+class StatusError(Exception):
+    """The fleet view could not be read; the message is the one line printed. ``refused``: it
+    answered 401 (asking again will not help)."""
+
+    def __init__(self, message: str, refused: bool = False):
+        super().__init__(message)
+        self.refused = refused
 
 
 def add_arguments(parser) -> None:
-    """No arguments yet."""
+    """The options of ``streamfl status``."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--url", default=None,
+                       help="the coordinator's fleet view (default %s, its monitor: section's "
+                            "host and port)" % DEFAULT_URL)
+    where.add_argument("--run-dir", default=None, metavar="DIR",
+                       help="the coordinator's run folder: its %s file names the URL (a "
+                            "coordinator on port 0 writes it there)" % URL_FILE)
+    parser.add_argument("--token-file", default=None, metavar="FILE",
+                        help="file whose first line is the fleet view's token (monitor.token_file)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the fleet snapshot as JSON, as /api/fleet sends it")
+    parser.add_argument("--watch", type=float, default=None, metavar="SECONDS",
+                        help="redraw every SECONDS until Ctrl-C")
+    parser.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                        help="seconds to wait for the coordinator's answer (default 5)")
+    parser.add_argument("--log-level", default="WARNING")
 
 
 def run(args) -> int:
-    raise SystemExit("not written yet")
+    """Fetch and print once, or every ``--watch`` seconds; 1 (and the reason) when the fleet view
+    cannot be read."""
+    for name in ("watch", "timeout"):
+        value = getattr(args, name)
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise ConfigError("--%s must be a number of seconds > 0, got %r" % (name, value))
+    try:
+        url = base_url(args.url, args.run_dir)
+        token = read_token(args.token_file) if args.token_file else None
+        snapshot = fetch(url, token, args.timeout)
+    except StatusError as exc:
+        print("streamfl status: %s" % exc, file=sys.stderr)
+        return 1
+    if args.watch is None:
+        print(draw(snapshot, args.json, fit_height=False))
+        return 0
+    return _watch(lambda: fetch(url, token, args.timeout), args.json, snapshot, args.watch)
+
+
+def draw(snapshot: Dict[str, Any], as_json: bool, fit_height: bool) -> str:
+    """The snapshot as JSON, or rendered to the terminal's width (and height, ``fit_height``)."""
+    if as_json:
+        return json.dumps(snapshot, sort_keys=True)
+    size = shutil.get_terminal_size((120, 40))
+    return render(snapshot, size.columns, size.lines - 1 if fit_height else None)
+
+
+def _watch(get: Callable[[], Dict[str, Any]], as_json: bool, first: Dict[str, Any],
+           every_s: float) -> int:
+    """Redraw until Ctrl-C (0). A coordinator that goes away is shown as unreachable and asked
+    again; one that refuses the token ends it (1)."""
+    snapshot = first
+    problem = ""
+    tty = sys.stdout.isatty()
+    try:
+        while True:
+            text = draw(snapshot, as_json, fit_height=tty)
+            if problem:
+                text = "%s\n%s" % (text, problem)
+            sys.stdout.write((CLEAR if tty else "") + text + "\n")
+            sys.stdout.flush()
+            time.sleep(every_s)
+            try:
+                snapshot, problem = get(), ""
+            except StatusError as exc:
+                if exc.refused:
+                    print("streamfl status: %s" % exc, file=sys.stderr)
+                    return 1
+                problem = "(%s: %s)" % (time.strftime("%H:%M:%S"), exc)
+    except KeyboardInterrupt:
+        return 0
+
+
+# ---- reading the fleet view ---------------------------------------------------------------------
+
+def base_url(url: Optional[str], run_dir: Optional[str]) -> str:
+    """The fleet view's base URL: ``url``, the one in ``run_dir``'s monitor.url, or the default."""
+    if run_dir is not None:
+        path = Path(run_dir) / URL_FILE
+        try:
+            url = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise StatusError("no %s in %s (%s): is the coordinator running there, with its fleet "
+                              "view on (monitor.enabled)?" % (URL_FILE, run_dir, exc.strerror or exc))
+    url = (url or DEFAULT_URL).strip()
+    if not url.startswith(("http://", "https://")):
+        raise StatusError("%r is not an http:// or https:// URL" % url)
+    return url.rstrip("/")
+
+
+def read_token(path: str) -> str:
+    """The first line of ``path``, stripped."""
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            token = fh.readline(8192).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StatusError("cannot read the token file %s (%s)" % (path, exc))
+    if not token:
+        raise StatusError("the token file %s has no token on its first line" % path)
+    return token
+
+
+def fetch(url: str, token: Optional[str], timeout_s: float) -> Dict[str, Any]:
+    """The snapshot from ``url``/api/fleet; ``StatusError`` saying why when there is none."""
+    import urllib.error
+    import urllib.request
+    request = urllib.request.Request(url + "/api/fleet", headers={"Accept": "application/json"})
+    if token:
+        request.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            body = answer.read(MAX_ANSWER_BYTES + 1)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            raise StatusError("%s answered 401: %s" % (url, "the token was refused" if token else
+                                                       "the fleet view needs its token (--token-file)"),
+                              refused=True)
+        raise StatusError("%s answered %d %s" % (url, exc.code, exc.reason))
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise StatusError("cannot reach the coordinator's fleet view at %s (%s): is it running, with "
+                          "monitor.enabled, and is that its host and port?" % (url, reason))
+    if len(body) > MAX_ANSWER_BYTES:
+        raise StatusError("%s sent more than %d bytes" % (url, MAX_ANSWER_BYTES))
+    try:
+        snapshot = json.loads(body.decode("utf-8"))
+    except ValueError:
+        raise StatusError("%s did not answer with JSON: is it a streamfl coordinator?" % url)
+    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("devices"), list):
+        raise StatusError("%s did not answer with a fleet snapshot: is it a streamfl coordinator?" % url)
+    return snapshot
+
+
+# ---- drawing --------------------------------------------------------------------------------------
+
+def _num(value: Any, pattern: str = "%g") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return pattern % value
+    return str(value)
+
+
+def _ago(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        return "-"
+    if seconds < 60:
+        return "%.0fs" % seconds
+    if seconds < 3600:
+        return "%.0fm" % (seconds / 60)
+    return "%.1fh" % (seconds / 3600)
+
+
+def _pairs(mapping: Any) -> str:
+    if not isinstance(mapping, dict) or not mapping:
+        return ""
+    return ", ".join("%s %s" % (k, _num(v)) for k, v in sorted(mapping.items()))
+
+
+def header(s: Dict[str, Any]) -> List[str]:
+    """The fleet's lines above the device table."""
+    u = s.get("updates") if isinstance(s.get("updates"), dict) else {}
+    accuracy = s.get("accuracy")
+    acc = ("%.1f %% (version %s)" % (100 * accuracy, _num(s.get("eval_version")))
+           if isinstance(accuracy, (int, float)) else "-")
+    reasons = _pairs(s.get("rejected_by_reason"))
+    others = ", ".join("%s %s" % (k, _num(u[k])) for k in sorted(u)
+                       if k not in ("received", "aggregated", "rejected"))
+    lines = [
+        "fleet %s · run %s · method %s · up %s" % (
+            s.get("fleet", "-"), str(s.get("run_id") or "-")[:12], s.get("method", "-"),
+            _ago(s.get("time_s"))),
+        "version %s · %s versions/s · accuracy %s · devices %s/%s online" % (
+            _num(s.get("version")), _num(s.get("versions_per_s"), "%.2f"), acc,
+            _num(s.get("devices_online")), _num(s.get("devices_known"))),
+        "updates: %s received, %s aggregated, %s rejected%s" % (
+            _num(u.get("received")), _num(u.get("aggregated")), _num(u.get("rejected")),
+            " (%s)" % reasons if reasons else ""),
+    ]
+    if others:
+        lines.append("         %s" % others)
+    if s.get("energy_j") is not None:
+        lines.append("energy %s J" % _num(s.get("energy_j"), "%.0f"))
+    return lines
+
+
+#: A column: (title, priority (lower stays longer), right-aligned, the cell of a row).
+Column = Tuple[str, int, bool, Callable[[Dict[str, Any]], str]]
+
+
+def columns(rows: Sequence[Dict[str, Any]]) -> List[Column]:
+    """Every column the rows have, with the clock domains and the methods' values they show."""
+    def updates(key: str) -> Callable[[Dict[str, Any]], str]:
+        return lambda d: _num((d.get("updates") or {}).get(key))
+    cols: List[Column] = [
+        ("DEVICE", 0, False, lambda d: _cut(str(d.get("device")), DEVICE_CHARS)),
+        ("STATE", 0, False, lambda d: "online" if d.get("online") else "offline"),
+        ("SEEN", 1, True, lambda d: _ago(d.get("last_seen_s"))),
+        ("VERSION", 1, True, lambda d: _num(d.get("version"))),
+        ("STALE", 2, True, lambda d: _num(d.get("staleness"))),
+        ("ROUNDS", 3, True, lambda d: _num(d.get("rounds"))),
+        ("ACCEPTED", 2, True, updates("accepted")),
+        ("REJECTED", 2, True, updates("rejected")),
+        ("CLIPPED", 5, True, updates("clipped")),
+    ]
+    domains = sorted({k for d in rows for k in (d.get("clocks_mhz") or {})})
+    for i, domain in enumerate(domains):
+        cols.append(("%s_MHZ" % domain.upper(), 3 if i == 0 else 4, True,
+                     lambda d, k=domain: _num((d.get("clocks_mhz") or {}).get(k), "%.0f")))
+    cols += [
+        ("POWER_W", 3, True, lambda d: _num(d.get("power_w"), "%.2f")),
+        ("ENERGY_J", 4, True, lambda d: _num(d.get("energy_j"), "%.0f")),
+        ("TEMP_C", 4, True, lambda d: _num(d.get("temperature_c"), "%.1f")),
+        ("BUFFER", 3, True, lambda d: "%s/%s" % (_num(d.get("buffer_fill")), _num(d.get("buffer_capacity")))),
+        ("BOARD", 5, False, lambda d: str(d.get("board") or "-")),
+        ("SOFTWARE", 7, False, lambda d: str(d.get("software") or "-")),
+        ("METHODS", 6, False, lambda d: "; ".join(
+            "%s %s" % (m, " ".join("%s=%s" % (k, _num(v)) for k, v in sorted((vals or {}).items())))
+            for m, vals in sorted((d.get("methods") or {}).items())) or "-"),
+    ]
+    return cols
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "~"
+
+
+def table(rows: Sequence[Dict[str, Any]], width: int) -> List[str]:
+    """The device table, dropping the least needed columns until it is at most ``width`` wide."""
+    cols = columns(rows)
+    cells = [[get(d) for _, _, _, get in cols] for d in rows]
+    widths = [max([len(title)] + [len(r[i]) for r in cells]) for i, (title, _, _, _) in enumerate(cols)]
+    keep = list(range(len(cols)))
+    while len(keep) > 2 and sum(widths[i] for i in keep) + 2 * (len(keep) - 1) > width:
+        keep.remove(max(keep, key=lambda i: (cols[i][1], i)))
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(values[i].rjust(widths[i]) if cols[i][2] else values[i].ljust(widths[i])
+                         for i in keep).rstrip()
+    out = [line([c[0] for c in cols])] + [line(r) for r in cells]
+    return [_cut(text, width) for text in out]
+
+
+def render(s: Dict[str, Any], width: int = 120, height: Optional[int] = None) -> str:
+    """The header and the device table in ``width`` columns and, with ``height``, at most that many
+    lines (the devices that do not fit are counted on the last line)."""
+    width = max(40, width)
+    lines = [_cut(text, width) for text in header(s)]
+    rows = [d for d in s.get("devices") or [] if isinstance(d, dict)]
+    total = s.get("devices_total") if isinstance(s.get("devices_total"), int) else len(rows)
+    lines.append("")
+    if not rows:
+        lines.append("no devices yet")
+        return "\n".join(lines)
+    room = None if height is None else max(1, height - len(lines) - 2)
+    shown = rows if room is None else rows[:room]
+    lines += table(shown, width)
+    if total > len(shown):
+        lines.append("... %d more device(s), online first" % (total - len(shown)))
+    return "\n".join(lines)

@@ -155,6 +155,9 @@ def test_the_wheel_holds_every_package_and_module_of_the_tree(built_wheel):
     assert {where for name, where in shipped.items() if name.endswith(".yaml")} <= names
     assert any(n.startswith("streamfl/boards/") and n.endswith(".yaml") for n in names)
     assert "streamfl/py.typed" in names
+    # The fleet view's page comes as data too (the coordinator serves it; nothing from a CDN).
+    for name in ("index.html", "dashboard.js", "dashboard.css"):
+        assert "streamfl/coordinator/monitor/static/" + name in names
     # Generic top-level names (agent, models, ...) never land in site-packages beside streamfl.
     assert {n.split("/")[0] for n in names} == {"streamfl", built_wheel.name.split("-py")[0] + ".dist-info"}
 

@@ -361,7 +361,7 @@ class MonitorServer:
         self._server = server
         host, port = server.server_address[:2]
         self.url = url_for(self.config.host, port)
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5},
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name="streamfl-monitor", daemon=True)
         self._thread.start()
         if self.url_file is not None:

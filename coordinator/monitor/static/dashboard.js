@@ -44,7 +44,10 @@
     if (v === null || v === undefined) { return "-"; }
     if (typeof v === "boolean") { return v ? "yes" : "no"; }
     if (!isNum(v)) { return String(v); }
-    if (digits === undefined) { return Number.isInteger(v) ? String(v) : v.toPrecision(4); }
+    if (digits === undefined) {
+      if (Number.isInteger(v) || Math.abs(v) >= 1000) { return v.toFixed(0); }
+      return String(Number(v.toPrecision(4)));
+    }
     return v.toFixed(digits);
   }
   function ago(s) {
