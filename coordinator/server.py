@@ -176,7 +176,7 @@ class CoordinatorServer:
                 log.error("the fleet dashboard could not start (%s); the coordinator runs without it", exc)
                 url = None
             if url:
-                log.info("fleet dashboard at %s (Prometheus metrics at %s/metrics)", url, url)
+                log.info("fleet dashboard at %s (Prometheus metrics at %smetrics)", url, url)
         self._worker.start()
         self.publisher.start()
         self.transport.connect()

@@ -272,8 +272,10 @@ def _operator(args) -> int:
         print("streamfl: the coordinator of fleet %s did not act on %s: %s"
               % (args.fleet, args.kind, reply.error), file=sys.stderr)
     elif args.kind == "status":
-        from streamfl.status import render_status
-        print(render_status(reply.result))
+        import shutil
+
+        from streamfl.status import render
+        print(render(reply.result, width=shutil.get_terminal_size((120, 40)).columns))
     else:
         print("%s: handled by %s%s" % (args.kind, ", ".join(reply.handled_by),
                                        (" " + str(reply.result)) if reply.result else ""))
