@@ -36,14 +36,18 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line; every flag defaults to None so that only given flags override the file."""
     p = argparse.ArgumentParser(
         prog=PROG, description="streamfl on-device learning agent.",
-        epilog="Clocks: '%s dvfs status' shows this board's clocks and power, '%s dvfs restore' "
-               "puts back clocks a killed agent left changed." % (PROG, PROG))
+        epilog="Clocks (see '%s dvfs --help'): '%s dvfs status' shows this board's clocks, the "
+               "levels a running agent has set, and measured power; '%s dvfs restore' puts back "
+               "clocks a killed agent left changed; '%s dvfs probe' times training and measures "
+               "watts at each clock level into a board profile file." % ((PROG,) * 4))
     p.add_argument("--config", type=Path, help="agent YAML file (see configs/agent.example.yaml)")
     p.add_argument("--broker", help="MQTT broker host name or address (mqtt.host)")
     p.add_argument("--port", type=int, help="MQTT broker port (mqtt.port, default 1883)")
     p.add_argument("--fleet", help="fleet name, the topic namespace (default: default)")
     p.add_argument("--device-id", help="device id and MQTT client id (default: sanitized hostname)")
-    p.add_argument("--board", help="board name reported to the coordinator")
+    p.add_argument("--board", help="board profile (configs/boards names, e.g. jetson-orin-nano, "
+                                   "raspberry-pi-4), or auto to detect it; also what the "
+                                   "coordinator shows (board)")
     p.add_argument("--state-dir", type=Path,
                    help="checkpoint and outbox folder (default: %s if writable, else "
                         "~/.local/state/streamfl-agent)" % SYSTEM_STATE_DIR)
@@ -102,7 +106,9 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
     if args.check_config:
         for warning in identity_warnings(cfg):
             sys.stderr.write("%s: warning: %s\n" % (PROG, warning))
-        sys.stdout.write(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        data = to_dict(cfg)
+        data["dvfs"].pop("board", None)  # the top-level board, copied in (deprecated as a key)
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
         return 0
     setup_logging(args.log_level, environ=environ)
     state_dir = cfg.state_dir or default_state_dir()
@@ -123,7 +129,9 @@ def _dvfs(cfg, state_dir: Path):
         return AgentDvfs.from_config(cfg.dvfs, state_dir)
     except DvfsError as exc:
         log.error("DVFS unavailable (%s): training without clock control or energy", exc)
-        return AgentDvfs.disabled(state_dir, SysfsFiles(Path(cfg.dvfs.sysfs_root)))
+        dvfs = AgentDvfs.disabled(state_dir, SysfsFiles(Path(cfg.dvfs.sysfs_root)))
+        dvfs.board = AgentDvfs.board_name(cfg.dvfs)  # Hello still names the board
+        return dvfs
 
 
 def _run(cfg, settings, state_dir: Path, environ: Mapping[str, str]) -> int:

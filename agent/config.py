@@ -4,6 +4,7 @@ Unknown keys and wrong types are ``ConfigError`` naming the key and the file (ex
 never live in the file: the MQTT password comes from ``mqtt.password_file`` or the environment
 variable ``STREAMFL_MQTT_PASSWORD``, read by ``MqttConfig.settings`` with the environment passed in.
 """
+import dataclasses
 import socket
 import zlib
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from streamfl.agent.hparams import hparam_limits
 from streamfl.agent.plugins import plugin_configs
 from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, load
 from streamfl.errors import ConfigError
-from streamfl.dvfs.config import DvfsConfig
+from streamfl.dvfs.config import AUTO_BOARD, DvfsConfig, resolve_board_setting
 from streamfl.models import REGISTRY, ModelSpec
 from streamfl.protocol.signing import parse_public_key
 from streamfl.protocol.topics import NAME_RE, sanitize_name
@@ -40,9 +41,13 @@ class AgentConfig:
     fleet: str = "default"
     #: None = the sanitized hostname (filled in by ``__post_init__``).
     device_id: Optional[str] = None
-    #: Board name reported in Hello (jetson-nano, xavier-nx, agx-orin, orin-nano, rpi4, rpi5,
-    #: generic); a label for the fleet view, not the DVFS profile (dvfs.board).
-    board: str = "generic"
+    #: The board profile (configs/boards/<name>.yaml: jetson-nano, jetson-xavier-nx,
+    #: jetson-agx-orin, jetson-orin-nano, jetson-orin-nano-super, raspberry-pi-4, raspberry-pi-5,
+    #: generic-linux), or ``auto``: detect it from /proc/device-tree/model (else generic-linux).
+    #: The one board setting: DVFS levels and power come from it and Hello shows its name to the
+    #: coordinator. ``dvfs.profile_path`` replaces the profile (Hello then shows the file's name).
+    #: Old labels (orin-nano, rpi4, generic, ...) and ``dvfs.board`` still load, with a warning.
+    board: str = AUTO_BOARD
     model: ModelSpec = field(default_factory=ModelSpec)
     sensor: SensorConfig = field(default_factory=SensorConfig)
     mqtt: MqttConfig = field(default_factory=MqttConfig)
@@ -131,6 +136,7 @@ class AgentConfig:
                              % (self.device_id,))
         if self.seed is None:
             object.__setattr__(self, "seed", zlib.crc32(self.device_id.encode("utf-8")) & 0x7FFFFFFF)
+        self._resolve_board()
         checks = [
             ("buffer_capacity", self.buffer_capacity >= 1, "must be at least 1"),
             ("buffer_policy", self.buffer_policy in policies(),
@@ -176,6 +182,17 @@ class AgentConfig:
         if s.num_classes > m.num_classes:
             raise ValueError("sensor num_classes (%d) exceeds model num_classes (%d)"
                              % (s.num_classes, m.num_classes))
+
+    def _resolve_board(self) -> None:
+        """One board setting (``streamfl.dvfs.config``): the top-level ``board``, with the
+        deprecated ``dvfs.board`` read where it is auto; the DVFS section gets the resolved name."""
+        board = resolve_board_setting(self.board, self.dvfs.board)
+        object.__setattr__(self, "board", board)
+        profile = None if board == AUTO_BOARD else board
+        if self.dvfs.board != profile:  # the copy checks its policy with the board's power model
+            object.__setattr__(self, "dvfs", dataclasses.replace(self.dvfs, board=profile))
+        elif profile is None:  # a policy that waited for a board name fails here, naming why
+            self.dvfs.check_policy()
 
     def mqtt_settings(self, environ: Optional[Mapping[str, str]] = None) -> MqttSettings:
         """Transport settings with this device's id as the MQTT client id."""

@@ -142,12 +142,15 @@ class AgentCore:
         self.dvfs_policy = make_policy(config.dvfs.policy, **config.dvfs.policy_kwargs())
         #: Levels per DVFS domain, announced in Hello (set by the runtime that owns the clocks).
         self.dvfs_levels: Dict[str, List[int]] = {}
+        #: The board profile's name, announced in Hello: the config's ``board``, replaced by the
+        #: runtime that owns the clocks with the profile it resolved (``auto``, a profile file).
+        self.board = config.board
 
     # ---- inputs -------------------------------------------------------------------------------
 
     def hello(self) -> Hello:
         """The retained status message announcing this device on every connect."""
-        return Hello(device_id=self.device_id, board=self.config.board,
+        return Hello(device_id=self.device_id, board=self.board,
                      software_version=streamfl.__version__, arch_id=self.arch_id,
                      buffer_capacity=self.buffer.capacity, dvfs_levels=dict(self.dvfs_levels))
 

@@ -52,6 +52,8 @@ class AgentDaemon:
         #: Clocks and energy; shares ``clock`` with the daemon so round times and joules line up.
         self.dvfs = dvfs or AgentDvfs.disabled()
         self.core.dvfs_levels = self.dvfs.hello_levels()
+        if self.dvfs.board:  # the profile it resolved ("auto", a profile file) names the board
+            self.core.board = self.dvfs.board
         self.device_id = config.device_id
         self.topics = Topics(config.fleet)
         self.status_topic = self.topics.device(self.device_id, "status")

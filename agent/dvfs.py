@@ -2,7 +2,9 @@
 
 The daemon asks the core for a frequency plan before each round (the policy is sans-I/O) and hands
 it here; this object does the writes, knows what a round cost in joules, and restores the clocks
-on every way out (``close``), including a crash of an earlier run (``start``).
+on every way out (``close``), including a crash of an earlier run (``start``). It records what it
+has set (``streamfl.agent.dvfs_state``) at start, on every level change and at stop, for
+``streamfl-agent dvfs status``.
 """
 import logging
 import threading
@@ -20,6 +22,7 @@ from streamfl.dvfs.power.energy import EnergyCounter
 from streamfl.dvfs.power.null import NullMeter
 from streamfl.dvfs.profiles import BoardProfile
 from streamfl.dvfs.thermal import read_temperatures_c
+from streamfl.errors import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +34,21 @@ class AgentDvfs:
     def __init__(self, backend: DvfsBackend, meter: PowerMeter, state_dir: Optional[Path],
                  energy_rate_hz: float = 10.0, clock: Callable[[], float] = time.monotonic,
                  restore_io: Optional[SysfsIO] = None, thermal_zones: Sequence[str] = (),
-                 board: str = "unknown", emulate_speed: bool = False,
-                 read_temperatures: Optional[bool] = None, profile: Optional[BoardProfile] = None):
+                 board: Optional[str] = None, emulate_speed: bool = False,
+                 read_temperatures: Optional[bool] = None, profile: Optional[BoardProfile] = None,
+                 policy: str = "none", mode: str = "cap"):
         self.backend = backend
         #: The board profile, kept for the timings a ``dvfs probe`` profile carries.
         self.profile = profile
         self.meter = meter
+        #: The board profile's name (None: not known), which the agent's Hello announces.
         self.board = board
+        #: Which command sets the clocks, for the clock record: ``agent`` or ``dvfs probe``.
+        self.owner = "agent"
+        self.policy = policy
+        self.mode = mode
+        self._recorded: Optional[Dict[str, int]] = None
+        self._record_failed = False
         self.guard = DvfsGuard(backend, state_dir)
         self.counter = EnergyCounter(meter, rate_hz=energy_rate_hz, clock=clock)
         self._state_dir = state_dir
@@ -59,6 +70,27 @@ class AgentDvfs:
         return cls(NullBackend("DVFS off"), NullMeter(), state_dir, restore_io=restore_io,
                    read_temperatures=False)
 
+    @staticmethod
+    def board_name(cfg: DvfsConfig) -> Optional[str]:
+        """The board profile's name without building its domains (backend none, or DVFS that
+        failed): the profile file's, the configured one, else the one the device-tree model
+        matches, else generic-linux; None where a profile file cannot be read."""
+        from streamfl.errors import StreamflError
+        if cfg.profile_path:
+            from streamfl.dvfs.profiles import load_profile_file
+            try:
+                return load_profile_file(cfg.profile_path).name
+            except StreamflError as exc:
+                log.warning("board name unknown: %s", exc)
+                return None
+        if cfg.board:
+            return cfg.board
+        from streamfl.dvfs.detect import match_model, read_model
+        from streamfl.dvfs.profiles import GENERIC
+        model = read_model(Path(cfg.proc_root))
+        found = match_model(model) if model is not None else None
+        return found[0] if found is not None else GENERIC
+
     @classmethod
     def from_config(cls, cfg: DvfsConfig, state_dir: Path,
                     clock: Callable[[], float] = time.monotonic) -> "AgentDvfs":
@@ -73,8 +105,9 @@ class AgentDvfs:
         io = SysfsFiles(Path(cfg.sysfs_root))
         self = cls(backend, meter, state_dir, cfg.energy_rate_hz, clock, restore_io=io,
                    thermal_zones=profile.thermal_zones if profile else (),
-                   board=profile.name if profile else "none", emulate_speed=cfg.emulate_speed,
-                   read_temperatures=cfg.backend == "sysfs", profile=profile)
+                   board=profile.name if profile else cls.board_name(cfg),
+                   emulate_speed=cfg.emulate_speed, read_temperatures=cfg.backend == "sysfs",
+                   profile=profile, policy=cfg.policy, mode=cfg.mode)
         holder.append(self)
         log.info("DVFS: board %s, backend %s, meter %s", self.board, backend.kind, meter.kind)
         for line in describe(backend):
@@ -93,6 +126,7 @@ class AgentDvfs:
                 log.error("could not restore the clocks an earlier run changed: %s", exc)
         if not isinstance(self.meter, NullMeter):
             self.counter.start()
+        self.record(running=True)
 
     def close(self) -> bool:
         """Restore the original clocks and stop the counter; True if the clocks are back."""
@@ -100,7 +134,34 @@ class AgentDvfs:
             ok = self.guard.restore()
         self.counter.stop()
         self.meter.close()
+        self.record(running=False)
         return ok
+
+    def record(self, running: bool = True) -> None:
+        """Write what the clocks are now to the state folder's clock record (for ``dvfs status``);
+        a failed write is logged once and never stops training."""
+        if self._state_dir is None:
+            return
+        from streamfl.agent.dvfs_state import DomainRecord, this_process, write_record
+        domains = {}
+        for dom in self.backend.domains:
+            try:
+                domains[dom.name] = DomainRecord(dom.current_level(), dom.current_khz(),
+                                                 len(dom.levels_khz))
+            except DvfsError:
+                pass  # unreadable now: left out, as in telemetry
+        record = this_process(owner=self.owner, running=running, backend=self.backend.kind,
+                              policy=self.policy, mode=self.mode, board=self.board,
+                              meter=self.meter.kind, measured_power=self.meter.measured,
+                              domains=domains)
+        try:
+            write_record(self._state_dir, record)
+        except StorageError as exc:
+            if not self._record_failed:
+                log.warning("%s; 'streamfl-agent dvfs status' will not show this agent's clocks", exc)
+            self._record_failed = True
+            return
+        self._recorded = {name: d.level for name, d in domains.items()}
 
     # ---- rounds -------------------------------------------------------------------------------
 
@@ -122,7 +183,10 @@ class AgentDvfs:
             except (DvfsError, KeyError, IndexError) as exc:
                 self.errors += 1
                 log.error("DVFS plan %s not applied: %s", dict(plan), exc)
-        return self.levels()
+        levels = self.levels()
+        if levels != self._recorded:
+            self.record()
+        return levels
 
     def levels(self) -> Dict[str, int]:
         """Each domain's level now (unreadable domains left out)."""

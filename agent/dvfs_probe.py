@@ -294,6 +294,7 @@ def run_probe(cfg: AgentConfig, state_dir: Path, out_path: Optional[Path] = None
         raise ConfigError("dvfs probe needs dvfs backend sysfs or simulated, not none")
     out_path = Path(out_path) if out_path is not None else Path(state_dir) / PROBE_FILE
     dvfs = AgentDvfs.from_config(cfg.dvfs, Path(state_dir), clock=time.perf_counter)
+    dvfs.owner = "dvfs probe"  # what 'dvfs status' beside it says set the clocks
     core_log = logging.getLogger("streamfl.agent.core")
     level = core_log.level
     core_log.setLevel(max(logging.WARNING, core_log.getEffectiveLevel()))  # not a line per round

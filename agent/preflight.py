@@ -111,13 +111,17 @@ def check_startup(cfg, available_bytes: Optional[Callable[[], Optional[int]]] = 
 
 
 def _check_board(dcfg) -> None:
-    """A named board profile or profile file must load (detection waits for the start)."""
-    if dcfg.backend == "none" or not (dcfg.profile_path or dcfg.board):
-        return
+    """A named board profile or profile file must load (detection waits for the start); with
+    backend none only the top-level ``board`` (what Hello names the board) must be a profile."""
     from streamfl.dvfs.factory import board_profile
-    key = "dvfs.profile_path" if dcfg.profile_path else "dvfs.board"
+    from streamfl.dvfs.profiles import load_profile
     try:
-        board_profile(dcfg)
+        if dcfg.backend != "none" and dcfg.profile_path:
+            key = "dvfs.profile_path"
+            board_profile(dcfg)
+        elif dcfg.board:  # the agent config's top-level board, resolved into the dvfs section
+            key = "board"
+            load_profile(dcfg.board)
     except StreamflError as exc:
         raise ConfigError("%s: %s" % (key, exc)) from None
 

@@ -5,9 +5,10 @@ Figures use an explicit Agg canvas, not pyplot, so a plot renders inside any pro
 touching its backend. matplotlib is optional (``streamfl[server]``): ``have_matplotlib`` says
 whether plots can be drawn, and each plot returns None when it has nothing to draw.
 """
+import functools
 import logging
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -52,19 +53,58 @@ def save_figure(fig, path: Path) -> Path:
     return path
 
 
+@functools.lru_cache(maxsize=None)
+def clock_ladders(board: Optional[str]) -> Optional[Dict[str, Tuple[int, ...]]]:
+    """Each domain's levels in kHz from the shipped board profile named ``board``; None where no
+    profile has that name or it lists no domains (generic-linux discovers its own at start)."""
+    from streamfl.dvfs.profiles import PROFILE_NAMES, load_profile
+    if board not in PROFILE_NAMES:
+        return None
+    ladders = {d.name: tuple(d.levels_khz) for d in load_profile(board).domains}
+    return ladders or None
+
+
+def level_mhz(board: Optional[str], domain: str, level) -> Optional[float]:
+    """A clock level as MHz through ``board``'s profile; None where the profile, the domain or
+    that level is unknown."""
+    ladder = (clock_ladders(board) or {}).get(domain)
+    if ladder is None or not is_number(level) or int(level) != level or not 0 <= level < len(ladder):
+        return None
+    return ladder[int(level)] / 1000.0
+
+
+def clock_axis_label(unit: str) -> str:
+    """The y label of a clock plot: MHz, or level indices where a board's profile is unknown."""
+    return "clock (MHz)" if unit == "MHz" else "clock level (0 = lowest)"
+
+
 def _draw_clock_levels(ax, updates: List[Dict], times: Sequence[float],
-                       label: Callable[[str, str], str], max_devices: Optional[int] = None) -> List[str]:
-    """One step line per device: the clock level of its scaled domain (the GPU where it has one,
-    else its first domain by name) at each update's time. Returns every device, naturally sorted."""
+                       label: Callable[[str, str], str], max_devices: Optional[int] = None,
+                       boards: Optional[Mapping[str, str]] = None) -> Tuple[List[str], str]:
+    """One step line per device: the clock of its scaled domain (the GPU where it has one, else
+    its first domain by name) at each update's time, in MHz through the board profile each device
+    ran (``boards``: device -> profile name). Updates carry level indices; where any drawn
+    device's profile or level is unknown the whole axis shows levels, since MHz and levels on one
+    axis would mislead. Returns every device, naturally sorted, and the unit ("MHz" or "level")."""
+    boards = boards or {}
     devices = sorted({str(r.get("device")) for r in updates}, key=natural_key)
+    series = []
     for device in devices[:max_devices]:
         mine = [(t, r["clock_levels"]) for t, r in zip(times, updates) if str(r.get("device")) == device]
         domain = "gpu" if "gpu" in mine[0][1] else sorted(mine[0][1])[0]
         pts = [(t, lv[domain]) for t, lv in mine if is_number(lv.get(domain))]
         if pts:
-            ax.step([t for t, _ in pts], [lv for _, lv in pts], where="post", marker="o",
-                    markersize=2, linewidth=1, label=label(device, domain))
-    return devices
+            series.append((device, domain, pts))
+    in_mhz = bool(series) and all(level_mhz(boards.get(device), domain, lv) is not None
+                                  for device, domain, pts in series for _, lv in pts)
+    for device, domain, pts in series:
+        ys = [level_mhz(boards.get(device), domain, lv) if in_mhz else lv for _, lv in pts]
+        ax.step([t for t, _ in pts], ys, where="post", marker="o", markersize=2, linewidth=1,
+                label=label(device, domain))
+    unit = "MHz" if in_mhz else "level"
+    if series and not in_mhz:
+        log.info("clock plot in levels: no board profile converts every device's levels to MHz")
+    return devices, unit
 
 
 # ---- one fleet: the demo's coordinator metrics.jsonl --------------------------------------------
@@ -91,17 +131,23 @@ def plot_accuracy(metrics: List[Dict], out_path: Path, title: str = "streamfl") 
 
 
 def plot_clock_levels(metrics: List[Dict], out_path: Path, boards: Optional[Dict[str, str]] = None,
-                      title: str = "clock levels") -> Optional[Path]:
-    """Each device's clock level per round over time (the GPU where it has one, else cpu0)."""
+                      title: str = "clocks") -> Optional[Path]:
+    """Each device's clock per round over time (the GPU where it has one, else cpu0), in MHz
+    through its board profile: ``boards`` (device -> profile name), else the board each device's
+    Hello named (the coordinator's ``device`` events); levels where a profile is unknown."""
     updates = [m for m in metrics if m.get("event") == "update" and m.get("clock_levels")]
     if not updates or not have_matplotlib("plot written"):
         return None
+    known = {str(m.get("device")): m["board"] for m in metrics
+             if m.get("event") == "device" and isinstance(m.get("board"), str)}
+    known.update(boards or {})
     fig = new_figure(7, 4)
     ax = fig.add_subplot(1, 1, 1)
-    _draw_clock_levels(ax, updates, elapsed_s(updates),
-                       lambda device, domain: "%s (%s, %s)" % (device, (boards or {}).get(device, "?"), domain))
+    _, unit = _draw_clock_levels(ax, updates, elapsed_s(updates),
+                                 lambda device, domain: "%s (%s, %s)" % (device, known.get(device, "?"), domain),
+                                 boards=known)
     ax.set_xlabel("seconds since start")
-    ax.set_ylabel("clock level (0 = lowest)")
+    ax.set_ylabel(clock_axis_label(unit))
     ax.grid(alpha=0.3)
     ax.set_title(title)
     ax.legend(loc="lower right", fontsize=8)
@@ -189,8 +235,12 @@ def _first_seed(per_seed: Dict[int, List[Dict]], seeds: Sequence[int]) -> int:
 
 
 def plot_clock_levels_by_method(updates, methods: List[str], out_path: Path,
-                                seeds: Sequence[int] = ()) -> Optional[Path]:
-    """Per method, one seed's clock level of each device's scaled domain (GPU, else the first)."""
+                                seeds: Sequence[int] = (),
+                                boards: Optional[Mapping[str, Mapping[int, Mapping[str, str]]]] = None
+                                ) -> Optional[Path]:
+    """Per method, one seed's clock of each device's scaled domain (GPU, else the first), in MHz
+    through each device's board profile (``boards``: method -> seed -> device -> profile name, as
+    the run's summary lists them); a panel whose boards are unknown shows levels."""
     panels = []
     for method in methods:
         per_seed = {s: [r for r in rs if r.get("clock_levels")] for s, rs in updates.get(method, {}).items()}
@@ -203,14 +253,15 @@ def plot_clock_levels_by_method(updates, methods: List[str], out_path: Path,
     fig = new_figure(8, 2.4 * len(panels) + 0.4)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (method, seed, recs) in zip(axes, panels):
-        devices = _draw_clock_levels(ax, recs, [r["time_s"] for r in recs],
-                                     lambda device, domain: "%s (%s)" % (device, domain), MAX_DEVICES_DRAWN)
+        devices, unit = _draw_clock_levels(ax, recs, [r["time_s"] for r in recs],
+                                           lambda device, domain: "%s (%s)" % (device, domain),
+                                           MAX_DEVICES_DRAWN, ((boards or {}).get(method) or {}).get(seed))
         shown = "%d devices" % len(devices)
         if len(devices) > MAX_DEVICES_DRAWN:
             shown = "%d of %d devices shown" % (MAX_DEVICES_DRAWN, len(devices))
             log.info("clock levels of %s: %s", method, shown)
         ax.set_title("%s, seed %d: %s" % (method, seed, shown), fontsize=9)
-        ax.set_ylabel("level (0 = lowest)", fontsize=8)
+        ax.set_ylabel(clock_axis_label(unit), fontsize=8)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=6)

@@ -29,7 +29,7 @@ def write(tmp_path, text, name="agent.yaml"):
 
 def test_defaults():
     cfg = load_agent_config()
-    assert cfg.fleet == "default" and cfg.board == "generic"
+    assert cfg.fleet == "default" and cfg.board == "auto" and cfg.dvfs.board is None
     assert cfg.device_id == sanitize_name(socket.gethostname())
     assert cfg.buffer_capacity == 2048 and cfg.min_buffer == 64 and cfg.local_steps == 20
     assert cfg.outbox_max_bytes == 256 * 2 ** 20 and cfg.torch_threads == 1

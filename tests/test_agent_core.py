@@ -199,9 +199,9 @@ def test_checkpoint_restore_continues_local_model():
 
 
 def test_hello_describes_the_device():
-    core = make_core(board="rpi5")
+    core = make_core(board="raspberry-pi-5")
     hello = core.hello()
-    assert hello.device_id == "dev-1" and hello.board == "rpi5"
+    assert hello.device_id == "dev-1" and hello.board == "raspberry-pi-5"
     assert hello.arch_id == SPEC.arch_id and hello.buffer_capacity == 64
 
 

@@ -34,7 +34,7 @@ def run_agent(*args, cwd):
     ("buffer_capacity: 100000000\n", "buffer_capacity"),
     ("model: {hidden: 1000000}\n", "model.hidden"),
     ("mqtt: {tls_ca: /nonexistent/ca.pem}\n", "mqtt.tls_ca"),
-    ("dvfs: {board: no-such-board}\n", "dvfs.board"),
+    ("board: no-such-board\n", "board"),
 ])
 def test_check_config_and_start_exit_2_naming_the_key(tmp_path, text, key):
     path = tmp_path / "agent.yaml"

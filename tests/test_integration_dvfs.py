@@ -21,17 +21,17 @@ BOARDS = [("jetson-orin-nano", "jp5", 115200, "cpu0, cpu4, gpu"),
 BOARD_IDS = ["%s-%s" % b[:2] for b in BOARDS]
 
 
-def _sysfs(tree, policy, board="jetson-orin-nano"):
+def _sysfs(tree, policy):
     """The agent's dvfs section for a fake board tree (the demo's config emulates clocks, which
-    only the simulated backend may: real clocks slow a round down by themselves)."""
-    return {"backend": "sysfs", "board": board, "sysfs_root": str(tree),
-            "policy": policy, "emulate_speed": False}
+    only the simulated backend may: real clocks slow a round down by themselves); the board
+    profile is the agent config's top-level ``board``."""
+    return {"backend": "sysfs", "sysfs_root": str(tree), "policy": policy, "emulate_speed": False}
 
 
 def _start(fleet, tree, policy="powersave", board="jetson-orin-nano"):
     run = fleet()
     run.start_coordinator()
-    agent = run.start_agent(0, dvfs=_sysfs(tree, policy, board))
+    agent = run.start_agent(0, board=board, dvfs=_sysfs(tree, policy))
     return run, agent
 
 
@@ -95,7 +95,7 @@ def test_after_sigkill_the_restore_command_and_the_next_start_restore_exactly(
 
     # Killed again; the save file the agent left, put back through the kernel's rules for this
     # board (plain files accept any write order, a 4.9 kernel does not).
-    agent = run.start_agent(0, dvfs=_sysfs(tree, "powersave", board))
+    agent = run.start_agent(0, board=board, dvfs=_sysfs(tree, "powersave"))
     _throttled(run, tree, before, lowest)
     agent.kill()
     io = FakeKernel(tree, legacy_limits=legacy_limits(board, variant))
@@ -103,10 +103,10 @@ def test_after_sigkill_the_restore_command_and_the_next_start_restore_exactly(
     assert tree_files(tree) == before
 
     # Killed once more; this time the next start of the agent puts the clocks back itself.
-    agent = run.start_agent(0, dvfs=_sysfs(tree, "powersave", board))
+    agent = run.start_agent(0, board=board, dvfs=_sysfs(tree, "powersave"))
     _throttled(run, tree, before, lowest)
     agent.kill()
-    agent = run.start_agent(0, dvfs=_sysfs(tree, "none", board))
+    agent = run.start_agent(0, board=board, dvfs=_sysfs(tree, "none"))
     run.wait_for(lambda: "restored the clocks an earlier run" in agent.log_text(), 60,
                  "the restarted agent to restore the clocks")
     assert tree_files(tree) == before
@@ -122,7 +122,9 @@ def test_status_command_describes_the_board(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "board: raspberry-pi-4" in out.stdout
     assert "cpu0 (cpu): 10 levels 600000..1500000 kHz" in out.stdout
-    assert "power now:" in out.stdout and "modeled meter" in out.stdout
+    # The Pi 4 has no power sensor: no invented figure, its power model is not passed off as one.
+    assert "power now: no measured power on this board" in out.stdout
+    assert " W " not in out.stdout.split("power now:")[1].splitlines()[0]
     assert "saved original clocks: none" in out.stdout
     bad = subprocess.run([sys.executable, "-m", "streamfl.agent", "dvfs", "status", "--board",
                           "jetson-tx1"], capture_output=True, text=True, timeout=60)

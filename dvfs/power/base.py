@@ -14,6 +14,9 @@ class PowerMeter(abc.ABC):
 
     #: ``ina3221-iio``, ``ina3221-hwmon``, ``rpi5-pmic``, ``rapl``, ``jtop``, ``modeled``, ``null``.
     kind: str
+    #: Whether its watts come from a sensor on this board. False for ``modeled`` (a board
+    #: profile's power model) and ``null``: nothing may present their figures as measured power.
+    measured: bool = True
 
     @property
     @abc.abstractmethod

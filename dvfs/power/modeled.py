@@ -20,6 +20,7 @@ class ModeledMeter(PowerMeter):
     """``idle_w`` always, plus ``watts_per_level[domain][domain.current_level()]`` while ``busy()``."""
 
     kind = "modeled"
+    measured = False
 
     def __init__(self, domains: Sequence[FrequencyDomain],
                  watts_per_level: Mapping[str, Sequence[float]], idle_w: float,

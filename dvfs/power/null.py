@@ -8,6 +8,7 @@ class NullMeter(PowerMeter):
     """Measures nothing: no rails, ``read_w() == {}`` and ``total_w() == 0.0``; energy counts stay 0."""
 
     kind = "null"
+    measured = False
 
     @property
     def rails(self) -> Tuple[str, ...]:
