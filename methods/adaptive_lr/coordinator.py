@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional
 import numpy as np
 
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import NOTHING, Aggregation, CoordinatorPlugin, Effects, FleetView
+from streamfl.coordinator.plugins.base import NOTHING, Aggregation, CoordinatorPlugin, Effects, FleetView, MethodState
 from streamfl.methods.adaptive_lr.payloads import MAX_LR, MIN_SCALE, AdaptiveLr
 from streamfl.protocol.extras import Extra
 
@@ -192,6 +192,13 @@ class AdaptiveLrPlugin(CoordinatorPlugin):
         """lr_t where lr0 is set here, None otherwise (the devices apply the broadcast rate)."""
         scale = self.scale()
         return None if scale is None or self.config.lr0 is None else float(self.config.lr0) * scale
+
+    def describe(self, now: float) -> MethodState:
+        """The learning-rate factor lr_t / lr0 the devices train with (None before the first
+        aggregation), lr_t where lr0 is set here, the aggregations counted (t) and the newest
+        variance ratio (above 1: the model moves more than it did, a drift)."""
+        return MethodState(fleet={"lr_factor": self.scale(), "lr": self.lr(), "aggregations": self.stats.t,
+                                  "variance_ratio": float(self.stats.ratio)})
 
     def before_publish(self) -> List[Extra]:
         scale = self.scale()

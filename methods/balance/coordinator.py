@@ -37,11 +37,11 @@ round's sample-weighted class mix.
 """
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from streamfl.config import bounded
 from streamfl.coordinator.plugins.base import NOTHING, Addressed, Aggregation, CoordinatorPlugin, Effects, FleetView, \
-    Verdict
+    MethodState, Verdict
 from streamfl.protocol.messages import Command, Update
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,9 @@ class BalancePlugin(CoordinatorPlugin):
         #: The global model's class composition (sums to 1 once anything was merged).
         self.composition: Dict[int, float] = {}
         self.rested = 0
+        #: Each device's last update: its weight factor and the round intervals it was then told
+        #: to rest (0: none). Shown to the operator, not saved (the next update sets it again).
+        self.last: Dict[str, Tuple[float, int]] = {}
 
     def on_update_admitted(self, update: Update, now: float) -> Verdict:
         mix = class_mix(update)
@@ -105,6 +108,7 @@ class BalancePlugin(CoordinatorPlugin):
         if rest is not None and factor < rest:
             self.rested += 1
             commands = (Addressed(update.device_id, Command("skip", {"rounds": self.config.rest_rounds})),)
+        self.last[update.device_id] = (float(factor), self.config.rest_rounds if commands else 0)
         return Verdict(weight=factor, commands=commands, fields={"balance_factor": round(factor, 4)})
 
     def on_model_made(self, aggregation: Aggregation) -> Effects:
@@ -125,6 +129,18 @@ class BalancePlugin(CoordinatorPlugin):
         for c in set(self.composition) | set(new):
             self.composition[c] = (1.0 - rate) * self.composition.get(c, 0.0) + rate * new.get(c, 0.0)
         return NOTHING
+
+    def describe(self, now: float) -> MethodState:
+        """Classes tracked, the most held class and its share of the model, rests told; per device
+        its last update's weight factor and the round intervals it was told to rest then (the
+        device counts them down; the coordinator does not see how many are left)."""
+        top = max(self.composition.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
+        return MethodState(
+            fleet={"classes": len(self.composition), "top_class": None if top is None else top[0],
+                   "top_class_share": None if top is None else round(float(top[1]), 4),
+                   "rests_told": self.rested},
+            devices={d: {"weight": round(w, 4), "resting": rest > 0, "rest_rounds": rest}
+                     for d, (w, rest) in self.last.items()})
 
     def state(self) -> Dict[str, Any]:
         return {"composition": {str(c): m for c, m in self.composition.items()}, "rested": self.rested}

@@ -5,6 +5,11 @@ After every aggregation the probe takes the sample-weighted mean Fisher trace of
 global model then carries the probe's ``ClpState``. Devices that see it compute a Fisher trace per
 round, refine their hyper-parameters (eq. 4-6, unless ``refine_hparams`` is off) and follow the
 CLP flag with their clocks (the ``clp`` agent plug-in and the ``clp-aware`` DVFS policy).
+
+The flag's changes are logged through ``FlagChangeLog`` (the first at INFO, then a summary at most
+every ``flag_log_interval_s``); ``describe`` shows the operator the flag, since when and how often
+it changed, F_G and its growth, the segment and whether devices refine their hparams, and each
+device's latest Fisher trace as it counted.
 """
 import dataclasses
 import logging
@@ -13,8 +18,10 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
+from streamfl.methods.clp.flag_log import FLAG_NAMES, FlagChangeLog
 from streamfl.methods.clp.probe import ClpProbeConfig, ClpProbe
-from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, Effects, FleetView, Verdict
+from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, Effects, FleetView, MethodState, \
+    NOTHING, Verdict
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Update
 from streamfl.methods.clp.payloads import ClpState, FisherTrace
@@ -40,6 +47,7 @@ class ClpProbePlugin(CoordinatorPlugin):
         #: Each device's latest trace as it counted (clipped against its peers).
         self._latest: Dict[str, float] = {}
         self.clipped_traces = 0
+        self.flag_log = FlagChangeLog(log, config.flag_log_interval_s)
 
     def on_model_made(self, aggregation: Aggregation) -> Effects:
         traced = [(u, self._bounded(u)) for u in aggregation.merged]
@@ -48,8 +56,15 @@ class ClpProbePlugin(CoordinatorPlugin):
         if traced:
             weights = [max(1, u.num_samples) for u, _ in traced]
             trace = sum(w * float(f) for w, (_, f) in zip(weights, traced)) / sum(weights)
-        self.probe.on_aggregation(aggregation.version, aggregation.base_version, trace)
+        changes = self.probe.flag_changes
+        self.probe.on_aggregation(aggregation.version, aggregation.base_version, trace,
+                                  aggregation.time_s)
         state = self.clp_state()
+        if self.probe.flag_changes != changes:
+            self.flag_log.changed(state.in_clp, state.version, aggregation.time_s, "v%d: %s the CLP "
+                                  "(F_G %.4g -> %.4g)" % (state.version, "entered" if state.in_clp
+                                                          else "left", state.fisher_global_prev or 0.0,
+                                                          state.fisher_global or 0.0))
         return Effects(events=({"event": "clp", "version": aggregation.version,
                                 "fisher_global": state.fisher_global, "in_clp": state.in_clp,
                                 "segment": state.segment},))
@@ -94,8 +109,33 @@ class ClpProbePlugin(CoordinatorPlugin):
         """Describes the update for its metrics record: its trace and the CLP state it met."""
         return Verdict(fields={"fisher_trace": fisher_trace_of(update), "clp": self.clp_state().as_dict()})
 
+    def on_tick(self, now: float) -> Effects:
+        """Sums up the flag changes the log held back, once ``flag_log_interval_s`` has passed."""
+        self.flag_log.flush(now)
+        return NOTHING
+
     def before_publish(self) -> List[Extra]:
         return [self.clp_state()]
+
+    def describe(self, now: float) -> MethodState:
+        """The CLP flag (``ended`` after R_end), the version it changed at and its age in seconds
+        (None where unknown: no change since the coordinator started), the changes counted, F_G,
+        eq. 3's relative growth, the segment, whether devices refine their hparams by eq. 4-6; per
+        device its latest Fisher trace as it counted (capped against its peers)."""
+        state = self.clp_state()
+        probe = self.probe
+        since_s = probe.flag_since_s
+        growth = probe.growth
+        return MethodState(
+            fleet={"flag": FLAG_NAMES[state.in_clp] if probe.current().regulating else "ended",
+                   "flag_since_version": probe.flag_since_version,
+                   "flag_age_s": None if since_s is None else round(max(0.0, now - since_s), 1),
+                   "flag_changes": probe.flag_changes,
+                   "fisher_global": state.fisher_global,
+                   "growth": None if growth is None else round(growth, 6),
+                   "segment": state.segment,
+                   "refining_hparams": state.regulating},
+            devices={d: {"fisher_trace": f} for d, f in self._latest.items()})
 
     def state(self) -> Dict[str, Any]:
         return dict(self.probe.state(), latest_traces=dict(self._latest))

@@ -39,6 +39,23 @@ Choices the paper leaves open (documented here once, tested in tests/test_clp_pr
 * After R_end ("we stop tracking the CLP and hyperparameter adjustments, resuming standard
   asynchronous FL"): ``regulating`` and ``in_clp`` are False (devices use the coordinator's hparams
   and DVFS leaves the low-frequency CLP mode), segments freeze; F_G is still computed for metrics.
+* Damping a flapping flag (ours; off by default, the paper's eq. 3 as written). Eq. 3 is a bare
+  threshold on a noisy ratio: a fleet saw the flag entered and left 36 times in 3 minutes, and
+  every flip restarts a segment (eq. 4-6 reset) and moves every board's clocks. Two dampers, each
+  off at 0, either or both:
+
+  - hysteresis (``growth_hysteresis`` = h) on eq. 3's criterion: out of the CLP, the flag enters
+    it only when the growth reaches sigma + h; in it, it leaves only when the growth falls below
+    sigma - h. Growth inside the band keeps the flag as it is. Why: the flag then flips on a
+    change of the trend, not on noise of +-h around sigma. The F_G(T-1) == 0 guard is not
+    banded (growth from zero is unbounded, 0 -> 0 is none).
+  - minimum dwell (``flag_min_dwell_versions``, ``flag_min_dwell_s``): once the flag changed, it
+    holds for at least that many versions and that many seconds (both, where both are set),
+    whatever eq. 3 says; after that it follows the criterion again. Why: it bounds the flips per
+    unit of time whatever the noise, where the band needs the noise's size to be known. The
+    initial "in the CLP" is not a change and is not held. The seconds are the aggregation's time
+    (the coordinator's clock), not saved across a restart: the dwell in seconds restarts with
+    the next change.
 """
 import logging
 import math
@@ -92,6 +109,12 @@ class ClpProbeConfig:
       absolute scale that depends on the model, the loss and the class count, which the paper
       leaves open; the trace of the run's own early training is the one scale every model has.
       50 spans the first few rounds of every device of a 10-40 device fleet.
+    growth_hysteresis, flag_min_dwell_versions, flag_min_dwell_s: damp a flapping CLP flag (module
+      docstring); 0 each (default): eq. 3 as the paper writes it.
+    flag_log_interval_s: the log says the first CLP flag change at INFO, then at most one
+      summary line per this many seconds ("CLP flag changed 12 times in the last 60 s; now
+      critical since version 340"), each change itself at DEBUG; 0 logs every change at INFO.
+      60 s: a flapping flag costs a line a minute, and a lone change is still logged as it comes.
     max_peer_multiple: a device's Fisher trace counts capped at m x the median of the other
       devices' latest traces (m = 4). The paper's devices are honest; forged traces from one
       device moved F_G from 24 to 2.4e9 and flipped the fleet's CLP flag; capped, one device
@@ -122,6 +145,16 @@ class ClpProbeConfig:
     refine_hparams: bool = True
     reference_traces: int = bounded(50, 1, 10 ** 6)
     max_peer_multiple: float = bounded(4.0, 1.0, 1e6)
+    #: Band around eq. 3's threshold: the CLP flag enters at growth >= threshold + this and
+    #: leaves at growth < threshold - this (0: eq. 3 as written, AdaCLP eq. 3).
+    growth_hysteresis: float = bounded(0.0, 0.0, 1e6)
+    #: Versions the CLP flag holds at least once it changed (0: no dwell).
+    flag_min_dwell_versions: int = bounded(0, 0, 10 ** 9)
+    #: Seconds the CLP flag holds at least once it changed (0: no dwell).
+    flag_min_dwell_s: float = bounded(0.0, 0.0, 1e8)
+    #: Seconds between the log's lines on CLP flag changes: the first change, then at most one
+    #: summary per interval (0: every change at INFO).
+    flag_log_interval_s: float = bounded(60.0, 0.0, 1e6)
 
     def __post_init__(self) -> None:
         if not isinstance(self.segment_on_reentry, bool):
@@ -145,6 +178,16 @@ class ClpProbeConfig:
         if not _is_int(self.reference_traces) or self.reference_traces < 1:
             raise ValueError("clp.reference_traces must be an integer >= 1, got %r"
                              % (self.reference_traces,))
+        if not _finite(self.growth_hysteresis) or self.growth_hysteresis < 0:
+            raise ValueError("clp.growth_hysteresis (band around eq. 3's threshold) must be a finite "
+                             "number >= 0, got %r" % (self.growth_hysteresis,))
+        if not _is_int(self.flag_min_dwell_versions) or self.flag_min_dwell_versions < 0:
+            raise ValueError("clp.flag_min_dwell_versions must be an integer >= 0 (0 = no dwell), got %r"
+                             % (self.flag_min_dwell_versions,))
+        for key in ("flag_min_dwell_s", "flag_log_interval_s"):
+            value = getattr(self, key)
+            if not _finite(value) or value < 0:
+                raise ValueError("clp.%s must be a finite number of seconds >= 0, got %r" % (key, value))
         if not _is_int(self.segment_rounds) or self.segment_rounds < 0:
             raise ValueError("clp.segment_rounds must be an integer >= 0 (0 = no fixed segments), "
                              "got %r" % (self.segment_rounds,))
@@ -170,15 +213,24 @@ class ClpProbe:
         self.rounds = 0          # aggregations seen
         self.traced_rounds = 0   # ... of which carried a valid trace
         self._reference_sum = 0.0  # F_G summed over the first ``reference_traces`` traced ones
+        #: The version the CLP flag last changed at (0: it never changed), and how often it did
+        #: (while regulating; the forced end at R_end is not counted).
+        self.flag_since_version = 0
+        self.flag_changes = 0
+        #: The aggregation time of that change (None: none since this probe started).
+        self.flag_since_s: Optional[float] = None
 
     # ---- inputs -------------------------------------------------------------------------------
     def on_aggregation(self, version_T: int, base_version_I: int,
-                       fisher_trace: Optional[float]) -> ClpState:
+                       fisher_trace: Optional[float], now_s: Optional[float] = None) -> ClpState:
         """Account for the aggregation that produced ``version_T`` from an update (or FedAvg round)
-        trained from ``base_version_I``; ``fisher_trace`` is F_recv(T), None if not measured."""
+        trained from ``base_version_I``; ``fisher_trace`` is F_recv(T), None if not measured;
+        ``now_s`` its time (needed by ``flag_min_dwell_s`` only)."""
         if not _is_int(version_T) or not _is_int(base_version_I):
             raise ValueError("version_T and base_version_I must be integers, got %r and %r"
                              % (version_T, base_version_I))
+        if self.config.flag_min_dwell_s > 0 and not _finite(now_s):
+            raise ValueError("clp.flag_min_dwell_s needs each aggregation's time, got %r" % (now_s,))
         if self._last_version is not None and version_T <= self._last_version:
             raise ValueError("versions must increase: got %d after %d" % (version_T, self._last_version))
         self._last_version = version_T
@@ -198,7 +250,9 @@ class ClpProbe:
             if self.traced_rounds <= self.config.reference_traces:
                 self._reference_sum += self._fg
             if self._fg_history:
-                self._in_clp = self._criterion(self._fg, self._fg_history[0])
+                wanted = self._criterion(self._fg, self._fg_history[0], self._in_clp)
+                if wanted == self._in_clp or not self._dwelling(version_T, now_s):
+                    self._in_clp = wanted
         if not regulating:
             if was_regulating:
                 log.info("v%d: CLP regulation ends (R_end=%d)", version_T, self.config.last_regulated_version)
@@ -206,8 +260,11 @@ class ClpProbe:
             return self.current()
 
         if self._in_clp != was_in:
-            log.info("v%d: %s the CLP (F_G %.4g -> %.4g)", version_T,
-                     "entered" if self._in_clp else "left", self._fg_prev or 0.0, self._fg or 0.0)
+            self.flag_changes += 1
+            self.flag_since_version, self.flag_since_s = version_T, now_s
+            # DEBUG: the coordinator plug-in logs changes at INFO, summarized (flag_log_interval_s).
+            log.debug("v%d: %s the CLP (F_G %.4g -> %.4g)", version_T,
+                      "entered" if self._in_clp else "left", self._fg_prev or 0.0, self._fg or 0.0)
         reentry = self.config.segment_on_reentry and trace is not None and self._in_clp and not was_in
         periodic = (self.config.segment_rounds > 0
                     and version_T - self._segment_start >= self.config.segment_rounds)
@@ -240,6 +297,14 @@ class ClpProbe:
         return self._fg
 
     @property
+    def growth(self) -> Optional[float]:
+        """Eq. 3's relative growth (F_G(T) - F_G(T - growth_lag)) / F_G(T - growth_lag), None
+        before two estimates or from a zero one."""
+        if self._fg is None or not self._fg_history or self._fg_history[0] <= 0.0:
+            return None
+        return (self._fg - self._fg_history[0]) / self._fg_history[0]
+
+    @property
     def fisher_reference(self) -> Optional[float]:
         """Mean F_G over the first ``reference_traces`` traced aggregations; None until then."""
         n = self.config.reference_traces
@@ -254,7 +319,8 @@ class ClpProbe:
                 "segment": self._segment, "segment_start_version": self._segment_start,
                 "fisher_segment_start": self._fg_segment_start, "version": self._version,
                 "last_version": self._last_version, "rounds": self.rounds,
-                "traced_rounds": self.traced_rounds, "reference_sum": self._reference_sum}
+                "traced_rounds": self.traced_rounds, "reference_sum": self._reference_sum,
+                "flag_since_version": self.flag_since_version, "flag_changes": self.flag_changes}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore ``state()``; a smaller ``trace_window`` keeps the newest entries (F_G recomputed)."""
@@ -281,6 +347,12 @@ class ClpProbe:
             self.rounds = int(state.get("rounds", 0))
             self.traced_rounds = int(state.get("traced_rounds", 0))
             self._reference_sum = float(_opt_float(state.get("reference_sum")) or 0.0)
+            since, changes = state.get("flag_since_version", 0), state.get("flag_changes", 0)
+            if not (_is_int(since) and _is_int(changes) and since >= 0 and changes >= 0):
+                raise ValueError("flag_since_version and flag_changes must be integers >= 0, got %r "
+                                 "and %r" % (since, changes))
+            self.flag_since_version, self.flag_changes = since, changes
+            self.flag_since_s = None  # a time of the coordinator's clock before the restart
         except (TypeError, ValueError) as exc:
             raise ValueError("invalid CLP probe state: %s" % exc) from exc
 
@@ -294,11 +366,24 @@ class ClpProbe:
         total = sum(math.exp(-lam * st) * f for _, st, f in self._window)
         return total / len(self._window)
 
-    def _criterion(self, fg: float, prev: float) -> bool:
-        """Eq. 3 with the F_G(T-1) == 0 guard."""
+    def _criterion(self, fg: float, prev: float, in_clp: bool) -> bool:
+        """Eq. 3 with the F_G(T-1) == 0 guard and the ``growth_hysteresis`` band: ``in_clp`` (the
+        flag now) stays unless the growth crosses the band's far side (module docstring)."""
         if prev <= 0.0:
             return fg > 0.0
-        return (fg - prev) / prev >= self.config.growth_threshold
+        band = self.config.growth_hysteresis
+        threshold = self.config.growth_threshold - band if in_clp else self.config.growth_threshold + band
+        return (fg - prev) / prev >= threshold
+
+    def _dwelling(self, version: int, now_s: Optional[float]) -> bool:
+        """True while the last flag change is younger than the minimum dwell (versions, seconds)."""
+        if self.flag_changes == 0:
+            return False
+        c = self.config
+        if version - self.flag_since_version < c.flag_min_dwell_versions:
+            return True
+        return (c.flag_min_dwell_s > 0 and self.flag_since_s is not None
+                and now_s - self.flag_since_s < c.flag_min_dwell_s)
 
     @property
     def _fg_prev(self) -> Optional[float]:

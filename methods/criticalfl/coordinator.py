@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, Effects, FleetView, Verdict
+from streamfl.coordinator.plugins.base import Aggregation, CoordinatorPlugin, Effects, FleetView, MethodState
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,12 @@ class CriticalFlPlugin(CoordinatorPlugin):
         k = self.clients * 2 if self.probe.in_clp else self.clients // 2
         self.clients = max(self.config.clients_min, min(cap, k))
         return Effects(round_size=self.clients)
+
+    def describe(self, now: float) -> MethodState:
+        """The round size it set (devices per FedAvg round), its cap now, and the CLP flag it follows."""
+        cap = self.config.clients_max or max(self.config.clients_min, len(self.fleet.online()))
+        return MethodState(fleet={"round_size": self.clients, "round_size_max": cap,
+                                  "in_clp": bool(self.probe.in_clp)})
 
     def state(self) -> Dict[str, Any]:
         return {"clients_per_round": self.clients}

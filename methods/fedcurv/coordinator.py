@@ -21,7 +21,7 @@ from typing import ClassVar, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import ACCEPT, CoordinatorPlugin, FleetView, Verdict
+from streamfl.coordinator.plugins.base import ACCEPT, CoordinatorPlugin, FleetView, MethodState, Verdict
 from streamfl.coordinator.shares import CappedSum
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Tensors, Update
@@ -83,6 +83,8 @@ class CurvatureSums:
         self._sums = CappedSum(max_peer_multiple)
         #: ``arrays()`` as last built (None: the contributions changed since).
         self._arrays: Optional[Dict[str, np.ndarray]] = None
+        #: Each contributing device's Fisher total (the trace of its diagonal F_k, before its cap).
+        self.totals: Dict[str, float] = {}
 
     def __len__(self) -> int:
         """Devices whose contribution is in the sums."""
@@ -107,6 +109,7 @@ class CurvatureSums:
     def _put(self, device_id: str, f: Tensors, fw: Tensors) -> None:
         total = float(sum(float(a.sum(dtype=np.float64)) for a in f.values()))
         self._sums.put(device_id, total, {"F": f, "FW": fw})
+        self.totals[device_id] = total
         scale = self._sums.scale(device_id)
         if scale < 1.0:
             log.warning("fedcurv: %s's Fisher diagonal (total %.4g) counts x%.3g: capped at %g times "
@@ -117,6 +120,7 @@ class CurvatureSums:
         """Drop a device's contribution (e.g. it left the fleet for good)."""
         if device_id in self._sums:
             self._sums.remove(device_id)
+            self.totals.pop(device_id, None)
             self._arrays = None
 
     def sums(self) -> Tuple[Optional[Tensors], Optional[Tensors]]:
@@ -171,6 +175,7 @@ class CurvatureSums:
                 raise ValueError("fedcurv: %s's saved F and F*theta do not match" % device_id)
             names = shapes
         self._sums.clear()
+        self.totals = {}
         self._arrays = None
         for device_id, (f, fw) in parts.items():
             self._put(device_id, f, fw)
@@ -185,10 +190,34 @@ class FedCurvPlugin(CoordinatorPlugin):
     def __init__(self, config: FedCurvConfig, fleet: FleetView, peers: Mapping[str, CoordinatorPlugin]):
         super().__init__(config, fleet, peers)
         self.sums = CurvatureSums(config.max_peer_multiple)
+        #: When each contributing device's last update moved its part of the sums (not saved).
+        self._updated_s: Dict[str, float] = {}
+        #: ... and when its last Fisher diagonal came with it (not saved).
+        self._diagonal_s: Dict[str, float] = {}
 
     def on_update_admitted(self, update: Update, now: float) -> Verdict:
-        self.sums.on_update(update)
+        if self.sums.on_update(update):
+            self._updated_s[update.device_id] = now
+            diagonal = update.extras.get(CurvatureDiagonal.KIND)
+            if isinstance(diagonal, CurvatureDiagonal) and set(diagonal.F) == set(update.tensors):
+                self._diagonal_s[update.device_id] = now
         return ACCEPT
+
+    def describe(self, now: float) -> MethodState:
+        """Peers in U and V and how many count capped; per contributing device its Fisher total
+        (the trace of its diagonal), the factor it counts with (1: not capped), and the age in
+        seconds of its last contribution and of its last Fisher diagonal (devices send one every
+        ``fisher_every_rounds``; None: not since the coordinator started)."""
+        def age(seen: Dict[str, float], device_id: str) -> Optional[float]:
+            t = seen.get(device_id)
+            return None if t is None else round(max(0.0, now - t), 1)
+
+        scales = {d: float(self.sums.scale(d)) for d in self.sums.totals}
+        return MethodState(
+            fleet={"peers": len(self.sums), "capped": sum(1 for s in scales.values() if s < 1.0)},
+            devices={d: {"fisher_total": float(total), "counts_x": round(scales[d], 4),
+                         "update_age_s": age(self._updated_s, d), "fisher_age_s": age(self._diagonal_s, d)}
+                     for d, total in self.sums.totals.items()})
 
     def state_tensors(self) -> Optional[Dict[str, np.ndarray]]:
         return self.sums.arrays() or None

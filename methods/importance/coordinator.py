@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import List
 
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import CoordinatorPlugin
+from streamfl.coordinator.plugins.base import CoordinatorPlugin, MethodState
 from streamfl.protocol.extras import Extra
 from streamfl.methods.importance.payloads import ImportanceTerms
 
@@ -36,3 +36,9 @@ class ImportancePlugin(CoordinatorPlugin):
 
     def before_publish(self) -> List[Extra]:
         return [ImportanceTerms(self.config.budget, self.config.candidates)]
+
+    def describe(self, now: float) -> MethodState:
+        """What every model tells the devices: the admission budget and the eviction sample. The
+        per-window weights are the devices' own (their buffers); the coordinator keeps none."""
+        return MethodState(fleet={"budget": float(self.config.budget),
+                                  "candidates": int(self.config.candidates)})

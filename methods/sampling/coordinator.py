@@ -12,7 +12,8 @@ from typing import Any, Dict, Mapping
 import numpy as np
 
 from streamfl.config import SEED_MAX, bounded
-from streamfl.coordinator.plugins.base import NOTHING, Addressed, Aggregation, CoordinatorPlugin, Effects, FleetView
+from streamfl.coordinator.plugins.base import NOTHING, Addressed, Aggregation, CoordinatorPlugin, Effects, FleetView, \
+    MethodState
 from streamfl.protocol.messages import Command
 
 
@@ -43,6 +44,9 @@ class SamplingPlugin(CoordinatorPlugin):
         super().__init__(config, fleet, peers)
         self._rng = np.random.default_rng(config.seed)
         self.rounds = 0
+        #: The last choice: each device online then, True if told to train (not saved: the next
+        #: aggregation chooses again).
+        self.selected: Dict[str, bool] = {}
 
     def on_start(self, now: float) -> Effects:
         """A synchronous round waits for the sampled devices only."""
@@ -55,10 +59,17 @@ class SamplingPlugin(CoordinatorPlugin):
         k = min(self.config.clients_per_round, len(online))
         chosen = set(self._rng.choice(len(online), size=k, replace=False).tolist())
         self.rounds += 1
+        self.selected = {device: i in chosen for i, device in enumerate(online)}
         return Effects(commands=tuple(
             Addressed(device, Command("train") if i in chosen
                       else Command("skip", {"rounds": self.config.skip_rounds}))
             for i, device in enumerate(online)))
+
+    def describe(self, now: float) -> MethodState:
+        """Choices made, and each device of the last choice: told to train (selected) or to skip."""
+        return MethodState(fleet={"rounds": self.rounds, "selected": sum(self.selected.values()),
+                                  "clients_per_round": self.config.clients_per_round},
+                           devices={d: {"selected": s} for d, s in self.selected.items()})
 
     def state(self) -> Dict[str, Any]:
         return {"rounds": self.rounds}

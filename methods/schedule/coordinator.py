@@ -47,7 +47,7 @@ import numpy as np
 
 from streamfl.config import SEED_MAX, bounded
 from streamfl.coordinator.plugins.base import NOTHING, Addressed, Aggregation, CoordinatorPlugin, Effects, FleetView, \
-    Verdict
+    MethodState, Verdict
 from streamfl.methods.schedule.policies import (
     DEFAULT_BATCH, DEFAULT_SIGMA, POLICIES, allocate_bandwidth, class_weights, make_policy,
 )
@@ -385,6 +385,28 @@ class SchedulePlugin(CoordinatorPlugin):
     # ---- outputs ------------------------------------------------------------------------------
     def before_publish(self) -> List[Extra]:
         return [ScheduleRequest(class_gradients=self._gradients)]
+
+    def describe(self, now: float) -> MethodState:
+        """The policy, choices made, the fleet's frame and k of lambda_k (choices since it began),
+        T_max, devices in the current choice and those still out; per reporting device whether it
+        is scheduled (in the last choice) or skipping, whether it is still out (training, not yet
+        reported), its own frame (its data's frame counter), its last measured latency and the
+        band it holds."""
+        devices: Dict[str, Dict[str, Any]] = {}
+        for device_id, known in self._devices.items():
+            latency = known.latency_s
+            grant = self._grants_hz.get(device_id)
+            devices[device_id] = {
+                "scheduled": device_id in self._chosen_last, "out": device_id in self._cohort,
+                "frame": int(known.stats.frame),
+                "latency_s": None if latency is None else round(float(latency), 3),
+                "bandwidth_hz": None if grant is None or self.config.total_bandwidth_hz is None
+                else float(grant)}
+        return MethodState(
+            fleet={"policy": self.config.policy, "rounds": self.rounds, "frame": self.frame,
+                   "frame_round": round(float(self.frame_round), 3), "deadline_s": self.deadline_s,
+                   "scheduled": len(self._chosen_last), "out": len(self._cohort)},
+            devices=devices)
 
     def state(self) -> Dict[str, Any]:
         return {"rounds": self.rounds, "frame": self.frame, "frame_round": float(self.frame_round),

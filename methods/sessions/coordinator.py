@@ -25,13 +25,15 @@ of devices coming and going withholds more than about ``W / (W + min_session_s)`
 ``session`` metrics event (a deferred ``new-session`` too).
 """
 import logging
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, List, Mapping, Optional
+from typing import Any, ClassVar, Deque, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import NOTHING, Aggregation, CoordinatorPlugin, Effects, FleetView, Verdict
+from streamfl.coordinator.plugins.base import NOTHING, Aggregation, CoordinatorPlugin, Effects, FleetView, \
+    MethodState, Verdict
 from streamfl.methods.sessions.initializers import INITS, make_init
 from streamfl.methods.sessions.initializers.aux import AuxRound
 from streamfl.methods.sessions.initializers.library import SessionLibrary, difference, prefixed, unprefixed
@@ -45,6 +47,10 @@ log = logging.getLogger(__name__)
 
 #: The operator command kind that starts a new session at once.
 NEW_SESSION = "new-session"
+
+#: Phase changes (``(first version, session, aux_round)``) kept to tell which session an update's
+#: base model belonged to: a device more than this many phases behind shows none.
+PHASES_KEPT = 16
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,12 @@ class SessionsPlugin(CoordinatorPlugin):
         self._switch: Optional[Tensors] = None
         #: What ``load_state`` read, for ``load_state_tensors`` (which comes after it).
         self._loaded: Dict[str, Any] = {}
+        #: The first version of each recent phase ``(version, session, aux_round)``, oldest first:
+        #: version 0 is session 0's own model (what the first model carries).
+        self._phases: Deque[Tuple[int, int, int]] = deque([(0, 0, 0)], maxlen=PHASES_KEPT)
+        #: Each device's last update: the session and phase of the model it was trained from
+        #: (None: older than the phases kept), and whether it was withheld (not saved).
+        self.last_updates: Dict[str, Tuple[Optional[int], bool, bool]] = {}
 
     # ---- inputs -------------------------------------------------------------------------------
     def on_tick(self, now: float) -> Effects:
@@ -198,6 +210,8 @@ class SessionsPlugin(CoordinatorPlugin):
             self._close_aux_round(now)
         # A switch pending (this very update closed the aux round) replaces the model it trained from.
         withhold = self.aux_round > 0 or self._switch_pending or update.base_version < self.fence_version
+        session, auxiliary = self._phase_of(update.base_version)
+        self.last_updates[update.device_id] = (session, auxiliary, withhold)
         decided = self._decided()
         return Verdict(withhold=withhold, fields={"session": self.session}, events=decided.events,
                        switch_to=decided.switch_to)
@@ -208,7 +222,35 @@ class SessionsPlugin(CoordinatorPlugin):
             self.fence_version = aggregation.version
             if self.aux is not None:
                 self.aux.version = aggregation.version
+        phase = (max(0, self.session), self.aux_round)
+        if self._phases[-1][1:] != phase:  # what this version's model carries (``before_publish``)
+            self._phases.append((aggregation.version,) + phase)
         return NOTHING
+
+    def _phase_of(self, version: int) -> Tuple[Optional[int], bool]:
+        """The session of the model of ``version`` and whether it was an auxiliary one; None if
+        it is older than the phases kept."""
+        for first, session, aux_round in reversed(self._phases):
+            if version >= first:
+                return session, aux_round > 0
+        return None, False
+
+    def describe(self, now: float) -> MethodState:
+        """The session (-1: no device online yet), its phase (``auxiliary`` while devices train the
+        pilot's auxiliary rounds, ``own`` once it trains its own model, ``waiting``), the
+        auxiliary round, the session models saved and whether the pilot exists, whether an
+        operator's new-session waits for ``min_session_s``; per device the session its last update
+        was trained in (None: too many phases ago), whether that was an auxiliary model and
+        whether the update was withheld from the strategy."""
+        phase = "waiting" if self.session < 0 else "auxiliary" if self.aux_round > 0 else "own"
+        return MethodState(
+            fleet={"session": self.session, "phase": phase, "aux_round": self.aux_round,
+                   "saved_sessions": len(self.library.saved), "pilot": self.library.pilot is not None,
+                   "new_session_deferred": self._operator_pending,
+                   "own_model_age_s": None if self._own_since is None
+                   else round(max(0.0, now - self._own_since), 1)},
+            devices={d: {"session": s, "auxiliary": aux, "withheld": w}
+                     for d, (s, aux, w) in self.last_updates.items()})
 
     def before_publish(self) -> List[Extra]:
         return [SessionTerms(max(0, self.session), self.aux_round, self.config.aux_rounds)]
@@ -307,7 +349,7 @@ class SessionsPlugin(CoordinatorPlugin):
                 "fence_version": self.fence_version, "membership": self.membership.state(),
                 "operator_pending": self._operator_pending,
                 "library": self.library.state(), "gradient": self.gradient is not None,
-                "previous": self._previous is not None}
+                "previous": self._previous is not None, "phases": [list(p) for p in self._phases]}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         session, aux_round = state.get("session", -1), state.get("aux_round", 0)
@@ -317,6 +359,13 @@ class SessionsPlugin(CoordinatorPlugin):
         self.session, self.aux_round = session, aux_round
         self.fence_version = int(state.get("fence_version") or 0)
         self._operator_pending = state.get("operator_pending") is True
+        phases = state.get("phases")
+        if phases is None:  # saved before phases were kept: the versions before the fence are unknown
+            phases = [[self.fence_version, max(0, session), aux_round]]
+        if not isinstance(phases, list) or not phases or not all(
+                isinstance(p, list) and len(p) == 3 and all(type(v) is int and v >= 0 for v in p) for p in phases):
+            raise ValueError("sessions: bad saved phases %r" % (phases,))
+        self._phases = deque((tuple(p) for p in phases), maxlen=PHASES_KEPT)
         self._own_since = None  # the session's clock starts again at the first tick
         self._loaded = dict(state)
         if aux_round:  # the round starts over from the restored (auxiliary) model

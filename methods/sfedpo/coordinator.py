@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import CoordinatorPlugin, FleetView, Verdict
+from streamfl.coordinator.plugins.base import CoordinatorPlugin, FleetView, MethodState, Verdict
 from streamfl.coordinator.shares import leave_one_out_medians
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Update
@@ -143,11 +143,18 @@ class SfedpoPlugin(CoordinatorPlugin):
         before the device reported)."""
         if not self.config.saw or update.device_id not in self.reports:
             return 1.0
+        values = self._capped_values()
+        return self._factor(values[update.device_id], values)
+
+    def _capped_values(self) -> Dict[str, float]:
+        """Each reporting device's eq. 14 value, capped at ``max_factor`` x its peers' median."""
         raws = {d: self.raw(s, q) for d, (s, q) in self.reports.items()}
         refs = leave_one_out_medians(raws)
         m = self.config.max_factor
-        values = {d: v if refs[d] is None else min(v, m * refs[d]) for d, v in raws.items()}
-        raw = values[update.device_id]
+        return {d: v if refs[d] is None else min(v, m * refs[d]) for d, v in raws.items()}
+
+    def _factor(self, raw: float, values: Mapping[str, float]) -> float:
+        """The factor of a device whose capped value is ``raw`` among ``values``."""
         if self.fleet.normalizes_weights:
             factor = raw
         else:
@@ -158,6 +165,26 @@ class SfedpoPlugin(CoordinatorPlugin):
                 return 1.0
             factor = raw / median
         return factor
+
+    def describe(self, now: float) -> MethodState:
+        """Whether DDS and SAW run, the latent states in w_m and the most frequent one with its
+        weight; per reporting device its SAW weight (the factor its next update gets, eq. 14; 1.0
+        with SAW off; under FedAvg the round normalizes it), its heterogeneity score s_n, its
+        availability q_n and its most frequent latent state (None where its ids are not shared)."""
+        w = self.state_weights()
+        values = self._capped_values() if self.config.saw else {}
+        devices: Dict[str, Dict[str, Any]] = {}
+        for d, (s, q) in self.reports.items():
+            shares = self.shares.get(d)
+            top = max(shares.items(), key=lambda kv: (kv[1], -kv[0]))[0] if shares else None
+            weight = self._factor(values[d], values) if self.config.saw else 1.0
+            devices[d] = {"saw_weight": round(float(weight), 4), "score": round(float(s), 4),
+                          "availability": round(float(q), 4), "state": top}
+        return MethodState(
+            fleet={"dds": bool(self.config.dds), "saw": bool(self.config.saw), "states": len(w),
+                   "top_state": w[0][0] if w else None,
+                   "top_state_weight": round(float(w[0][1]), 4) if w else None},
+            devices=devices)
 
     def state_weights(self) -> List[Tuple[int, float]]:
         """w_m: the mean over reporting devices of their state shares, the most frequent first."""

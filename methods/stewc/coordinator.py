@@ -16,7 +16,8 @@ import numpy as np
 
 from streamfl.methods.stewc.periods import BOUNDARIES, DriftBoundary, PeriodBoundary, ScheduleBoundary
 from streamfl.config import bounded
-from streamfl.coordinator.plugins.base import NOTHING, Aggregation, CoordinatorPlugin, Effects, FleetView, Verdict
+from streamfl.coordinator.plugins.base import NOTHING, Aggregation, CoordinatorPlugin, Effects, FleetView, \
+    MethodState, Verdict
 from streamfl.methods.stewc.temporal import TemporalSums
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Update
@@ -111,12 +112,15 @@ class StEwcPlugin(CoordinatorPlugin):
         #: A boundary fired; the next aggregation announces the period and anchors theta*.
         self._announce = False
         self._saved_meta: Dict[str, Any] = {}
+        #: The latest period each device's T-FDM counted for (not saved: shown to the operator).
+        self.answered: Dict[str, int] = {}
 
     # ---- inputs -------------------------------------------------------------------------------
     def on_update_admitted(self, update: Update, now: float) -> Verdict:
         fisher = update.extras.get(PeriodFisher.KIND)
         if isinstance(fisher, PeriodFisher) and self.sums.add(update.device_id, fisher):
             log.debug("stewc: T-FDM of period %d from %s", fisher.period, update.device_id)
+            self.answered[update.device_id] = int(fisher.period)
         self._signal(update.device_id, update.extras, now)
         return Verdict(fields={"period": self.period})
 
@@ -162,6 +166,23 @@ class StEwcPlugin(CoordinatorPlugin):
         return [dict(done, event="consolidated", time_s=now)]
 
     # ---- outputs ------------------------------------------------------------------------------
+    def describe(self, now: float) -> MethodState:
+        """The period index, the period whose T-FDM is being collected (None: none) with the
+        answers so far, the periods consolidated into P and Q and the boundary source; per device
+        the latest period its T-FDM counted for, and whether the open consolidation still waits
+        for it (devices online at the boundary that have not answered)."""
+        pending = self.sums.pending
+        waiting = set() if pending is None else pending.expected - pending.devices
+        devices: Dict[str, Dict[str, Any]] = {d: {"fisher_period": p, "awaited": d in waiting}
+                                              for d, p in self.answered.items()}
+        for d in waiting:
+            devices.setdefault(d, {"fisher_period": None, "awaited": True})
+        return MethodState(
+            fleet={"period": self.period, "consolidating": None if pending is None else pending.period,
+                   "answers": 0 if pending is None else len(pending.answers),
+                   "periods_consolidated": self.sums.folded, "boundary": self.boundary.name},
+            devices=devices)
+
     def before_publish(self) -> List[Extra]:
         pending = self.sums.pending
         return [PeriodTerms(period=self.period, lambda1=float(self.config.temporal_strength),
