@@ -14,7 +14,7 @@ from streamfl.protocol.codec import FORMAT_VERSION, MAGIC, Decoder, encode
 from streamfl.methods.clp.payloads import ClpState, FisherTrace
 from streamfl.methods.fedcurv.payloads import CurvatureDiagonal, CurvatureTerms
 from streamfl.protocol.messages import (
-    MESSAGE_TYPES, PROTOCOL_VERSION, Command, CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry,
+    MESSAGE_TYPES, PROTOCOL_VERSION, Command, CommandReply, CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry,
     Update,
 )
 
@@ -51,6 +51,8 @@ def samples():
                round_index=3, created_s=1700000000.5, energy_j=3.0, clock_levels={"cpu": 2},
                extras={"fisher_trace": FisherTrace(12.5), "curvature_diagonal": CurvatureDiagonal({k: np.abs(v) for k, v in tensors(3).items()})}),
         Command(kind="override", params={"lr": 0.001, "dvfs": {"cpu": 1}}),
+        CommandReply(kind="status", seq=17, ok=True, handled_by=["coordinator"],
+                     result={"version": 3, "devices": [{"device": "pi-7", "online": True}]}, run_id="r1"),
         Telemetry(device_id="pi-7", time_s=12.5, buffer_fill=100, buffer_capacity=512, rounds=4,
                   power_w=5.5, clocks_khz={"cpu": 1500000}, temperatures_c={"soc": 51.0}),
     ]

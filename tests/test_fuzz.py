@@ -31,7 +31,7 @@ from streamfl.models import tensor_spec
 from streamfl.protocol import codec
 from streamfl.protocol.codec import REASONS, Decoder, encode
 from streamfl.protocol.messages import (
-    MESSAGE_TYPES, Command, CoordinatorStatus, GlobalModel, Offline, Telemetry, Update,
+    MESSAGE_TYPES, Command, CommandReply, CoordinatorStatus, GlobalModel, Offline, Telemetry, Update,
 )
 from streamfl.methods.clp.payloads import ClpState, FisherTrace
 from streamfl.methods.fedcurv.payloads import CurvatureDiagonal, CurvatureTerms
@@ -72,6 +72,7 @@ def _messages():
         Command(kind="override", params={"lr": 0.001, "dvfs": {"cpu": 1}}),
         Telemetry(device_id="d1", time_s=12.5, buffer_fill=100, buffer_capacity=512, rounds=4,
                   power_w=5.5, clocks_khz={"cpu": 1500000}, temperatures_c={"soc": 51.0}),
+        CommandReply(kind="status", seq=3, ok=False, handled_by=[], error="nobody", result={"a": [1]}),
     ]
 
 
