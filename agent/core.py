@@ -113,7 +113,7 @@ class AgentCore:
                              self.spec.num_classes, self.policy)
         self.trainer = LocalTrainer(self.model, self.spec.num_classes, momentum=config.momentum)
         #: The methods' device sides, each dormant until a global model asks for it.
-        self.methods = DevicePlugins(config.plugins, self.seed, self.spec.num_classes)
+        self.methods = DevicePlugins(config.plugins, self.seed, self.spec.num_classes, dvfs=config.dvfs)
         self._rng = np.random.default_rng(self.seed)
         #: What this board accepts from the coordinator (``hparam_limits`` in its YAML).
         self.hparam_limits = hparam_limits(config.hparam_limits)
@@ -192,6 +192,8 @@ class AgentCore:
             log.info("window buffer emptied (%d windows): they describe a world that is gone", len(self.buffer))
             self.buffer.clear()
         self.buffer.use(decided.buffer_policy if decided.buffer_policy is not None else self.policy)
+        if decided.clock_policy is not None:  # the coordinator's method changed the clock policy
+            self.dvfs_policy = decided.clock_policy
         before = dict(self.hparams)
         self.apply_hparams(decided.hparams, "global model v%d" % gm.version)
         if self.hparams != before:

@@ -8,6 +8,10 @@ Defaults, chosen for an IMU-sized model on a Raspberry Pi or a Jetson: lr up to 
 models diverges above that; AdaCLP's eq. 4 never exceeds its eta0), batches of at most 256 windows
 (a few MB of activations for the LSTM) and 500 local steps (a round of minutes, not hours, on a Pi
 4). A ``skip`` command is bounded by ``max_skip_rounds`` the same way (``agent/orders.py``).
+
+A clamp or a refused value is logged once per change (the same value clamped again by every
+global model is not said again), so a coordinator that keeps asking too much shows as one line.
+A method's plug-in that replaces a hyper-parameter is logged by ``streamfl.agent.plugin_set``.
 """
 import logging
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
@@ -22,6 +26,20 @@ DEFAULT_HPARAM_LIMITS: Dict[str, Tuple[float, float]] = {
 }
 #: Hyper-parameters that are counts (rounded after clamping).
 INT_HPARAMS = ("batch_size", "local_steps")
+
+#: What was last said of each hyper-parameter (the value asked for and what it became), so that a
+#: clamp is logged once per change, not once per global model.
+_said: Dict[str, Tuple[Any, Any]] = {}
+
+
+def _say_once(key: str, asked: Any, became: Any, msg: str, *args: Any) -> None:
+    """``log.warning(msg, *args)`` unless the same ``asked -> became`` of ``key`` was said last."""
+    seen = (repr(asked), repr(became))
+    if _said.get(key) == seen:
+        log.debug(msg, *args)
+        return
+    _said[key] = seen
+    log.warning(msg, *args)
 
 
 def hparam_limits(overrides: Optional[Mapping[str, Sequence[float]]] = None) -> Dict[str, Tuple[float, float]]:
@@ -50,11 +68,14 @@ def clamp_hparams(values: Mapping[str, Any], limits: Mapping[str, Tuple[float, f
             log.debug("%s: hyper-parameter %r not used by the agent", source, key)
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            log.warning("%s: ignoring non-numeric %s=%r", source, key, value)
+            _say_once(key, value, None, "%s: ignoring non-numeric %s=%r", source, key, value)
             continue
         lo, hi = limits[key]
         clamped = min(max(float(value), lo), hi)
         if clamped != value:
-            log.warning("%s: %s=%r clamped to %r (this board's hparam_limits)", source, key, value, clamped)
+            _say_once(key, value, clamped, "%s: %s=%r clamped to %r (this board's hparam_limits; "
+                      "said again only when it changes)", source, key, value, clamped)
+        else:
+            _said.pop(key, None)
         applied[key] = int(round(clamped)) if key in INT_HPARAMS else clamped
     return applied

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import yaml
 
@@ -43,6 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where model and state persist (default %(default)s)")
     p.add_argument("--run-dir", type=Path, help="where metrics.jsonl goes (default ./runs/<timestamp>)")
     p.add_argument("--eval-data", help="held-out windows .npz (overrides eval_path)")
+    p.add_argument("--method", metavar="NAME",
+                   help="run a named method (streamfl methods lists them; overrides method): its "
+                        "strategy and plug-ins are laid over the config, its keys winning (each "
+                        "key it replaces is logged), and the agents get its side with every "
+                        "global model")
     p.add_argument("--tls-ca", help="CA certificate file (enables TLS)")
     p.add_argument("--tls-cert", help="client certificate file")
     p.add_argument("--tls-key", help="client key file")
@@ -68,15 +73,25 @@ FLAG_KEYS = {
     "fleet": "fleet", "eval_data": "eval_path", "broker": "mqtt.host", "port": "mqtt.port",
     "tls_ca": "mqtt.tls_ca", "tls_cert": "mqtt.tls_cert", "tls_key": "mqtt.tls_key",
     "username": "mqtt.username", "password_file": "mqtt.password_file",
-    "take_over": "exclusive.take_over",
+    "take_over": "exclusive.take_over", "method": "method",
 }
 
 
-def load_from_args(args):
-    """The CoordinatorConfig from ``--config`` plus flag overrides; an error a flag causes names it."""
+def load_from_args(args, notes: Optional[List[Tuple[int, str]]] = None):
+    """The CoordinatorConfig from ``--config`` plus flag overrides; an error a flag causes names it.
+    What a named method changed goes to ``notes`` (``(level, message)``; None: logged)."""
     from streamfl.coordinator.config import load_config
-    return load_with_flags(lambda overrides: load_config(args.config, overrides),
-                           given_flags(args, FLAG_KEYS))
+
+    def load(overrides):
+        said: List[Tuple[int, str]] = []
+        config = load_config(args.config, overrides, notes=said)
+        if notes is None:
+            for level, message in said:
+                log.log(level, "%s", message)
+        else:
+            notes[:] = said  # only the load that succeeded
+        return config
+    return load_with_flags(load, given_flags(args, FLAG_KEYS))
 
 
 def _watchdog_loop(server, notifier: SystemdNotifier, stop: threading.Event) -> None:
@@ -116,15 +131,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         return keygen(argv[1:])
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level, environ=os.environ)
+    notes: List[Tuple[int, str]] = []
     try:
-        config = load_from_args(args)
+        config = load_from_args(args, notes)
         settings = config.mqtt.settings(args.client_id or "coordinator-%s" % config.fleet, os.environ)
     except ConfigError as exc:
         print("streamfl-coordinator: configuration error: %s" % exc, file=sys.stderr)
         return exc.exit_code
-    if args.check_config:
+    if args.check_config:  # what the method changed as comments: the output stays YAML
+        sys.stdout.write("".join("# %s\n" % message for _, message in notes))
         sys.stdout.write(yaml.safe_dump(to_dict(config), sort_keys=False))
         return 0
+    for level, message in notes:
+        log.log(level, "%s", message)
     run_dir = args.run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
 
     import torch  # only after config errors have had their fast exit

@@ -3,12 +3,23 @@
 Every key is documented in ``configs/coordinator.example.yaml``; unknown keys and wrong types are
 ``ConfigError`` (exit code 2; docs/configuration.md). Secrets (the MQTT password) come only from
 a file.
+
+A named method (``method: NAME`` or ``--method NAME``, ``streamfl methods``) is resolved on load
+(``resolve_method``): its coordinator keys and plug-ins are laid over the file, the way the
+simulator lays a method over a scenario, so a name means on a fleet what it meant in the results.
+The method's keys win: a key of the file that the method sets is replaced (a WARNING, old ->
+new), a default it changes is said at INFO, and plug-ins the file lists beyond the method's do not
+run (a WARNING). Everything the method does not name (hparams, the plug-ins' other settings,
+admission, MQTT, ...) is the file's. To change a key the method sets, write the method out
+(``streamfl methods --show NAME``) and leave ``method`` unset.
 """
+import dataclasses
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, load
+from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, build, merge, read_yaml, to_dict
 from streamfl.coordinator.plugins import plugin_configs
 from streamfl.coordinator.admission import AdmissionConfig
 from streamfl.coordinator.fleet import FleetTableConfig
@@ -21,6 +32,8 @@ from streamfl.errors import ConfigError
 from streamfl.models import ModelSpec
 from streamfl.protocol.topics import validate_name
 from streamfl.protocol.transport.config import MqttConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -154,6 +167,12 @@ class CoordinatorConfig:
     #: rejected.
     max_frame_bytes: int = bounded(64 * 2 ** 20, 1024, FRAME_BYTES_MAX)
     mqtt: MqttConfig = field(default_factory=MqttConfig)
+    #: A named method to run (``streamfl methods`` lists them): its strategy and plug-ins are laid
+    #: over this file on load, the method's keys winning (``resolve_method``), and the boards get
+    #: its agent side with every global model. null = the file alone.
+    method: Optional[str] = None
+    #: What the boards get of ``method`` with every global model (derived on load).
+    method_settings: Optional[Any] = field(default=None, init=False, compare=False, repr=False)
     #: The live fleet table's bounds: how often telemetry is logged, rows, series, and the
     #: plausible range of what devices report (``coordinator/fleet.py``).
     fleet_view: FleetTableConfig = field(default_factory=FleetTableConfig)
@@ -189,6 +208,8 @@ class CoordinatorConfig:
         if not self.progress_interval_s > 0:
             raise ValueError("progress_interval_s must be > 0, got %r" % (self.progress_interval_s,))
         object.__setattr__(self, "plugins", plugin_configs(self.plugins, self.strategy))
+        if self.method is not None:
+            object.__setattr__(self, "method_settings", _method_settings(self))
         if self.signing_key_file is not None:
             from streamfl.protocol.signing import load_private_key
             try:
@@ -199,10 +220,195 @@ class CoordinatorConfig:
 
 
 def load_config(path: Optional[Path] = None, overrides: Optional[Mapping[str, Any]] = None,
-                section: Optional[str] = None) -> CoordinatorConfig:
-    """Load the YAML ``path`` (optionally one ``section``), then apply flag ``overrides``.
+                section: Optional[str] = None,
+                notes: Optional[List[Tuple[int, str]]] = None) -> CoordinatorConfig:
+    """Load the YAML ``path`` (optionally one ``section``), apply flag ``overrides``, then lay the
+    named ``method`` over them (``resolve_method``).
 
     ``overrides`` may nest, e.g. ``{"fleet": "lab", "mqtt": {"host": "broker"}}``; None means "flag not
-    given". Raises ``ConfigError`` naming the file and key on any problem.
+    given". Raises ``ConfigError`` naming the file and key on any problem. What the method changed
+    goes to ``notes`` as ``(logging level, message)``, or is logged when ``notes`` is None.
     """
-    return load(CoordinatorConfig, path, overrides, section, source="coordinator config")
+    values: Dict[str, Any] = {}
+    source = "coordinator config"
+    if path is not None:
+        values = read_yaml(path)
+        source = str(path)
+        if section is not None:
+            values = values.get(section, {}) or {}
+            source = "%s [%s]" % (path, section)
+            if not isinstance(values, dict):
+                raise ConfigError("%s: section must be a mapping" % source)
+    said: List[Tuple[int, str]] = []
+    values = resolve_method(merge(values, overrides or {}), said, source)
+    config = build(CoordinatorConfig, values, source)
+    if notes is None:
+        for level, message in said:
+            log.log(level, "%s", message)
+    else:
+        notes.extend(said)
+    return config
+
+
+# ---- named methods ------------------------------------------------------------------------------
+
+#: A key a mapping does not hold (None is a value).
+_MISSING = object()
+
+
+def resolve_method(values: Mapping[str, Any], notes: List[Tuple[int, str]],
+                   source: str = "coordinator config") -> Dict[str, Any]:
+    """``values`` (a coordinator file with its flags merged in) with its named ``method``'s
+    coordinator keys and plug-ins laid over them (module docstring), and what that changed in
+    ``notes`` as ``(logging level, message)``; ``values`` unchanged without a method.
+    ``ConfigError`` naming ``source`` for an unknown method."""
+    from streamfl.methods import named_method
+    from streamfl.methods.agent_side import split
+    name = values.get("method")
+    if name is None:
+        return dict(values)
+    if not isinstance(name, str):
+        raise ConfigError("%s: key 'method': expected a method name, got %r" % (source, name))
+    try:
+        method = named_method(name)
+    except ConfigError as exc:
+        raise ConfigError("%s: key 'method': %s" % (source, exc)) from None
+    out = merge(values)
+    for path, value in _leaves(method.coordinator):
+        _overlay(out, path, value, ".".join(path), _default_of(CoordinatorConfig, path),
+                 method.name, notes)
+    mine = values.get("plugins") or {}
+    if not isinstance(mine, Mapping):
+        raise ConfigError("%s: key 'plugins': expected a mapping, got %r" % (source, mine))
+    plugins: Dict[str, Any] = {}
+    for plugin, settings in method.plugins.items():
+        held = mine.get(plugin) or {}
+        plugins[plugin] = dict(held) if isinstance(held, Mapping) else held
+        if plugin not in mine:
+            notes.append((logging.INFO, "method %s runs plug-in %s" % (method.name, plugin)))
+        for key, value in settings.items():
+            _overlay(plugins, (plugin, key), value, "plugins.%s.%s" % (plugin, key),
+                     _plugin_default(plugin, key), method.name, notes)
+    dropped = [plugin for plugin in mine if plugin not in method.plugins]
+    if dropped:
+        notes.append((logging.WARNING, "method %s runs the plug-ins %s; plugins.%s of the file do "
+                      "not run (list the plug-ins without a method to compose them)" % (
+                          method.name, ", ".join(method.plugins) or "(none)", ", plugins.".join(dropped))))
+    out["plugins"] = plugins
+    side = split(method)
+    if side.board:
+        notes.append((logging.WARNING, "method %s needs %s in every agent's YAML: a board's own "
+                      "settings, never sent" % (method.name, _flat(side.board))))
+    if side.sent:
+        notes.append((logging.INFO, "method %s: the boards get %s with every global model"
+                      % (method.name, _flat(side.sent))))
+    return out
+
+
+def _overlay(out: Dict[str, Any], path: Tuple[str, ...], value: Any, label: str, default: Any,
+             method: str, notes: List[Tuple[int, str]]) -> None:
+    """Set ``path`` of ``out`` to the method's ``value``, noting (as ``label``) what it replaced:
+    the file's value (WARNING) or the default (INFO)."""
+    node = out
+    for part in path[:-1]:
+        inner = node.get(part)
+        node[part] = dict(inner) if isinstance(inner, Mapping) else {}
+        node = node[part]
+    old = node.get(path[-1], _MISSING)
+    if old is _MISSING:
+        if default is not _MISSING and default != value:
+            notes.append((logging.INFO, "method %s sets %s: %r (default) -> %r"
+                          % (method, label, default, value)))
+    elif old != value:
+        notes.append((logging.WARNING, "method %s sets %s: %r (the file's) -> %r"
+                      % (method, label, old, value)))
+    node[path[-1]] = value
+
+
+def _leaves(values: Mapping[str, Any], prefix: Tuple[str, ...] = ()):
+    """``(path, value)`` of every non-mapping value of a nested mapping."""
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            yield from _leaves(value, prefix + (key,))
+        else:
+            yield prefix + (key,), value
+
+
+def _default_of(cls: type, path: Tuple[str, ...]) -> Any:
+    """The default of the dataclass field at ``path`` (``_MISSING`` if there is none)."""
+    for i, part in enumerate(path):
+        found = next((f for f in dataclasses.fields(cls) if f.name == part), None)
+        if found is None:
+            return _MISSING
+        if found.default is not dataclasses.MISSING:
+            value = found.default
+        elif found.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            value = found.default_factory()  # type: ignore[misc]
+        else:
+            return _MISSING
+        if i == len(path) - 1:
+            return to_dict(value) if dataclasses.is_dataclass(value) else value
+        if not dataclasses.is_dataclass(value):
+            return _MISSING
+        cls = type(value)
+    return _MISSING
+
+
+def _plugin_default(plugin: str, key: str) -> Any:
+    from streamfl.coordinator.plugins import registered
+    cls = registered().get(plugin)
+    return _MISSING if cls is None else _default_of(cls.Config, (key,))
+
+
+def _flat(values: Mapping[str, Any]) -> str:
+    """``a.b: 1, c: x`` for a nested mapping."""
+    return ", ".join("%s: %s" % (".".join(path), value) for path, value in _leaves(values)) or "nothing"
+
+
+def _plain(value: Any) -> Any:
+    """A config value as a YAML file would give it (tuples as lists, dataclasses as mappings)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_dict(value)
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _method_settings(config: "CoordinatorConfig") -> Any:
+    """The ``method_settings`` extra of ``config.method``, once ``config`` is checked to run the
+    method's coordinator side (a config built without ``load_config`` must have laid it over
+    itself); ``ValueError`` naming the first difference."""
+    from streamfl.errors import ProtocolError
+    from streamfl.methods import named_method
+    from streamfl.methods.agent_side import method_settings
+    from streamfl.plugins import renamed_keys
+    try:
+        method = named_method(config.method)
+    except ConfigError as exc:
+        raise ValueError("method: %s" % exc) from None
+    wrong = []
+    for path, value in _leaves(method.coordinator):
+        node: Any = config
+        for part in path:
+            node = getattr(node, part, _MISSING)
+        if _plain(node) != _plain(value):
+            wrong.append("%s is %r, the method's %r" % (".".join(path), _plain(node), value))
+    if set(config.plugins) != set(method.plugins):
+        wrong.append("plugins are %s, the method's %s" % (sorted(config.plugins), sorted(method.plugins)))
+    else:
+        for plugin, settings in method.plugins.items():
+            held = config.plugins[plugin]
+            for key, value in settings.items():
+                attr = renamed_keys(type(held)).get(key, key)
+                if _plain(getattr(held, attr, _MISSING)) != _plain(value):
+                    wrong.append("plugins.%s.%s is %r, the method's %r" % (
+                        plugin, key, _plain(getattr(held, attr, None)), value))
+    if wrong:
+        raise ValueError("method %s: %s (load the file with load_config, which lays the method "
+                         "over it)" % (method.name, "; ".join(wrong)))
+    try:
+        return method_settings(method)
+    except ProtocolError as exc:
+        raise ValueError("method %s: its agent side cannot be sent: %s" % (method.name, exc)) from None

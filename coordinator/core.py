@@ -287,6 +287,8 @@ class CoordinatorCore:
         for plugin in self.plugins:
             for extra in plugin.before_publish():
                 extras[extra.KIND] = extra
+        if self.config.method_settings is not None:  # the named method's agent side
+            extras[self.config.method_settings.KIND] = self.config.method_settings
         return GlobalModel(version=self.version, arch_id=self.arch_id, tensors=self._model,
                            hparams=self.config.hparams.as_dict(), extras=extras, run_id=self.run_id)
 

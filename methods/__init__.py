@@ -8,13 +8,19 @@ of another distribution declares it under the ``streamfl.methods`` entry-point g
 
 Adding a method takes its package (``__init__.py`` declaring ``METHOD``, the plug-ins, payloads,
 presets, docs page) and its name in ``BUILTIN``; docs/architecture.md walks through it.
+
+The named methods (``Method`` values: the strategies' own ``fedasync`` and ``fedavg``, then every
+package's presets in calling order) are one registry here, shared by the simulator
+(``streamfl sim --methods``), the coordinator (``streamfl-coordinator --method``) and
+``streamfl methods``: ``named_methods``, ``named_method``, ``resolve_named``, ``register_named``.
 """
 import importlib
 import logging
 import threading
-from typing import Dict, List, Optional, Type
+from typing import Dict, Iterable, List, Optional, Type
 
-from streamfl.methods.base import Method, MethodPackage, ReportSection
+from streamfl.errors import ConfigError
+from streamfl.methods.base import FEDASYNC, FEDAVG, Method, MethodPackage, ReportSection
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +52,8 @@ def _load() -> None:
         if _loaded:
             return
         _loaded = True
+        # The payload a coordinator running a named method sends the boards (not a method).
+        importlib.import_module("%s.agent_side" % __name__)
         for name in BUILTIN:
             _add(importlib.import_module("%s.%s" % (__name__, name)).METHOD)
         for point in _entry_points():
@@ -144,6 +152,67 @@ def report_renderer(section: str):
     raise KeyError(section)
 
 
+# ---- named methods --------------------------------------------------------------------------
+
+#: The aggregation strategies' own named runs, listed before the methods' presets.
+BASELINES = (
+    Method("fedasync", "FedAsync: every update mixed in as it arrives, weighted by staleness "
+                       "(Xie et al. 2019)", coordinator=FEDASYNC,
+           when="the reference for an asynchronous fleet and the fallback where no measured method "
+                "fits yours; on the AdaCLP-regime runs (40 boards training back to back) only "
+                "class-balanced mixing beat it by more than the spread over seeds"),
+    Method("fedavg", "synchronous FedAvg: sample-weighted average of one update per device per "
+                     "round, rounds bounded by a deadline (McMahan et al. 2017)", coordinator=FEDAVG,
+           when="synchronous rounds under a deadline: the best average over periods in ST-EWC's "
+                "runs; 19 points behind FedAsync in the 30 s AdaCLP-regime run (one seed, untuned: "
+                "too few rounds)"),
+)
+
+#: Every named method by name, in listing order (``named_methods`` keeps it up to date).
+_named: Dict[str, Method] = {}
+
+
+def register_named(method: Method) -> Method:
+    """Add a named method (a name may be registered once; ``ValueError`` otherwise)."""
+    with _lock:
+        if method.name in _named:
+            raise ValueError("method %r is already registered" % method.name)
+        _named[method.name] = method
+    return method
+
+
+def named_methods() -> Dict[str, Method]:
+    """Every named method by name: the strategies' own runs, then each method package's presets
+    in calling order, with those of methods registered since. The same dict on every call."""
+    with _lock:
+        for method in BASELINES + tuple(presets()):
+            if method.name not in _named:
+                _named[method.name] = method
+        return _named
+
+
+def named_method(name: str) -> Method:
+    """The named method ``name``; ``ConfigError`` listing the known ones otherwise."""
+    known = named_methods()
+    try:
+        return known[name]
+    except (KeyError, TypeError):
+        raise ConfigError("unknown method %r (known: %s)" % (name, ", ".join(sorted(known)))) from None
+
+
+def resolve_named(names: Iterable[str]) -> List[Method]:
+    """Named methods, in order, without repeats; ``ConfigError`` on an unknown name or none."""
+    out: List[Method] = []
+    for name in names:
+        method = named_method(name.strip())
+        if method not in out:
+            out.append(method)
+    if not out:
+        raise ConfigError("no method named")
+    return out
+
+
 __all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "Method", "MethodPackage", "ReportSection", "register",
            "unregister", "packages", "get", "coordinator_plugins", "agent_plugins", "buffer_policies",
-           "presets", "report_sections", "report_renderer"]
+           "presets", "report_sections", "report_renderer", "BASELINES", "register_named",
+           "named_methods", "named_method", "resolve_named"]

@@ -19,17 +19,23 @@ FEDAVG: Dict[str, Any] = {"strategy": "fedavg"}
 
 @dataclass(frozen=True)
 class Method:
-    """A named run of the simulator (``streamfl sim --methods NAME``): the ``CoordinatorConfig``
-    keys it sets, the coordinator plug-ins it switches on with their settings, ``AgentConfig``
-    keys and the clock policy. A method package lists its own in ``presets``."""
+    """A named method: the ``CoordinatorConfig`` keys it sets, the coordinator plug-ins it switches
+    on with their settings, ``AgentConfig`` keys and the clock policy. The simulator runs it by
+    name (``streamfl sim --methods NAME``), and so does a fleet (``streamfl-coordinator --method
+    NAME``: the coordinator side becomes the coordinator's config, and the agent side reaches the
+    boards with every global model, ``streamfl.methods.agent_side``). A method package lists its
+    own in ``presets``."""
 
     name: str
     description: str
     coordinator: Dict[str, Any] = field(default_factory=dict)
     plugins: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     agent: Dict[str, Any] = field(default_factory=dict)
-    #: None keeps the scenario's ``dvfs_policy``.
+    #: None keeps the scenario's ``dvfs_policy`` (on a fleet: each board's own).
     dvfs_policy: Optional[str] = None
+    #: One line on when to use it, from what was measured (``streamfl methods`` lists it); every
+    #: shipped run says it, a run from elsewhere may leave it empty.
+    when: str = ""
 
 
 @dataclass(frozen=True)

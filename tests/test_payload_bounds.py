@@ -28,6 +28,7 @@ from streamfl.methods.stewc.payloads import DriftSignal, PeriodFisher, PeriodTer
 from streamfl.methods.importance.payloads import ImportanceTerms
 from streamfl.methods.sfedpo.payloads import SfedpoReport, SfedpoTerms
 from streamfl.methods.sessions.payloads import SessionTerms
+from streamfl.methods.agent_side import MethodSettings
 
 
 def _positive(seed):
@@ -57,6 +58,7 @@ SAMPLES = {
                                    admission_rate=0.4), "update"),
     "importance": (ImportanceTerms(budget=0.5, candidates=8), "model"),
     "adaptive_lr": (AdaptiveLr(scale=0.5, lr0=0.1), "model"),
+    "method_settings": (MethodSettings.of("streamclp", {"plugins": {"clp": {"lr_rule": "learned"}}}), "model"),
 }
 
 #: Other fields set while one is tested, so that the payload's relations (checked by ``parse``)

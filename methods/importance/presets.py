@@ -8,4 +8,7 @@ PRESETS: List[Method] = []
 
 PRESETS.append(Method("is", "importance sampling: windows of the classes with the largest logit-gradient "
                             "norm admitted more and evicted last, at SFedPO's budget (Li et al. 2021)",
-                      coordinator=_FEDAVG, plugins={"importance": {}}))
+                      coordinator=_FEDAVG, plugins={"importance": {}},
+                      when="boards move between states whose class mixes differ and the buffer "
+                           "cannot hold everything: the best of SFedPO's comparison in all four "
+                           "settings, 0.3-4.4 points ahead of sfedpo, at 8% more energy"))

@@ -17,7 +17,7 @@ frame moves (a one-class device gaining a second class moves 0.5), so one arriva
 """
 import logging
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import ClassVar, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -38,6 +38,10 @@ class ScheduleAgentConfig:
     distribution that starts a new frame without a new class; channel_snr_hz: this radio's
     P|H|^2/N0 in Hz where the board or its operator knows it (the simulator fills it from its
     channel model), for the scheduler's bandwidth allocation (FedTeddi eq. 14); None: unknown."""
+
+    #: Keys that are facts of this board: a coordinator's named method never sets them
+    #: (``streamfl.agent.method_settings``).
+    BOARD_KEYS: ClassVar[Tuple[str, ...]] = ("channel_snr_hz",)
 
     stat_windows: int = bounded(32, 2, 65536)
     frame_shift: float = bounded(0.6, 0.0, 1.0, lo_open=True)

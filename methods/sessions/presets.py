@@ -12,15 +12,25 @@ PRESETS: List[Method] = []
 # scenario's ``plugins.sessions`` settings (the trigger, similarity_sharpness) apply to each.
 PRESETS.append(Method("previous", "sessions that keep training the last session's model (the session "
                                   "paper's Previous baseline): FedAvg with sessions tracked",
-                      coordinator=_FEDAVG, plugins={"sessions": {"init": "previous"}}))
+                      coordinator=_FEDAVG, plugins={"sessions": {"init": "previous"}},
+                      when="boards come and go but most labels stay (overlap 0.8): the best session "
+                           "accuracy there; the reference for the sessions methods"))
 PRESETS.append(Method("average", "each session starts from the mean of the saved session models (the "
                                  "session paper's Average baseline)",
-                      coordinator=_FEDAVG, plugins={"sessions": {"init": "average"}}))
+                      coordinator=_FEDAVG, plugins={"sessions": {"init": "average"}},
+                      when="boards come and go and each session mixes labels anew (overlap 0.2): "
+                           "2-3 points more session accuracy than session-init on digits and "
+                           "MNIST-5k"))
 PRESETS.append(Method("session-init", "each session starts from the saved models weighted by how close "
                                       "their gradient from the pilot model is to the new session's, after "
                                       "one auxiliary round (the session paper's Algorithm 1)",
-                      coordinator=_FEDAVG, plugins={"sessions": {"init": "session-init"}}))
+                      coordinator=_FEDAVG, plugins={"sessions": {"init": "session-init"}},
+                      when="boards come and go and earlier label sets come back whole: 95% of its "
+                           "peak within 2 rounds at 73-80% of the boundaries (previous: 7-27%); "
+                           "worse than previous where most labels stay"))
 PRESETS.append(Method("session-init+adaclp", "session-init's starting models composed with AdaCLP "
                                              "(FedAsync, CLP probe, CLP hyper-parameters and clocks)",
                       coordinator=_FEDASYNC, plugins={"clp": {}, "sessions": {"init": "session-init"}},
-                      dvfs_policy="clp-aware"))
+                      dvfs_policy="clp-aware",
+                      when="not recommended: later to the target than session-init under FedAvg "
+                           "(42 against 34 s) for 7-9% less energy"))
