@@ -44,12 +44,14 @@ def test_updates_carry_a_fisher_trace_and_the_probe_broadcasts_it():
     gm = coord.global_model()
     state = gm.extras["clp"]
     assert state.regulating is True and state.in_clp is True      # training starts in the CLP
-    for _ in range(4):
+    for i in range(4):
         agent.on_global_model(decoder.decode(encode(coord.global_model())))
         update = agent.train_round()
         trace = update.extras["fisher_trace"].value
         assert trace > 0
-        step = coord.on_update(decoder.decode(encode(update)), 0.0)
+        # A minute apart: admission counts a device's updates no faster than the rounds they
+        # claim (a slow first round on a busy machine would otherwise spend the burst allowance).
+        step = coord.on_update(decoder.decode(encode(update)), 60.0 * i)
         event = step.update.as_event()
         assert event["fisher_trace"] == pytest.approx(trace)
         assert event["clp"]["version"] == coord.version - 1   # the CLP state the update met
