@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from streamfl.errors import StorageError
-from streamfl.fileio import atomic_write
+from streamfl.fileio import atomic_write, read_if_present
 
 log = logging.getLogger(__name__)
 
@@ -161,12 +161,9 @@ def read_record(state_dir: Path) -> Optional[ClockRecord]:
     """The record in ``state_dir``; None where there is none; ``StorageError`` naming the file
     where it cannot be read or is not a record."""
     path = state_path(state_dir)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    raw = read_if_present(path)
+    if raw is None:
         return None
-    except OSError as exc:
-        raise StorageError("cannot read %s: %s" % (path, exc.strerror or exc)) from exc
     try:
         return ClockRecord.from_json(json.loads(raw.decode("utf-8")))
     except (ValueError, UnicodeDecodeError) as exc:

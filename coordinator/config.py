@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, build, merge, read_yaml, to_dict
+from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, build, merge, read_values, to_dict
 from streamfl.coordinator.plugins import plugin_configs
 from streamfl.coordinator.admission import AdmissionConfig
 from streamfl.coordinator.fleet import FleetTableConfig
@@ -229,16 +229,7 @@ def load_config(path: Optional[Path] = None, overrides: Optional[Mapping[str, An
     given". Raises ``ConfigError`` naming the file and key on any problem. What the method changed
     goes to ``notes`` as ``(logging level, message)``, or is logged when ``notes`` is None.
     """
-    values: Dict[str, Any] = {}
-    source = "coordinator config"
-    if path is not None:
-        values = read_yaml(path)
-        source = str(path)
-        if section is not None:
-            values = values.get(section, {}) or {}
-            source = "%s [%s]" % (path, section)
-            if not isinstance(values, dict):
-                raise ConfigError("%s: section must be a mapping" % source)
+    values, source = read_values(path, section, "coordinator config")
     said: List[Tuple[int, str]] = []
     values = resolve_method(merge(values, overrides or {}), said, source)
     config = build(CoordinatorConfig, values, source)

@@ -18,7 +18,7 @@ from streamfl.dvfs.base import DvfsBackend, DvfsError, SysfsIO
 from streamfl.dvfs.cpufreq import CpufreqDomain
 from streamfl.dvfs.devfreq import DevfreqDomain
 from streamfl.errors import StorageError
-from streamfl.fileio import atomic_write
+from streamfl.fileio import atomic_write, read_if_present
 
 log = logging.getLogger(__name__)
 
@@ -153,12 +153,9 @@ def restore_saved(state_dir: Path, io: SysfsIO) -> Optional[List[str]]:
     ``StorageError`` if the file is unreadable or not ours.
     """
     path = _saved_path(state_dir)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    raw = read_if_present(path)
+    if raw is None:
         return None
-    except OSError as exc:
-        raise StorageError("cannot read %s: %s" % (path, exc.strerror or exc)) from exc
     try:
         doc = json.loads(raw.decode("utf-8"))
         if doc.get("format") != FORMAT:

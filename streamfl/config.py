@@ -269,16 +269,24 @@ def load(cls: Type[T], path: Optional[Path] = None, overrides: Optional[Mapping[
     ``overrides`` nest like the file (``{"mqtt": {"host": ...}}``); a ``None`` value (a flag that
     was not given) is skipped. ``source`` names the values in errors when there is no file.
     """
-    values: Dict[str, Any] = {}
-    if path is not None:
-        values = read_yaml(path)
-        source = str(path)
-        if section is not None:
-            values = values.get(section, {}) or {}
-            source = "%s [%s]" % (path, section)
-            if not isinstance(values, dict):
-                raise ConfigError("%s: section must be a mapping" % source)
+    values, source = read_values(path, section, source)
     return build(cls, merge(values, overrides or {}), source)
+
+
+def read_values(path: Optional[Path], section: Optional[str] = None,
+                source: str = "defaults") -> Tuple[Dict[str, Any], str]:
+    """The mapping of a YAML file (or of one ``section`` of it; ``{}`` without a file) and the name
+    errors give it; ``ConfigError`` if the section is not a mapping."""
+    if path is None:
+        return {}, source
+    values = read_yaml(path)
+    source = str(path)
+    if section is not None:
+        values = values.get(section, {}) or {}
+        source = "%s [%s]" % (path, section)
+        if not isinstance(values, dict):
+            raise ConfigError("%s: section must be a mapping" % source)
+    return values, source
 
 
 def merge(*layers: Mapping[str, Any]) -> Dict[str, Any]:

@@ -1,6 +1,9 @@
-"""Crash-safe file replacement shared by checkpoints, the outbox and the saved DVFS settings."""
+"""Crash-safe file replacement (and reading back) shared by checkpoints, the outbox and the saved DVFS settings."""
 import os
 from pathlib import Path
+from typing import Optional
+
+from streamfl.errors import StorageError
 
 
 def atomic_write(path: Path, data: bytes, sync_dir: bool = False) -> None:
@@ -29,3 +32,15 @@ def atomic_write(path: Path, data: bytes, sync_dir: bool = False) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def read_if_present(path: Path) -> Optional[bytes]:
+    """The bytes of a state file, None if there is none; ``StorageError`` naming it if it cannot be
+    read (the counterpart of ``atomic_write`` for files a run may or may not have left)."""
+    path = Path(path)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StorageError("cannot read %s: %s" % (path, exc.strerror or exc)) from exc
