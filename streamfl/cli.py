@@ -13,12 +13,13 @@ from streamfl.methods import report_renderer, report_sections
 
 #: The help texts: plain words, since argparse prints them as they are (a docstring's ``markup``
 #: would show).
-DESCRIPTION = ("Tools around a streamfl fleet: run a local demo fleet, simulate methods on a "
-               "virtual fleet, and report on a simulation run. The boards run streamfl-agent, the "
-               "server streamfl-coordinator.")
+DESCRIPTION = ("Tools around a streamfl fleet: see and command a running fleet, choose a method, "
+               "make datasets from your recordings, run a local demo fleet, simulate methods on a "
+               "virtual fleet, and report on a simulated or real run. The boards run "
+               "streamfl-agent, the server streamfl-coordinator.")
 DEMO_HELP = "run a broker, a coordinator and N agents on this machine"
 SIM_HELP = "run a scenario's methods on a simulated fleet in virtual time"
-REPORT_HELP = "PNG plots and an HTML page from a sim run folder"
+REPORT_HELP = "PNG plots and an HTML page from a sim run folder or a real fleet's run folder"
 TUNE_HELP = "find each method's best learning rate on a scenario with a small sweep"
 OPERATOR_HELP = ("send the running coordinator an operator's command (status, or a kind one of its "
                  "plug-ins knows) and print its answer")
@@ -107,11 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--out", required=True, help="output folder")
     tune.add_argument("--log-level", default="WARNING")
     report = _sub(sub, "report", REPORT_HELP,
-                  "Reads the folder written by 'streamfl sim' and writes the plots and the page "
-                  "into it.")
+                  "Reads the folder written by 'streamfl sim' (or a coordinator's --run-dir, whose "
+                  "summary.json it writes at stop) and writes the plots and the page into it.")
     sections = report_sections()
     report.add_argument("run_dir", nargs="+",
-                        help="folder written by 'streamfl sim'; with a section that compares runs, "
+                        help="folder written by 'streamfl sim' or a coordinator's run folder; with a "
+                             "section that compares runs, "
                              "several folders (a sweep) print side by side")
     report.add_argument("--markdown", action="store_true",
                         help="print the methods as a Markdown table instead of rendering the report")
