@@ -132,8 +132,9 @@ class CoordinatorConfig:
     history_size: int = bounded(10, 1, 1000)
     #: How many recent update ids are remembered to drop resent duplicates.
     dedup_window: int = bounded(4096, 1, 10 ** 7)
-    #: Held-out dataset (.npz: X float32 [N, T, C], y int64 [N]) the coordinator evaluates each
-    #: version on; null = no evaluation.
+    #: Held-out dataset the coordinator evaluates each version on (.npz: X float32 [N, T, C], y
+    #: int64 [N], subject int64 [N], classes str [K]; ``streamfl dataset`` makes one from
+    #: recordings); null = no evaluation.
     eval_path: Optional[str] = None
     #: Evaluate the global model at version 0 and every this many versions (accuracy and loss go to
     #: metrics.jsonl).
