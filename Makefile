@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_dvfs_oracle.py
 	$(BIN)/python bench/bench_fisher.py
 	$(BIN)/python bench/bench_scheduler.py
+	$(BIN)/python bench/bench_inference.py
 	$(BIN)/python bench/sim.py
 
 # Load and soak (bench/load.py): 300 paho agents against the real coordinator for 4 minutes, then
