@@ -91,6 +91,8 @@ if __name__ == "__main__":
             "data": ["seglearn>=1.2", "pandas", "mlxtend>=0.21", "scikit-learn>=1.0"],
             # streamfl sim --executor ray: a grid's runs as Ray tasks, locally or on a cluster.
             "ray": ["ray>=2.9"],
+            # streamfl export: ONNX files checked in onnxruntime; onnxscript for --onnx-exporter dynamo.
+            "export": ["onnx>=1.14", "onnxruntime>=1.15", "onnxscript>=0.1"],
             "dev": [
                 "amqtt>=0.11",
                 "matplotlib>=3.3",
@@ -102,6 +104,10 @@ if __name__ == "__main__":
                 "prometheus-client>=0.12",
                 # the dashboard's browser test drives Debian's chromium through its chromedriver
                 "selenium>=4.6",
+                # tests/test_export.py: the export extra
+                "onnx>=1.14",
+                "onnxruntime>=1.15",
+                "onnxscript>=0.1",
             ],
         },
         entry_points={

@@ -32,6 +32,7 @@ TOOLS = {
     "status": "streamfl.status",
     "methods": "streamfl.method_list",
     "dataset": "streamfl.recordings",
+    "export": "streamfl.export",
 }
 
 
