@@ -5,7 +5,7 @@ family (lstm, cnn1d, mlp at the agent's default sizes: window 50 x 6 channels, 6
 
 Goal: the default model (lstm) predicting 1 window a second takes under 1% of a core.
 
-Each family runs in a fresh child process, so its RSS figures are its own: ``before`` is read from
+Each family runs in a fresh child process, so its RSS figures are its own: ``before_torch`` is read from
 /proc/self/statm before torch is imported, ``after_warmup`` after the model and its predictor are
 built and have predicted ``--warmup`` windows. Milliseconds per window: ``--windows`` single-window
 predictions after the warm-up, each timed alone. CPU share: windows offered at a steady rate for
@@ -13,25 +13,35 @@ predictions after the warm-up, each timed alone. CPU share: windows offered at a
 feeding loop's, which only sleeps and hands over a pre-made window) over wall time, as a fraction
 of one core.
 
-Path ``forward`` (the only one until the agent has a predictor module) is the per-window work done
-inline: tensor from the window, forward in ``torch.inference_mode()``, softmax, argmax and the
-prediction's JSON encoding; its milliseconds per window are that work's, timed in the calling thread.
+Path ``predictor`` (the default where the agent has ``streamfl.agent.predictor``): the agent's real
+``Predictor``, its thread, bounded queue, token bucket, softmax, top-k and each prediction's JSON
+line, handed to one publish callback that only counts it (the MQTT publish itself and the socket
+are left out: ``socket=None``); ``max_per_s`` is raised to its maximum so every offered window is
+predicted (the default 5 would skip half of 10 a second). Its milliseconds per window run from
+``offer`` to the line reaching the publish callback, one window at a time (each waits for the
+previous to be handled): the thread hand-over is in them. Path ``forward`` (``--path forward``,
+and the fallback where there is no predictor module) is the per-window work done inline: tensor
+from the window, forward in ``torch.inference_mode()``, softmax, argmax and a JSON encoding, timed
+in the calling thread.
 
 Boards: no shipped board profile (configs/boards/*.yaml) carries a compute speed. The one speed
 field is ``measured.domains.<d>.seconds_per_sample``, written by ``streamfl-agent dvfs probe`` on a
 board (training time, not inference) and absent from every shipped file. So the estimate scales
-this machine's figures by the board's relative clock, this machine's clock (cpufreq
-``cpuinfo_max_freq``, else the highest ``cpu MHz`` of /proc/cpuinfo, else ``--host-mhz``) over
+this machine's figures by the board's relative clock, this machine's clock (``--host-mhz``, else
+cpufreq ``cpuinfo_max_freq``, else the highest ``cpu MHz`` of /proc/cpuinfo) over
 the board's top CPU level (its profile's highest ``levels_khz`` of a cpu domain), times
-``--per-clock-slowdown`` (default 2.0: the boards' Arm cores have 128-bit NEON vectors against
-this x86 machine's 256-bit AVX2, so torch's fp32 kernels do about half the work per cycle; one
-factor for every board is a simplification, and Python's per-operator overhead scales with the
-cores' single-thread speed, which favours the server core too). The clock-only figure
-(factor 1) is printed beside it as the optimistic bound. Everything runs on the board's CPU (the
+``--per-clock-slowdown`` (default 2.0, a judgment: 1 would be the same work per cycle; the
+vector kernels alone would give up to 4 on a machine with AVX-512 against the boards' 128-bit
+NEON, but one window per forward spends much of its time in torch's per-operator overhead, which
+follows single-thread speed rather than vector width; one factor for every board, from Cortex-A57
+to A78AE, is a simplification). A /proc/cpuinfo clock is the nominal one: a core that boosts above
+it makes the slowdown larger than estimated. The clock-only figure (factor 1) is printed beside
+it as the optimistic bound, and ``per_clock_slowdown_at_goal`` the factor at which the default
+model's share at 1 window a second would reach the goal on that board. Everything runs on the board's CPU (the
 agent predicts on its CPU model; Jetson GPUs are not used). Run this benchmark on the board for
 the real figure.
 
-Usage: python bench/bench_inference.py [--families lstm cnn1d mlp] [--windows 300]
+Usage: python bench/bench_inference.py [--families lstm cnn1d mlp] [--path auto] [--windows 300]
            [--rate-seconds 12] [--per-clock-slowdown 2.0] [--host-mhz MHZ] [--quick]
 """
 import argparse
@@ -50,6 +60,8 @@ GOAL_RATE_HZ = 1.0
 #: Windows of random data the timed loops cycle through.
 WINDOW_POOL = 64
 MIB = 1024.0 * 1024.0
+#: ``predict.max_per_s`` of the measured predictor: its maximum, so no offered window is skipped.
+PREDICTOR_MAX_PER_S = 10000.0
 #: The shipped profiles estimated (generic-linux has no clock of its own: it is this kind of machine).
 BOARDS = ("raspberry-pi-4", "raspberry-pi-5", "jetson-nano", "jetson-xavier-nx", "jetson-orin-nano",
           "jetson-orin-nano-super", "jetson-agx-orin")
@@ -72,6 +84,10 @@ class ForwardPath:
         self.torch = torch_module
         self.predictions = 0
 
+    def make_window(self, x, t_s: float):
+        """The array itself: nothing is wrapped."""
+        return x
+
     def predict(self, x, t_s: float) -> None:
         """Predict one window ``x`` [T, C] recorded at ``t_s`` and encode the prediction."""
         torch = self.torch
@@ -86,8 +102,72 @@ class ForwardPath:
     def drain(self) -> None:
         """Nothing queued: the work is done by the time ``predict`` returns."""
 
+    def counters(self) -> Dict[str, int]:
+        """Windows predicted."""
+        return {"predicted": self.predictions}
+
     def close(self) -> None:
         """Nothing to stop."""
+
+
+class PredictorPath:
+    """The agent's ``Predictor`` at work: offered windows go through its queue and thread to a
+    publish callback that stamps when each line arrives."""
+
+    name = "predictor"
+
+    def __init__(self, spec, model, predictor_module):
+        from streamfl.agent.predict_config import PredictConfig
+        from streamfl.models import model_to_arrays
+
+        #: perf_counter() when the newest prediction line reached the publish callback.
+        self.published_at = 0.0
+        self.lines = 0
+        config = PredictConfig(enabled=True, max_per_s=PREDICTOR_MAX_PER_S, socket_path=None)
+        self.predictor = predictor_module.Predictor(config, spec, "bench", publish=[self._published])
+        self.predictor.start()
+        self.predictor.set_model(1, model_to_arrays(model), "global", run_id="bench")
+        self.drain()
+        self._window = predictor_module.Window
+        self._unlabelled = predictor_module.UNLABELLED
+
+    def _published(self, line: bytes) -> None:
+        self.published_at = time.perf_counter()
+        self.lines += 1
+
+    def make_window(self, x, t_s: float):
+        """The ``Window`` the sensor would hand over (made before the clock starts)."""
+        return self._window(x, self._unlabelled, t_s)
+
+    def predict(self, window, t_s: float) -> None:
+        """Offer one window; the prediction thread does the rest."""
+        self.predictor.offer(window, t_s)
+
+    def drain(self) -> None:
+        """Wait until every offered window was handled (``RuntimeError`` after 30 s)."""
+        if not self.predictor.wait_idle(30.0):
+            raise RuntimeError("the predictor did not handle its windows within 30 s")
+
+    def counters(self) -> Dict[str, int]:
+        """The predictor's own counters (offered, predicted, skipped_rate, dropped, ...)."""
+        return {k: v for k, v in self.predictor.stats().items() if isinstance(v, int)}
+
+    def close(self) -> None:
+        """Stop the prediction thread."""
+        self.predictor.stop()
+
+
+def make_path(choice: str, spec, model, torch_module):
+    """``predictor`` if asked for or (``auto``) if the agent has one, else ``forward``."""
+    if choice in ("auto", "predictor"):
+        try:
+            import streamfl.agent.predictor as predictor_module
+        except ModuleNotFoundError as exc:
+            if choice == "predictor" or exc.name != "streamfl.agent.predictor":
+                raise
+        else:
+            return PredictorPath(spec, model, predictor_module)
+    return ForwardPath(model, torch_module)
 
 
 def percentile(values: List[float], q: float) -> float:
@@ -134,13 +214,13 @@ def measure_family(family: str, args) -> dict:
     rss_import = rss_bytes()
     model = build_model(spec)
     model.eval()
-    path = ForwardPath(model, torch)
+    path = make_path(args.path, spec, model, torch)
     rng = np.random.default_rng(0)
-    windows = [rng.standard_normal((spec.window_len, spec.in_channels)).astype(np.float32)
-               for _ in range(WINDOW_POOL)]
+    windows = [path.make_window(rng.standard_normal((spec.window_len, spec.in_channels))
+                                .astype(np.float32), float(i)) for i in range(WINDOW_POOL)]
     for i in range(args.warmup):
         path.predict(windows[i % WINDOW_POOL], 0.0)
-    path.drain()
+        path.drain()
     rss_warm = rss_bytes()
 
     times_ms = []
@@ -148,10 +228,12 @@ def measure_family(family: str, args) -> dict:
         t0 = time.perf_counter()
         path.predict(windows[i % WINDOW_POOL], float(i))
         path.drain()
-        times_ms.append((time.perf_counter() - t0) * 1e3)
+        done = path.published_at if isinstance(path, PredictorPath) else time.perf_counter()
+        times_ms.append((done - t0) * 1e3)
     shares = {}
     for rate in args.rates:
         shares["%g" % rate] = paced_share(path, windows, rate, args.rate_seconds)
+    counters = path.counters()
     path.close()
     return {
         "arch_id": spec.arch_id,
@@ -164,8 +246,10 @@ def measure_family(family: str, args) -> dict:
                     "after_warmup": rss_warm / MIB, "added": (rss_warm - rss_before) / MIB,
                     "added_by_model_and_predictor": (rss_warm - rss_import) / MIB},
         "cpu_share": shares,
+        "counters": counters,
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "window": [spec.window_len, spec.in_channels],
     }
 
@@ -229,9 +313,13 @@ def board_estimates(families: Dict[str, dict], mhz: Optional[float], per_clock_s
             }
         entry = {"top_cpu_mhz": top_mhz, "slowdown": slowdown, "slowdown_clock_only": clock_only,
                  "families": per_family}
-        if default_family in per_family and "%g" % GOAL_RATE_HZ in per_family[default_family]["cpu_share"]:
-            entry["goal_met_estimate"] = (per_family[default_family]["cpu_share"]["%g" % GOAL_RATE_HZ]
+        rate = "%g" % GOAL_RATE_HZ
+        if default_family in per_family and rate in per_family[default_family]["cpu_share"]:
+            entry["goal_met_estimate"] = (per_family[default_family]["cpu_share"][rate]
                                           < GOAL_CPU_SHARE_AT_1_HZ)
+            #: The per-clock factor at which the default model would just reach the goal here.
+            entry["per_clock_slowdown_at_goal"] = GOAL_CPU_SHARE_AT_1_HZ / (
+                families[default_family]["cpu_share"][rate]["share"] * clock_only)
         out[name] = entry
     return out
 
@@ -239,7 +327,7 @@ def board_estimates(families: Dict[str, dict], mhz: Optional[float], per_clock_s
 def run_child(family: str, args) -> dict:
     """One family measured in a fresh interpreter (its RSS untouched by other families)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", family,
-           "--windows", str(args.windows), "--warmup", str(args.warmup),
+           "--path", args.path, "--windows", str(args.windows), "--warmup", str(args.warmup),
            "--rate-seconds", repr(args.rate_seconds), "--rates"] + [repr(r) for r in args.rates]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=False, universal_newlines=True)
     if proc.returncode != 0:
@@ -259,6 +347,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", nargs="+", choices=FAMILIES, default=None,
                         help="model families (default: all three; --quick: lstm)")
+    parser.add_argument("--path", choices=("auto", "predictor", "forward"), default="auto",
+                        help="through the agent's Predictor, or the forward pass inline "
+                             "(auto: the predictor where the agent has one)")
     parser.add_argument("--windows", type=int, default=300, help="timed single-window predictions")
     parser.add_argument("--warmup", type=int, default=50, help="untimed predictions first")
     parser.add_argument("--rate-seconds", type=positive, default=12.0,

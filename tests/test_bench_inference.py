@@ -27,6 +27,11 @@ def test_a_quick_run_gives_every_figure_of_the_default_model_and_its_board_estim
     assert rc == 0 and out["benchmark"] == "inference"
     assert set(out["families"]) == {"lstm"}
     lstm = out["families"]["lstm"]
+    # Through the agent's real Predictor: every offered window predicted, none skipped or dropped.
+    assert out["path"] == lstm["path"] == "predictor"
+    counters = lstm["counters"]
+    assert counters["predicted"] == counters["offered"] > 20
+    assert counters["skipped_rate"] == counters["dropped"] == counters["publish_errors"] == 0
     assert lstm["default"] is True and lstm["torch_threads"] == 1 and lstm["window"] == [50, 6]
     for key in ("p50", "p99", "mean"):
         assert _finite_positive(lstm["ms_per_window"][key])
@@ -54,6 +59,18 @@ def test_a_quick_run_gives_every_figure_of_the_default_model_and_its_board_estim
     assert est["cpu_share"]["1"] == pytest.approx(lstm["cpu_share"]["1"]["share"] * pi4["slowdown"])
     assert pi4["goal_met_estimate"] == (est["cpu_share"]["1"] < 0.01)
     assert goal["met_on_raspberry_pi_4_estimate"] == pi4["goal_met_estimate"]
+    assert pi4["per_clock_slowdown_at_goal"] * pi4["slowdown_clock_only"] * lstm["cpu_share"]["1"]["share"] \
+        == pytest.approx(0.01)
+
+
+def test_the_forward_path_measures_the_inline_forward_of_a_family(capsys):
+    rc = _bench().main(["--quick", "--path", "forward", "--families", "mlp"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["path"] == "forward" and set(out["families"]) == {"mlp"}
+    mlp = out["families"]["mlp"]
+    assert mlp["default"] is False and out["goal"]["model"] is None and "met_here" not in out["goal"]
+    assert mlp["counters"]["predicted"] > 20
+    assert _finite_positive(mlp["ms_per_window"]["p50"])
 
 
 @pytest.mark.parametrize("argv", [["--rate-seconds", "0"], ["--per-clock-slowdown", "nan"],
