@@ -60,6 +60,8 @@ class FleetTableConfig:
     max_power_w: float = bounded(500.0, 1.0, 1e6)
     #: Largest plausible energy of one round (J); an update claiming more adds nothing.
     max_round_energy_j: float = bounded(1e6, 1.0, 1e12)
+    #: Largest plausible prediction rate of one board (per second).
+    max_predictions_per_s: float = bounded(10000.0, 1.0, 1e9)
     #: Largest plausible clock (MHz).
     max_clock_mhz: float = bounded(10000.0, 1.0, 1e6)
     #: Plausible temperatures (degrees C).
@@ -86,6 +88,11 @@ class DeviceRow:
     temperature_c: Optional[float] = None
     buffer_fill: Optional[int] = None
     buffer_capacity: Optional[int] = None
+    #: Predictions on live windows (the agent's ``predict:``): per second, the latest
+    #: confidence, and how many the device dropped; None while it does not predict.
+    predictions_per_s: Optional[float] = None
+    prediction_confidence: Optional[float] = None
+    predictions_dropped: int = 0
     staleness_sum: int = 0
     #: When its telemetry last went to metrics.jsonl (seconds since start).
     telemetry_logged_s: float = -math.inf
@@ -214,6 +221,11 @@ class FleetTable:
                  for v in list(msg.temperatures_c.values())[:64]]
         temps = [v for v in temps if v is not None]
         row.temperature_c = max(temps) if temps else None
+        row.predictions_per_s = self._plausible("predictions_per_s", msg.predictions_per_s, 0.0,
+                                                c.max_predictions_per_s)
+        row.prediction_confidence = self._plausible("prediction_confidence", msg.prediction_confidence,
+                                                    0.0, 1.0)
+        row.predictions_dropped = msg.predictions_dropped
         self._clock_points(msg.device_id, clocks, t_s)
         if c.telemetry_metrics_every_s <= 0 or t_s - row.telemetry_logged_s < c.telemetry_metrics_every_s:
             return []
@@ -221,7 +233,10 @@ class FleetTable:
         return [{"event": "telemetry", "device": msg.device_id, "rounds": msg.rounds,
                  "buffer_fill": msg.buffer_fill, "buffer_capacity": msg.buffer_capacity,
                  "power_w": row.power_w, "clocks_mhz": dict(clocks),
-                 "temperature_c": row.temperature_c, "diverged_rounds": msg.diverged_rounds}]
+                 "temperature_c": row.temperature_c, "diverged_rounds": msg.diverged_rounds,
+                 "predictions_per_s": row.predictions_per_s,
+                 "prediction_confidence": row.prediction_confidence,
+                 "predictions_dropped": row.predictions_dropped}]
 
     def _clock_points(self, device_id: str, clocks: Mapping[str, float], t_s: float) -> None:
         with self._lock:
@@ -349,6 +364,9 @@ class FleetTable:
             "clocks_mhz": dict(row.clocks_mhz), "power_w": row.power_w,
             "energy_j": round(row.energy_j, 3), "temperature_c": row.temperature_c,
             "buffer_fill": row.buffer_fill, "buffer_capacity": row.buffer_capacity,
+            "predictions_per_s": row.predictions_per_s,
+            "prediction_confidence": row.prediction_confidence,
+            "predictions_dropped": row.predictions_dropped,
             "methods": {name: _state_dict(state.devices[device_id]) for name, state in methods.items()
                         if device_id in state.devices},
         }
@@ -418,7 +436,8 @@ def method_name(config: Any) -> str:
 
 #: Fields of a device row that ``streamfl operator status`` answers with (the dashboard has all).
 STATUS_ROW_FIELDS = ("device", "online", "last_seen_s", "board", "version", "staleness", "rounds",
-                     "updates", "power_w", "energy_j", "temperature_c", "buffer_fill", "methods")
+                     "updates", "power_w", "energy_j", "temperature_c", "buffer_fill",
+                     "predictions_per_s", "prediction_confidence", "methods")
 
 
 def status_result(snapshot: Mapping[str, Any], rows: int) -> Dict[str, Any]:

@@ -259,6 +259,8 @@ def columns(rows: Sequence[Dict[str, Any]]) -> List[Column]:
         ("ENERGY_J", 4, True, lambda d: _num(d.get("energy_j"), "%.0f")),
         ("TEMP_C", 4, True, lambda d: _num(d.get("temperature_c"), "%.1f")),
         ("BUFFER", 3, True, lambda d: "%s/%s" % (_num(d.get("buffer_fill")), _num(d.get("buffer_capacity")))),
+        ("PRED/S", 6, True, lambda d: _num(d.get("predictions_per_s"), "%.2f")),
+        ("CONF", 6, True, lambda d: _num(d.get("prediction_confidence"), "%.2f")),
         ("BOARD", 5, False, lambda d: str(d.get("board") or "-")),
         ("SOFTWARE", 7, False, lambda d: str(d.get("software") or "-")),
         ("METHODS", 6, False, lambda d: "; ".join(

@@ -123,6 +123,18 @@ def test_method_state_is_trimmed_to_plain_short_values():
     assert [r["device"] for r in snap["devices"]] == ["a"]  # describe() adds no rows
 
 
+def test_prediction_figures_reach_the_row_bounded():
+    table = _table()
+    table.on_message(_telemetry("a", predictions_per_s=1.5, prediction_confidence=0.8,
+                                predictions_dropped=2), 0.0)
+    table.on_message(_telemetry("b", predictions_per_s=1e12, prediction_confidence=7.0), 0.0)
+    rows = {r["device"]: r for r in table.refresh(0.0, 0.0, 1, {}, {})["devices"]}
+    assert (rows["a"]["predictions_per_s"], rows["a"]["prediction_confidence"]) == (1.5, 0.8)
+    assert rows["a"]["predictions_dropped"] == 2
+    assert rows["b"]["predictions_per_s"] is None and rows["b"]["prediction_confidence"] is None
+    assert table.snapshot()["implausible"] == {"prediction_confidence": 1, "predictions_per_s": 1}
+
+
 def test_telemetry_reaches_metrics_downsampled():
     table = _table(telemetry_metrics_every_s=30.0)
     lines = [line for t in range(0, 100, 5) for line in table.on_message(_telemetry("a"), float(t))]
@@ -141,7 +153,8 @@ def test_method_name_and_status_result():
     assert result["devices_shown"] == 2 and result["devices_total"] == 3
     assert set(result["devices"][0]) == {"device", "online", "last_seen_s", "board", "version",
                                          "staleness", "rounds", "updates", "power_w", "energy_j",
-                                         "temperature_c", "buffer_fill", "methods"}
+                                         "temperature_c", "buffer_fill", "predictions_per_s",
+                                         "prediction_confidence", "methods"}
 
 
 # ---- through a real broker ----------------------------------------------------------------------

@@ -165,11 +165,17 @@ DEVICE_GAUGES = (
     ("streamfl_device_buffer_fill_windows", "Windows in the device's training buffer", "buffer_fill"),
     ("streamfl_device_buffer_capacity_windows", "Capacity of the device's training buffer, in windows",
      "buffer_capacity"),
+    ("streamfl_device_predictions_per_second", "Predictions the device made on live windows per second",
+     "predictions_per_s"),
+    ("streamfl_device_prediction_confidence", "Confidence of the device's latest prediction (0-1)",
+     "prediction_confidence"),
 )
 #: Per-device counters: ``(name without _total, help, the row's key)``.
 DEVICE_COUNTERS = (
     ("streamfl_device_rounds", "Local training rounds the device reported", "rounds"),
     ("streamfl_device_energy_joules", "Energy the device reported using", "energy_j"),
+    ("streamfl_device_predictions_dropped", "Predictions the device dropped (queue full)",
+     "predictions_dropped"),
 )
 
 

@@ -133,6 +133,8 @@
     cols.push({h: "buffer", buffer: true, get: function (d) {
       return fmt(d.buffer_fill) + " / " + fmt(d.buffer_capacity);
     }});
+    cols.push({h: "predictions/s", get: function (d) { return fmt(d.predictions_per_s, 2); }});
+    cols.push({h: "confidence", get: function (d) { return fmt(d.prediction_confidence, 2); }});
     Object.keys(methodKeys).sort().forEach(function (id) {
       var m = methodKeys[id][0], k = methodKeys[id][1];
       cols.push({h: m + " " + k, get: function (d) { return fmt(((d.methods || {})[m] || {})[k]); }});
