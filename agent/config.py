@@ -14,6 +14,7 @@ from typing import Any, Dict, Mapping, Optional
 from streamfl.agent.buffer_policies import policies
 from streamfl.agent.hparams import hparam_limits
 from streamfl.agent.plugins import plugin_configs
+from streamfl.agent.predict_config import PredictConfig
 from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, load
 from streamfl.errors import ConfigError
 from streamfl.dvfs.config import AUTO_BOARD, DvfsConfig, resolve_board_setting
@@ -52,6 +53,8 @@ class AgentConfig:
     sensor: SensorConfig = field(default_factory=SensorConfig)
     mqtt: MqttConfig = field(default_factory=MqttConfig)
     dvfs: DvfsConfig = field(default_factory=DvfsConfig)
+    #: Predictions on live windows, published on MQTT and a local socket (docs/predictions.md).
+    predict: PredictConfig = field(default_factory=PredictConfig)
     #: None = chosen by the CLI (/var/lib/streamfl-agent, else ~/.local/state/streamfl-agent).
     state_dir: Optional[Path] = None
     #: Windows the training buffer holds; its memory (capacity x window_len x channels x 4 bytes) is
@@ -182,6 +185,10 @@ class AgentConfig:
         if s.num_classes > m.num_classes:
             raise ValueError("sensor num_classes (%d) exceeds model num_classes (%d)"
                              % (s.num_classes, m.num_classes))
+        names = self.predict.class_names
+        if names and len(names) != m.num_classes:
+            raise ValueError("predict.class_names has %d names, the model has %d classes"
+                             % (len(names), m.num_classes))
 
     def _resolve_board(self) -> None:
         """One board setting (``streamfl.dvfs.config``): the top-level ``board``, with the

@@ -17,9 +17,10 @@ from streamfl.agent.dvfs import AgentDvfs
 from streamfl.agent.model_wait import ModelWait
 from streamfl.notify import SystemdNotifier
 from streamfl.agent.outbox import Outbox
+from streamfl.agent.predictor import make_predictor
 from streamfl.agent.state import StateDir
 from streamfl.errors import ProtocolError, SensorError, StorageError, StreamflError
-from streamfl.models import tensor_spec
+from streamfl.models import model_to_arrays, tensor_spec
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import Command, GlobalModel, Offline, Telemetry
 from streamfl.protocol.signing import BAD_SIGNATURE, ENVELOPE_BYTES, UNSIGNED, make_verifier
@@ -66,6 +67,10 @@ class AgentDaemon:
         self.verifier = make_verifier(config.coordinator_public_key)
         self.outbox = Outbox(self.state.outbox_path, config.outbox_max_items,
                              config.outbox_max_bytes, writer=outbox_writer)
+        #: Predictions on live windows (a null object unless ``predict.enabled``): its own thread,
+        #: fed without blocking from the sensor loop, given each accepted global model and each
+        #: round's local model (docs/predictions.md).
+        self.predictor = make_predictor(config, self.state.path, transport, source)
         self._lock = threading.RLock()
         self._send_lock = threading.RLock()
         self._stop = threading.Event()
@@ -88,9 +93,13 @@ class AgentDaemon:
         if self._started:
             return
         self._started = True
+        self.predictor.start()  # first: a socket it cannot serve stops the start before anything runs
         self.dvfs.start()
         self._seed_clock_timings()
         self._resume()
+        if self._restored and self.core.rounds > 0:  # this board's own model (predict.model: local)
+            self.predictor.set_model(self.core.base_version, model_to_arrays(self.core.model),
+                                     "local", self.core.rounds - 1)
         t = self.transport
         # Topics the daemon does not own (e.g. an MQTT sensor source's) go to the handler installed
         # before it.
@@ -162,6 +171,7 @@ class AgentDaemon:
         sensor = self._threads.get("sensor")
         if sensor is not None:
             sensor.join(5.0)
+        self.predictor.stop()
         if self.transport.connected:
             self.transport.publish(self.status_topic,
                                    encode(Offline(self.device_id, reason="shutdown")),
@@ -211,6 +221,7 @@ class AgentDaemon:
                     stored = self.core.add_window(window)
                     filled = len(self.core.buffer)
                 self._counts["windows"] += 1
+                self.predictor.offer(window)
                 if stored and filled == min_buffer:
                     self._wake.set()
                 if self._stop.is_set():
@@ -287,6 +298,7 @@ class AgentDaemon:
             self._stop.wait(max(1.0, self.config.round_interval_s))
             return
         self._counts["rounds"] += 1
+        self.predictor.set_model(update.base_version, update.tensors, "local", update.round_index)
         self.send_update(frame)
         every = self.config.checkpoint_every_rounds
         if every and self.core.rounds % every == 0:
@@ -334,7 +346,8 @@ class AgentDaemon:
                             buffer_fill=len(self.core.buffer),
                             buffer_capacity=self.core.buffer.capacity, rounds=self.core.rounds,
                             extras=self.core.report_extras(self._clock()),
-                            **self.core.divergence.status(), **board)
+                            **self.core.divergence.status(), **board,
+                            **self.predictor.telemetry(self._clock()))
         ok = self.transport.publish(self.telemetry_topic, encode(tel), qos=0)
         if ok:
             self._counts["telemetry_sent"] += 1
@@ -389,6 +402,8 @@ class AgentDaemon:
             self._counts["models_received"] += 1
             with self._lock:
                 accepted = self.core.on_global_model(msg)
+            if accepted:
+                self.predictor.set_model(msg.version, msg.tensors, "global", run_id=msg.run_id)
         elif topic == self.command_topic and isinstance(msg, Command):
             self._counts["commands_received"] += 1
             with self._lock:

@@ -150,6 +150,12 @@ class Telemetry:
     #: base version (``agent/divergence.py``); "" otherwise.
     diverged_rounds: int = 0
     divergence: str = ""
+    #: Predictions on live windows (docs/predictions.md): per second over the last telemetry
+    #: interval, the latest one's confidence (softmax maximum, 0..1), and the windows dropped from
+    #: the full prediction queue since the agent started; None, None, 0 while predictions are off.
+    predictions_per_s: Optional[float] = None
+    prediction_confidence: Optional[float] = None
+    predictions_dropped: int = 0
 
 
 Message = Union[Hello, Offline, CoordinatorStatus, GlobalModel, Update, Command, Telemetry, CommandReply]

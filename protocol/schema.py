@@ -22,11 +22,12 @@ _COMMAND_KIND = re.compile(COMMAND_KIND_RE)
 #: Fields holding device ids: they end up in topic names and registries, so they must be valid names.
 DEVICE_ID_FIELDS = {(Hello, "device_id"), (Offline, "device_id"), (Update, "device_id"),
                     (Telemetry, "device_id")}
-#: Integer fields that are counts or versions and so never negative.
+#: Fields that are counts, versions, rates or probabilities and so never negative.
 NON_NEGATIVE = {(GlobalModel, "version"), (CoordinatorStatus, "version"), (Update, "base_version"),
                 (Update, "num_samples"), (Hello, "buffer_capacity"), (Telemetry, "buffer_fill"),
                 (Telemetry, "buffer_capacity"), (Telemetry, "diverged_rounds"), (Command, "seq"),
-                (CommandReply, "seq")}
+                (CommandReply, "seq"), (Telemetry, "predictions_per_s"),
+                (Telemetry, "prediction_confidence"), (Telemetry, "predictions_dropped")}
 #: A run identity: "" (unknown) or up to 64 characters of a topic-safe name.
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
 
@@ -63,6 +64,13 @@ def _check_count(value: Any, path: str) -> Any:
     return value
 
 
+def _check_non_negative_float(value: Any, path: str) -> Any:
+    number = _check_float(value, path)
+    if not number >= 0:
+        raise ProtocolError("schema", "%s: expected a non-negative number, got %r" % (path, value))
+    return number
+
+
 def _check_float(value: Any, path: str) -> Any:
     if type(value) not in (int, float):
         raise _fail(path, "number", value)
@@ -89,7 +97,7 @@ def _checker(tp: Any, count: bool = False) -> Checker:
     if tp is int:
         return _check_count if count else _check_int
     if tp is float:
-        return _check_float
+        return _check_non_negative_float if count else _check_float
     origin, args = get_origin(tp), get_args(tp)
     if origin is Union:
         inner = [a for a in args if a is not type(None)]

@@ -12,7 +12,9 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 ROOT = "streamfl/v1"
 
 #: The per-device topic kinds, last level of ``streamfl/v1/{fleet}/device/{device}/{kind}``.
-DEVICE_KINDS = ("status", "update", "command", "telemetry", "sensor")
+#: ``prediction`` carries JSON for apps and dashboards (docs/predictions.md), not frames: the
+#: coordinator never subscribes to it.
+DEVICE_KINDS = ("status", "update", "command", "telemetry", "sensor", "prediction")
 
 
 def validate_name(name: str, what: str = "name") -> str:

@@ -7,8 +7,8 @@ certificates, password file, ACL, persistence folder and log file; the certifica
 gets the README's two listener lines. When the tests run as root, ``user root`` is appended (else
 mosquitto drops to a user that cannot read the test's files), and the one warning that causes is
 the only one tolerated. Certificates come from ``openssl``, the password file from
-``mosquitto_passwd -b`` for ``coordinator``, ``operator`` and the ACL's two example devices,
-``pi-01`` (device A) and ``pi-02`` (device B).
+``mosquitto_passwd -b`` for ``coordinator``, ``operator``, ``dashboard`` and the ACL's two
+example devices, ``pi-01`` (device A) and ``pi-02`` (device B).
 
 A negative (a message that must not arrive) is checked only after a positive control, sent later
 on the same connection, has arrived (mosquitto keeps one client's messages in order), and after a
@@ -45,6 +45,8 @@ SHIPPED = Path(__file__).resolve().parents[1] / "configs" / "mosquitto"
 PASSWORD = "s3cret"
 A, B = "pi-01", "pi-02"
 OPERATOR = "operator"
+#: The ACL's account for apps that read the devices' predictions (docs/predictions.md).
+DASHBOARD = "dashboard"
 #: Long enough for a message the broker let through to arrive after the control that followed it.
 QUIET_S = 0.5
 ROOT_WARNING = "Mosquitto should not be run as root/administrator."
@@ -107,7 +109,7 @@ class _Broker:
 def _running_broker(d: Path, certificates: bool) -> Iterator[_Broker]:
     """mosquitto with the shipped files; ``certificates``: the README's certificate variant
     (``require_certificate true`` and ``use_identity_as_username true`` added to the listener)."""
-    users = ("coordinator", OPERATOR, A, B)
+    users = ("coordinator", OPERATOR, A, B, DASHBOARD)
     _make_certificates(d, users if certificates else ())
     passwd = d / "passwd"
     for user in users:

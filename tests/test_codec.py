@@ -54,7 +54,8 @@ def samples():
         CommandReply(kind="status", seq=17, ok=True, handled_by=["coordinator"],
                      result={"version": 3, "devices": [{"device": "pi-7", "online": True}]}, run_id="r1"),
         Telemetry(device_id="pi-7", time_s=12.5, buffer_fill=100, buffer_capacity=512, rounds=4,
-                  power_w=5.5, clocks_khz={"cpu": 1500000}, temperatures_c={"soc": 51.0}),
+                  power_w=5.5, clocks_khz={"cpu": 1500000}, temperatures_c={"soc": 51.0},
+                  predictions_per_s=4.75, prediction_confidence=0.875, predictions_dropped=3),
     ]
 
 

@@ -71,7 +71,8 @@ def _messages():
             "fisher_trace": FisherTrace(12.5), "curvature_diagonal": CurvatureDiagonal(f)}),
         Command(kind="override", params={"lr": 0.001, "dvfs": {"cpu": 1}}),
         Telemetry(device_id="d1", time_s=12.5, buffer_fill=100, buffer_capacity=512, rounds=4,
-                  power_w=5.5, clocks_khz={"cpu": 1500000}, temperatures_c={"soc": 51.0}),
+                  power_w=5.5, clocks_khz={"cpu": 1500000}, temperatures_c={"soc": 51.0},
+                  predictions_per_s=4.75, prediction_confidence=0.875, predictions_dropped=3),
         CommandReply(kind="status", seq=3, ok=False, handled_by=[], error="nobody", result={"a": [1]}),
     ]
 
