@@ -101,7 +101,49 @@ def agent_config(opts: DemoOptions, index: int) -> Dict:
         # Simulated clocks of a real board's profile: levels, modeled power, and rounds stretched
         # as the lower clock would stretch them, so the energy and the levels mean something.
         "dvfs": {"backend": "simulated", "policy": opts.dvfs_policy, "emulate_speed": True},
+        # Each board predicts on its live windows once a second, as an app on it would see them.
+        "predict": {"enabled": True, "max_per_s": 1.0, "class_names": list(CLASS_NAMES)},
     }
+
+
+#: The synthetic sensor's classes, as the evaluation set and the boards' predictions name them.
+CLASS_NAMES = tuple("class-%d" % k for k in range(6))
+
+
+class LivePredictions:
+    """The newest prediction of each demo board, from their MQTT prediction topics (JSON lines
+    for apps, docs/predictions.md): what the demo prints beside the accuracy."""
+
+    def __init__(self, host: str, port: int):
+        from streamfl.protocol.topics import Topics
+        from streamfl.protocol.transport.base import MqttSettings
+        from streamfl.protocol.transport.paho import PahoTransport
+        self.latest: Dict[str, Dict] = {}
+        self.received = 0
+        self._transport = PahoTransport(MqttSettings(host=host, port=port, client_id="demo-predictions",
+                                                     persistent_session=False))
+        self._transport.on_message = self._on_message
+        self._transport.subscribe(Topics(FLEET).all_devices("prediction"), qos=0)
+        self._transport.connect()
+
+    def _on_message(self, topic: str, payload: bytes) -> None:
+        try:
+            p = json.loads(payload[:65536].decode("utf-8"))
+            line = {"name": str(p["name"])[:32], "confidence": float(p["confidence"]),
+                    "version": int(p["model"]["version"])}
+            device = str(p["device_id"])[:64]
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            return
+        self.received += 1
+        self.latest[device] = line
+
+    def line(self) -> str:
+        """``demo-01 class-2 (0.91, v42); ...`` or "" before the first prediction."""
+        return "; ".join("%s %s (%.2f, v%d)" % (d, p["name"], p["confidence"], p["version"])
+                         for d, p in sorted(self.latest.items())[:6])
+
+    def close(self) -> None:
+        self._transport.close()
 
 
 def write_eval_set(path: Path, seed: int) -> None:
@@ -111,7 +153,7 @@ def write_eval_set(path: Path, seed: int) -> None:
     from streamfl.sensors.synthetic import synthetic_dataset
     cfg = SensorConfig()
     X, y, subject = synthetic_dataset(600, users=[101, 102, 103], seed=seed + 999, cfg=cfg)
-    save_npz(path, X, y, subject, ["class-%d" % k for k in range(cfg.num_classes)])
+    save_npz(path, X, y, subject, list(CLASS_NAMES[:cfg.num_classes]))
 
 
 class Fleet:
@@ -180,14 +222,15 @@ def energy_by_device(metrics: List[Dict]) -> Dict[str, float]:
     return out
 
 
-def _progress(run_dir: Path, started: float) -> str:
+def _progress(run_dir: Path, started: float, predictions: Optional[LivePredictions] = None) -> str:
     metrics = read_metrics(run_dir / "metrics.jsonl")
     evals = [m for m in metrics if m.get("event") == "eval"]
     updates = [m for m in metrics if m.get("event") == "update"]
     acc = "%.3f" % evals[-1]["accuracy"] if evals else "-"
     version = max([m.get("version", 0) for m in metrics] or [0])
-    return "t=%5.1fs version=%d updates=%d accuracy=%s" % (
-        time.monotonic() - started, version, len(updates), acc)
+    live = predictions.line() if predictions is not None else ""
+    return "t=%5.1fs version=%d updates=%d accuracy=%s%s" % (
+        time.monotonic() - started, version, len(updates), acc, ("   predictions: " + live) if live else "")
 
 
 def run_demo(opts: DemoOptions) -> Dict:
@@ -206,6 +249,7 @@ def run_demo(opts: DemoOptions) -> Dict:
     fleet = Fleet(run_dir)
     common = ["--broker", broker.host, "--port", str(broker.port), "--fleet", FLEET, "--log-level", "INFO"]
     started = time.monotonic()
+    predictions = LivePredictions(broker.host, broker.port)
     try:
         fleet.spawn("coordinator", [sys.executable, "-m", "streamfl.coordinator", *common,
                                     "--config", str(run_dir / "coordinator.yaml"),
@@ -231,9 +275,10 @@ def run_demo(opts: DemoOptions) -> Dict:
                     dead[0].returncode, run_dir))
                 break
             if time.monotonic() >= next_report:
-                print(_progress(run_dir, started), flush=True)
+                print(_progress(run_dir, started, predictions), flush=True)
                 next_report += opts.progress_every_s
     finally:
+        predictions.close()
         fleet.stop()
         broker.stop()
     summary = summarize(read_metrics(run_dir / "metrics.jsonl"), num_classes=6)
@@ -243,6 +288,8 @@ def run_demo(opts: DemoOptions) -> Dict:
     summary["energy_j"] = energy_by_device(read_metrics(run_dir / "metrics.jsonl"))
     summary["duration_s"] = round(time.monotonic() - started, 1)
     summary["broker"] = broker.kind
+    summary["predictions_received"] = predictions.received
+    summary["latest_predictions"] = dict(sorted(predictions.latest.items()))
     summary["processes_ok"] = all(p.returncode == 0 for p in fleet.procs)
     summary["learned"] = learned(summary, opts.duration_s)
     summary["ok"] = summary["processes_ok"] and summary["learned"]
@@ -316,6 +363,10 @@ def format_summary(summary: Dict, plot: Optional[Path], clocks: Optional[Path] =
         boards = summary.get("boards") or {}
         lines.append("energy per device: %s" % ", ".join(
             "%s (%s) %.1f J" % (dev, boards.get(dev, "?"), joules) for dev, joules in sorted(energy.items())))
+    latest = summary.get("latest_predictions") or {}
+    if latest:
+        lines.append("live predictions (%d received): %s" % (summary.get("predictions_received", 0), "; ".join(
+            "%s %s (%.2f, v%d)" % (d, p["name"], p["confidence"], p["version"]) for d, p in latest.items())))
     if plot is not None:
         lines.append("plot: %s" % plot)
     if clocks is not None:

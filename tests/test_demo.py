@@ -65,6 +65,9 @@ def test_short_demo_run_leaves_metrics_summary_and_plot(tmp_path):
     assert all(j > 0 for j in summary["energy_j"].values()), summary["energy_j"]
     assert "demo-02 (raspberry-pi-4) %.1f J" % summary["energy_j"]["demo-02"] in out, out[-2000:]
     assert all(u["clock_levels"] for u in updates)
+    # Every board predicts on its live windows; the demo prints the newest beside the accuracy.
+    assert summary["predictions_received"] > 0 and set(summary["latest_predictions"]) == {"demo-01", "demo-02"}
+    assert "live predictions (%d received): demo-01 class-" % summary["predictions_received"] in out, out[-2000:]
     # Every update received is accounted for by its fate, and the coordinator's own summary of the
     # run is there beside the demo's: streamfl report reads the folder.
     assert sum(summary["updates_by_outcome"].values()) == summary["updates"], summary
