@@ -42,7 +42,7 @@ class BrokerProcess:
     """A broker child process that can be stopped and restarted on the same port and data."""
 
     def __init__(self, workdir: Path, port: Optional[int] = None, host: str = "127.0.0.1",
-                 kind: Optional[str] = None):
+                 kind: Optional[str] = None, extra_config: str = ""):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.host = host
@@ -52,6 +52,10 @@ class BrokerProcess:
         if kind not in ("mosquitto", "amqtt"):
             raise ValueError("broker kind must be mosquitto or amqtt, got %r" % kind)
         self.kind = kind
+        #: Lines appended to mosquitto's config (a bridge, an acl_file); amqtt cannot take them.
+        if extra_config and kind != "mosquitto":
+            raise ValueError("extra_config needs the mosquitto broker, not %s" % kind)
+        self.extra_config = extra_config
         self._proc: Optional[subprocess.Popen] = None
         self._log = None
 
@@ -68,6 +72,9 @@ class BrokerProcess:
                 # persistence file here: retained messages and sessions would not survive restart().
                 with open(conf, "a") as fh:
                     fh.write("user root\n")
+            if self.extra_config:
+                with open(conf, "a") as fh:
+                    fh.write(self.extra_config.rstrip("\n") + "\n")
             return [shutil.which("mosquitto") or "mosquitto", "-c", str(conf)]
         return [sys.executable, "-m", "streamfl.coordinator.broker", "--host", self.host,
                 "--port", str(self.port)]
