@@ -77,3 +77,21 @@ def greet(core, *device_ids: str, now: float = 0.0):
     for device_id in device_ids:
         core.on_message(make_hello(device_id), now)
     return core
+
+
+def plugin_strategy(name: str):
+    """``(strategy, plugins)``: the first strategy (fedasync, then fedavg) coordinator plug-in
+    ``name`` accepts, and the ``plugins:`` mapping that runs it with what it requires, defaults
+    throughout."""
+    from streamfl.config import build
+    from streamfl.coordinator import plugins as coordinator_plugins
+    cls = coordinator_plugins.registered()[name]
+    plugins = {req: {} for req in cls.requires}
+    plugins[name] = {}
+    for strategy in ("fedasync", "fedavg"):
+        try:
+            cls.check(build(cls.Config, {}, "test"), strategy)
+        except ValueError:
+            continue
+        return strategy, plugins
+    raise AssertionError("plug-in %s accepts no strategy" % name)

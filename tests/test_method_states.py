@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from factories import UNBOUNDED_ADMISSION, greet, make_hello, make_update
+from factories import plugin_strategy, UNBOUNDED_ADMISSION, greet, make_hello, make_update
 from streamfl.config import build
 from streamfl.coordinator import plugins as coordinator_plugins
 from streamfl.coordinator.config import CoordinatorConfig
@@ -55,17 +55,9 @@ def check_shape(state):
 
 def settings_for(name):
     """The plug-in with what it requires, under the first strategy it accepts."""
-    cls = coordinator_plugins.registered()[name]
-    plugins = {req: {} for req in cls.requires}
-    plugins[name] = {}
-    for strategy in ("fedasync", "fedavg"):
-        try:
-            cls.check(build(cls.Config, {}, "test"), strategy)
-        except ValueError:
-            continue
-        return {"model": SPEC, "strategy": strategy, "plugins": plugins, "admission": UNBOUNDED_ADMISSION,
-                "fedavg": {"deadline_s": 2.0}, "alpha": 0.5}
-    raise AssertionError("plug-in %s accepts no strategy" % name)
+    strategy, plugins = plugin_strategy(name)
+    return {"model": SPEC, "strategy": strategy, "plugins": plugins, "admission": UNBOUNDED_ADMISSION,
+            "fedavg": {"deadline_s": 2.0}, "alpha": 0.5}
 
 
 def drive(core, n=12):

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from factories import make_hello, make_update
+from factories import plugin_strategy, make_hello, make_update
 from streamfl.agent import plugins as agent_plugins
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore
@@ -36,17 +36,9 @@ def decoder():
 
 def settings_for(name):
     """The plug-in with what it requires, under the first strategy it accepts."""
-    cls = coordinator_plugins.registered()[name]
-    plugins = {req: {} for req in cls.requires}
-    plugins[name] = {}
-    for strategy in ("fedasync", "fedavg"):
-        try:
-            cls.check(build(cls.Config, {}, "test"), strategy)
-        except ValueError:
-            continue
-        return {"model": SPEC, "strategy": strategy, "plugins": plugins,
-                "fedavg": {"deadline_s": 2.0}, "alpha": 0.5}
-    raise AssertionError("plug-in %s accepts no strategy" % name)
+    strategy, plugins = plugin_strategy(name)
+    return {"model": SPEC, "strategy": strategy, "plugins": plugins,
+            "fedavg": {"deadline_s": 2.0}, "alpha": 0.5}
 
 
 def make_core(name):
