@@ -5,6 +5,7 @@ never live in the file: the MQTT password comes from ``mqtt.password_file`` or t
 variable ``STREAMFL_MQTT_PASSWORD``, read by ``MqttConfig.settings`` with the environment passed in.
 """
 import dataclasses
+import logging
 import socket
 import zlib
 from dataclasses import dataclass, field
@@ -26,6 +27,10 @@ from streamfl.protocol.transport.config import MqttConfig
 from streamfl.sensors.config import SensorConfig
 
 MIB = 1024 * 1024
+#: The ``update_encoding`` values (``streamfl.protocol.codec.ENCODINGS`` an update may use).
+UPDATE_ENCODINGS = ("float32", "float16", "int8_delta")
+
+log = logging.getLogger(__name__)
 
 
 def default_device_id() -> str:
@@ -100,7 +105,13 @@ class AgentConfig:
     model_wait_warn_s: float = bounded(60.0, 0.0, 604800.0)
     #: Save the local model every this many rounds (and at exit); 0 = only at exit.
     checkpoint_every_rounds: int = bounded(1, 0, 10 ** 6)
-    #: Send update tensors as float16 (half the bytes; the coordinator decodes them to float32).
+    #: How update tensors go on the wire (docs/deployment.md, "Smaller messages"): ``float32``;
+    #: ``float16`` (half the bytes); ``int8_delta``, the change from the global model the round
+    #: trained from in blockwise int8 (about 3.2-3.8x fewer bytes than float32; the coordinator adds
+    #: its copy of that model, which it keeps for ``history_size`` versions). A round whose base
+    #: model was replaced before it was sent goes as float16.
+    update_encoding: str = "float32"
+    #: Deprecated: ``update_encoding: float16`` (true still works, with a warning).
     float16_updates: bool = False
     #: Largest frame accepted from the broker (a global model or command), in bytes (64 MiB).
     max_frame_bytes: int = bounded(64 * MIB, 1024, FRAME_BYTES_MAX)
@@ -140,6 +151,7 @@ class AgentConfig:
         if self.seed is None:
             object.__setattr__(self, "seed", zlib.crc32(self.device_id.encode("utf-8")) & 0x7FFFFFFF)
         self._resolve_board()
+        self._resolve_update_encoding()
         checks = [
             ("buffer_capacity", self.buffer_capacity >= 1, "must be at least 1"),
             ("buffer_policy", self.buffer_policy in policies(),
@@ -189,6 +201,18 @@ class AgentConfig:
         if names and len(names) != m.num_classes:
             raise ValueError("predict.class_names has %d names, the model has %d classes"
                              % (len(names), m.num_classes))
+
+    def _resolve_update_encoding(self) -> None:
+        """``update_encoding`` checked, with the deprecated ``float16_updates: true`` folded in."""
+        if self.update_encoding not in UPDATE_ENCODINGS:
+            raise ValueError("update_encoding must be one of %s, got %r"
+                             % (", ".join(UPDATE_ENCODINGS), self.update_encoding))
+        if self.float16_updates:
+            if self.update_encoding not in ("float32", "float16"):
+                raise ValueError("float16_updates: true and update_encoding: %s disagree: give only "
+                                 "update_encoding" % self.update_encoding)
+            log.warning("float16_updates is deprecated: write update_encoding: float16")
+            object.__setattr__(self, "update_encoding", "float16")
 
     def _resolve_board(self) -> None:
         """One board setting (``streamfl.dvfs.config``): the top-level ``board``, with the

@@ -21,7 +21,7 @@ from streamfl.agent.predictor import make_predictor
 from streamfl.agent.state import StateDir
 from streamfl.errors import ProtocolError, SensorError, StorageError, StreamflError
 from streamfl.models import model_to_arrays, tensor_spec
-from streamfl.protocol.codec import Decoder, encode
+from streamfl.protocol.codec import Decoder, encode, encode_update
 from streamfl.protocol.messages import Command, GlobalModel, Offline, Telemetry
 from streamfl.protocol.signing import BAD_SIGNATURE, ENVELOPE_BYTES, UNSIGNED, make_verifier
 from streamfl.protocol.topics import Topics
@@ -276,7 +276,8 @@ class AgentDaemon:
             update = self.core.complete_round(update, RoundMeasurement(
                 clock_levels=levels, seconds_per_sample=seconds_per_sample,
                 energy_j=self.dvfs.joules(t0, self._clock())))
-            frame = encode(update, float16=self.config.float16_updates)
+            frame = encode_update(update, self.config.update_encoding, plan.start_tensors,
+                                  self.core.global_model)
         except RoundInterrupted as exc:
             log.info("round interrupted: %s", exc)
             return

@@ -35,6 +35,9 @@ from streamfl.protocol.transport.config import MqttConfig
 
 log = logging.getLogger(__name__)
 
+#: The ``model_encoding`` values (``streamfl.protocol.codec.ENCODINGS`` a global model may use).
+MODEL_ENCODINGS = ("float32", "float16", "int8")
+
 
 @dataclass(frozen=True)
 class HParams:
@@ -162,7 +165,12 @@ class CoordinatorConfig:
     exclusive: ExclusiveConfig = field(default_factory=ExclusiveConfig)
     #: Seed of the version-0 model (same seed and model = the same initial weights everywhere).
     seed: int = bounded(0, 0, SEED_MAX)
-    #: Send global models with float16 tensors (half the bytes; agents decode them to float32).
+    #: How published global models go on the wire (docs/deployment.md, "Smaller messages"):
+    #: ``float32``; ``float16`` (half the bytes); ``int8``, blockwise int8 weights (about 3.2-3.8x
+    #: fewer bytes; boards train from the rounded model, and their ``int8_delta`` updates are
+    #: added to the exact one, so the rounding never accumulates in the global model).
+    model_encoding: str = "float32"
+    #: Deprecated: ``model_encoding: float16`` (true still works, with a warning).
     float16: bool = False
     #: Largest frame accepted from the broker (an update), in bytes (64 MiB); larger ones are
     #: rejected.
@@ -208,6 +216,15 @@ class CoordinatorConfig:
             raise ValueError("persist_interval_s and publish_min_interval_s must be >= 0")
         if not self.progress_interval_s > 0:
             raise ValueError("progress_interval_s must be > 0, got %r" % (self.progress_interval_s,))
+        if self.model_encoding not in MODEL_ENCODINGS:
+            raise ValueError("model_encoding must be one of %s, got %r"
+                             % (", ".join(MODEL_ENCODINGS), self.model_encoding))
+        if self.float16:
+            if self.model_encoding not in ("float32", "float16"):
+                raise ValueError("float16: true and model_encoding: %s disagree: give only "
+                                 "model_encoding" % self.model_encoding)
+            log.warning("float16 is deprecated: write model_encoding: float16")
+            object.__setattr__(self, "model_encoding", "float16")
         object.__setattr__(self, "plugins", plugin_configs(self.plugins, self.strategy))
         if self.method is not None:
             object.__setattr__(self, "method_settings", _method_settings(self))

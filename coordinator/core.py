@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from streamfl.coordinator.admission import UpdateAdmission
 from streamfl.coordinator.config import CoordinatorConfig
+from streamfl.coordinator.deltas import full_update
 from streamfl.coordinator.history import ModelHistory
 from streamfl.coordinator.persistence import PLUGIN_TENSORS
 from streamfl.coordinator.plugins import Addressed, Aggregation, CoordinatorPlugin, FleetView, make_plugins
@@ -185,6 +186,9 @@ class CoordinatorCore:
             step.update = self._record(update, now, staleness, False, DUPLICATE)
             return self._step(step, now)
         self._remember(update.update_id)
+        update, refused = full_update(update, self.history)  # int8_delta: base + delta (deltas.py)
+        if refused is not None:
+            return self._reject(update, now, staleness, refused)
         if update.arch_id != self.arch_id or set(update.tensors) != set(self._model):
             self.counters["rejected"] += 1
             log.warning("rejected update %s from %s: model %s does not match the fleet's %s",

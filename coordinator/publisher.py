@@ -33,12 +33,15 @@ class DurablePublisher:
 
     def __init__(self, transport: Transport, topic: str, persister: Persister, signer: FrameSigner,
                  count: Callable[..., None], float16: bool = False, min_interval_s: float = 0.0,
-                 on_idle: Callable[[], None] = lambda: None):
+                 on_idle: Callable[[], None] = lambda: None, model_encoding: Optional[str] = None):
         self.transport = transport
         self.topic = topic
         self.persister = persister
         self.signer = signer
         self.float16 = float16
+        #: The codec's tensor encoding of each published model (``model_encoding``; None: float16
+        #: or float32 by ``float16``).
+        self.encoding = model_encoding or ("float16" if float16 else "float32")
         self.min_interval_s = float(min_interval_s)
         self._count = count
         self._on_idle = on_idle
@@ -114,7 +117,7 @@ class DurablePublisher:
             self._count("publish_not_durable")
             log.error("global model version %d not published: it could not be saved", model.version)
             return False
-        frame = self.signer.sign(self.topic, encode(model, float16=self.float16))
+        frame = self.signer.sign(self.topic, encode(model, encoding=self.encoding))
         previous = self.published_version
         self._frame = frame
         self.published_version = model.version

@@ -93,6 +93,13 @@ class Update:
 
 
 @dataclass
+class DeltaUpdate(Update):
+    """An ``Update`` decoded from an ``int8_delta`` frame: ``tensors`` hold the change from global
+    model ``base_version`` as the device held it. The coordinator adds its own copy of that
+    version before anything reads them (``coordinator/deltas.py``); never encoded (not a wire type)."""
+
+
+@dataclass
 class Command:
     """Coordinator to one device: ``kind`` is one of ``COMMAND_KINDS`` or a plug-in's own kind
     (``COMMAND_KIND_RE``); ``params`` its arguments. A device ignores a kind nothing on it handles."""

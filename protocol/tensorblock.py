@@ -8,7 +8,7 @@ padded to 8 bytes, then the tensor bytes, contiguous.
 """
 import json
 import struct
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -16,8 +16,10 @@ from streamfl.errors import ProtocolError
 
 ST_LEN = struct.Struct("<Q")
 F32, F16 = np.dtype("<f4"), np.dtype("<f2")
-_ST_NAMES = {F32: "F32", F16: "F16"}
-_ST_DTYPES = {"F32": F32, "F16": F16}
+#: int8 codes of blockwise-quantized tensors (``streamfl.protocol.quantize``).
+I8 = np.dtype("i1")
+_ST_NAMES = {F32: "F32", F16: "F16", I8: "I8"}
+_ST_DTYPES = {"F32": F32, "F16": F16, "I8": I8}
 _BLOCK_ENCODER = json.JSONEncoder(separators=(",", ":"))
 #: Element counts are capped here while multiplying a shape (safetensors' own u64 limit): linear
 #: time on a shape of huge dims, and a capped size still fails ``parse_block``'s coverage check,
@@ -30,9 +32,11 @@ def pad8(data: bytes, already: int = 0) -> bytes:
     return data + b" " * (-(already + len(data)) % 8)
 
 
-def block_header(layout: Sequence[Tuple[str, np.dtype, Tuple[int, ...]]]) -> bytes:
-    """The safetensors header (length + padded JSON) for tensors laid out back to back."""
-    st_header = {}
+def block_header(layout: Sequence[Tuple[str, np.dtype, Tuple[int, ...]]],
+                 metadata: Optional[Mapping[str, str]] = None) -> bytes:
+    """The safetensors header (length + padded JSON) for tensors laid out back to back, with
+    safetensors' string-to-string ``__metadata__`` when given (quantized frames' block size)."""
+    st_header: Dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
     offset = 0
     for name, dtype, shape in layout:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -65,7 +69,7 @@ def _entry(name: str, info: Any) -> Entry:
         raise ProtocolError("malformed", "tensor %r: bad safetensors entry" % name)
     dtype = _ST_DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
     if dtype is None:
-        raise ProtocolError("schema", "tensor %r: dtype %r is not F32 or F16" % (name, dtype_name))
+        raise ProtocolError("schema", "tensor %r: dtype %r is not F32, F16 or I8" % (name, dtype_name))
     if end - begin != size * dtype.itemsize:
         raise ProtocolError("malformed", "tensor %r: size does not match its shape" % name)
     return name, dtype, tuple(shape), begin, end

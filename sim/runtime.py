@@ -31,7 +31,7 @@ from streamfl.dvfs.policies.base import DomainView
 from streamfl.dvfs.simulated import SimulatedBackend, SimulatedDomain
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.models.evaluation import Evaluator
-from streamfl.protocol.codec import Decoder, encode
+from streamfl.protocol.codec import Decoder, encode, encode_update
 from streamfl.protocol.messages import GlobalModel, Offline, Telemetry
 from streamfl.protocol.train import TrainRequest
 from streamfl.sensors.window import Window
@@ -226,7 +226,8 @@ class SimRun:
         update = d.agent.complete_round(update, RoundMeasurement(
             clock_levels=levels, seconds_per_sample=compute_s / max(1, work),
             energy_j=round(train_j, 6), finished_s=t + compute_s))
-        frame = encode(update)
+        # The agent's update_encoding, with the base it holds, as the daemon sends it.
+        frame = encode_update(update, d.agent.config.update_encoding, d.agent.global_model)
         upload_s = d.model.upload_s(len(frame), d.grant_hz)
         d.grant_hz = None
         d.busy_until_s = t + compute_s
@@ -280,7 +281,7 @@ class SimRun:
         step = self.coordinator.on_update(self.decoder.decode(frame), t)
         event = step.update.as_event()
         event.update(event="update", method=self.method.name, seed=self.seed, time_s=round(t, 6),
-                     train_s=round(compute_s, 6), upload_s=round(upload_s, 6))
+                     train_s=round(compute_s, 6), upload_s=round(upload_s, 6), frame_bytes=len(frame))
         self.emit(event)
         self._apply(step, t)
 
@@ -294,6 +295,8 @@ class SimRun:
             self.emit({"event": "aggregate", "method": self.method.name, "seed": self.seed,
                        "time_s": round(t, 6), "version": version,
                        "devices": [u.device_id for u in merged], "n": len(merged),
+                       # The published frame's size (every subscribed device downloads it).
+                       "model_bytes": self.published[-1][2],
                        # Relative to the version merged into (version - 1), as the update records count it.
                        "staleness": [staleness_of(version - 1, u.base_version) for u in merged]})
         for event in step.events:
@@ -335,7 +338,7 @@ class SimRun:
         self._apply(self.coordinator.on_message(self.decoder.decode(encode(msg)), t), t)
 
     def _publish(self, t: float) -> None:
-        frame = encode(self.coordinator.global_model())
+        frame = encode(self.coordinator.global_model(), encoding=self.coordinator.config.model_encoding)
         self.published.append((t, self.decoder.decode(frame), len(frame)))
         # Forget models every device has a newer download of, so memory stays flat over a run.
         keep = 0
