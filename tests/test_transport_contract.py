@@ -395,6 +395,71 @@ def test_the_last_retained_message_reaches_a_late_subscriber(net):
     assert later.got == []
 
 
+def settle(peer, topic, mark):
+    """Return once the broker has handled what ``peer`` sent before (its packets keep their order):
+    ``peer`` publishes ``mark`` to ``topic``, which it is subscribed to, and waits for it."""
+    assert peer.t.publish(topic, mark, qos=1)
+    assert wait_for(lambda: peer.received(topic, mark)), "%s: own mark lost" % peer.client_id
+
+
+def test_each_subscribe_sends_the_retained_message_again_and_unsubscribe_stops_delivery(net):
+    pub = net.start(net.client("pub"))
+    assert pub.t.publish("f/model", b"v1", qos=1, retain=True)
+    sub = net.start(net.client("sub", persistent=False))
+    sub.t.subscribe("f/end")
+    net.ready(sub, "f/end", pub)
+    sub.t.subscribe("f/model", qos=0)
+    assert wait_for(lambda: sub.got == [("f/model", b"v1")]), sub.got
+    sub.t.unsubscribe("f/model")
+    settle(sub, "f/end", b"m1")
+    assert pub.t.publish("f/model", b"v2", qos=1, retain=True)
+    net.flush(sub, pub, "f/end")                         # after the UNSUBSCRIBE, in one order
+    assert [m for m in sub.got if m[0] == "f/model"] == [("f/model", b"v1")]
+    sub.t.subscribe("f/model", qos=0)                    # a fetch: the newest, once
+    assert wait_for(lambda: sub.received("f/model", b"v2")), sub.got
+    sub.t.unsubscribe("f/model")
+    sub.t.unsubscribe("f/never-subscribed")              # harmless
+    settle(sub, "f/end", b"m2")
+    assert pub.t.publish("f/model", b"v3", qos=1, retain=True)
+    net.flush(sub, pub, "f/end")
+    assert [m for m in sub.got if m[0] == "f/model"] == [("f/model", b"v1"), ("f/model", b"v2")]
+
+
+def test_an_unsubscribe_while_offline_reaches_a_persistent_session_at_the_next_connect(net):
+    needs_persistent_sessions(net)
+    sub = net.start(net.client("agent-3", persistent=True))
+    sub.t.subscribe("f/end", qos=1)
+    sub.t.subscribe("f/model", qos=1)
+    pub = net.start(net.client("coordinator"))
+    net.ready(sub, "f/model", pub)
+    net.drop(sub)                                        # the broker's session keeps both filters
+    sub.t.unsubscribe("f/model")
+    for i in range(3):
+        assert pub.t.publish("f/model", b"v%d" % i, qos=1)
+    net.resume(sub)
+    settle(sub, "f/end", b"m1")                          # its UNSUBSCRIBE went first
+    assert pub.t.publish("f/model", b"after", qos=1)
+    net.flush(sub, pub, "f/end")
+    # What was queued while away may arrive (the session held the filter then); nothing after.
+    assert ("f/model", b"after") not in sub.got, sub.got
+
+
+def test_a_qos0_subscription_queues_nothing_for_an_away_persistent_session(net):
+    needs_persistent_sessions(net)
+    sub = net.start(net.client("agent-4", persistent=True))
+    sub.t.subscribe("f/end", qos=1)
+    sub.t.subscribe("f/model", qos=0)
+    pub = net.start(net.client("coordinator"))
+    net.ready(sub, "f/model", pub)
+    net.drop(sub)
+    for i in range(5):
+        assert pub.t.publish("f/model", b"v%d" % i, qos=1, retain=True)
+    net.resume(sub)                                      # re-subscribes: the retained one only
+    net.flush(sub, pub, "f/end")
+    models = [p for t, p in sub.got if t == "f/model"]
+    assert models == [b"v4"], models
+
+
 # --- last will and closing -----------------------------------------------------------------------
 
 def test_the_will_is_sent_on_an_unclean_drop_and_not_on_a_clean_close(net):

@@ -63,7 +63,8 @@ class MqttSettings:
 class Transport(abc.ABC):
     """An MQTT-like client: QoS 0/1 publish, wildcard subscriptions, retained messages, last will.
 
-    Subscriptions registered with ``subscribe`` are re-established on every (re)connect.
+    Subscriptions registered with ``subscribe`` are re-established on every (re)connect, until
+    ``unsubscribe``; each SUBSCRIBE makes the broker send the filter's retained messages again.
     ``on_message``, ``on_connect`` and ``on_disconnect`` are plain attributes set by the owner.
     """
 
@@ -87,6 +88,13 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def subscribe(self, topic_filter: str, qos: int = 1) -> None:
         """Subscribe now if connected, and on every later connect."""
+
+    @abc.abstractmethod
+    def unsubscribe(self, topic_filter: str) -> None:
+        """Stop receiving ``topic_filter`` now if connected, and forget it for later connects.
+
+        Called while offline, the broker is told at the next connect: a persistent session may
+        still hold the filter there, and would otherwise go on delivering it."""
 
     @abc.abstractmethod
     def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> bool:

@@ -8,7 +8,7 @@ messages join one FIFO queue that the outermost publish drains.
 import collections
 import logging
 import threading
-from typing import Callable, Deque, Dict, List, Optional, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from streamfl.protocol.transport.base import Transport, validate_filter, validate_topic
 
@@ -79,6 +79,10 @@ class MemoryBroker:
             while session.pending:
                 topic, payload = session.pending.popleft()
                 self._queue.append(self._delivery(client, topic, payload))
+            for topic_filter in client._dropped_filters:
+                session.subscriptions.pop(topic_filter, None)
+            client._dropped_filters.clear()
+            self._routes.clear()
             for topic_filter, qos in client._filters.items():
                 self._subscribe(client, topic_filter, qos)
         self._drain()
@@ -110,6 +114,13 @@ class MemoryBroker:
             for topic, payload in self.retained.items():
                 if topic_matches(topic_filter, topic):
                     self._queue.append(self._delivery(client, topic, payload))
+
+    def _unsubscribe(self, client: "MemoryTransport", topic_filter: str) -> None:
+        with self._lock:
+            session = self._sessions.get(client.client_id)
+            if session is not None:
+                session.subscriptions.pop(topic_filter, None)
+                self._routes.clear()
 
     def _publish(self, topic: str, payload: bytes, qos: int, retain: bool) -> None:
         with self._lock:
@@ -216,6 +227,8 @@ class MemoryTransport(Transport):
         self.client_id = client_id
         self.persistent_session = persistent_session
         self._filters: Dict[str, int] = {}
+        #: Unsubscribed while offline: the broker's session forgets them at the next connect.
+        self._dropped_filters: Set[str] = set()
         self._will: Optional[Will] = None
         self._connected = False
 
@@ -236,6 +249,13 @@ class MemoryTransport(Transport):
         if self._connected:
             self.broker._subscribe(self, topic_filter, qos)
             self.broker._drain()
+
+    def unsubscribe(self, topic_filter: str) -> None:
+        self._filters.pop(validate_filter(topic_filter), None)
+        if self._connected:
+            self.broker._unsubscribe(self, topic_filter)
+        else:
+            self._dropped_filters.add(topic_filter)
 
     def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> bool:
         """Deliver before returning, False offline; from a callback, or while another thread is

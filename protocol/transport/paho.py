@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Deque, Dict, Optional
+from typing import Any, Deque, Dict, Optional, Set
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
@@ -53,6 +53,9 @@ class PahoTransport(Transport):
         self.settings = settings
         self.close_timeout_s = close_timeout_s
         self._filters: Dict[str, int] = {}
+        #: Filters unsubscribed while offline: a persistent session may still hold them at the
+        #: broker, so the next connect sends their UNSUBSCRIBE before anything else.
+        self._dropped_filters: Set[str] = set()
         self._unacked: Deque[mqtt.MQTTMessageInfo] = collections.deque()
         self._lock = threading.RLock()
         self._started = False
@@ -161,6 +164,20 @@ class PahoTransport(Transport):
             if result != MQTTErrorCode.MQTT_ERR_SUCCESS:  # lost meanwhile: on_connect re-subscribes
                 log.debug("subscribe %s deferred: %s", topic_filter, mqtt.error_string(result))
 
+    def unsubscribe(self, topic_filter: str) -> None:
+        validate_filter(topic_filter)
+        with self._lock:
+            self._filters.pop(topic_filter, None)
+            send_now = self._subscribed
+            if not send_now:
+                self._dropped_filters.add(topic_filter)
+        if send_now:
+            result, _ = self._client.unsubscribe(topic_filter)
+            if result != MQTTErrorCode.MQTT_ERR_SUCCESS:  # lost meanwhile: the next connect sends it
+                with self._lock:
+                    if topic_filter not in self._filters:
+                        self._dropped_filters.add(topic_filter)
+
     def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> bool:
         """True if paho sent or queued the message; see the module docstring for offline rules."""
         info = self._publish(topic, payload, qos, retain)
@@ -229,7 +246,11 @@ class PahoTransport(Transport):
         self._accepted = True
         with self._lock:
             filters = list(self._filters.items())
+            dropped = sorted(self._dropped_filters - set(self._filters))
+            self._dropped_filters.clear()
             self._subscribed = True
+        if dropped:
+            client.unsubscribe(dropped)
         if filters:
             client.subscribe(filters)
         with self._lock:
