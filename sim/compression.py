@@ -26,7 +26,7 @@ ENCODINGS = {
     "int8": ("int8_delta", "int8"),
     "float16": ("float16", "float16"),
 }
-#: The goal of issue 31 point 2: at least this many times fewer bytes ...
+#: The goal: at least this many times fewer bytes ...
 GOAL_RATIO = 3.0
 #: ... for at most this many points of final accuracy lost.
 GOAL_POINTS = 0.5
@@ -84,12 +84,13 @@ def figures(folder: Path) -> Dict[str, Any]:
                 "down_bytes_per_version": statistics.fmean(down),
                 "up_bytes": sum(up), "down_bytes": sum(down) * n_dev,
                 "bytes_per_aggregation": (sum(up) + sum(down) * n_dev) / len(down),
+                "delta_base_rejections": sum(1 for u in ev["update"] if u.get("reason") == "delta_base"),
                 "final_accuracy": final[-1]["accuracy"] if final else None})
         if not per_seed:
             continue
         entry = {k: _mean_std([s[k] for s in per_seed]) for k in (
             "up_bytes_per_update", "down_bytes_per_version", "bytes_per_aggregation", "updates",
-            "versions")}
+            "versions", "delta_base_rejections")}
         s = summary["methods"][method]
         entry["final_accuracy"] = {"mean": s["final_accuracy"], "std": s.get("final_accuracy_std", 0.0),
                                    "n": len(per_seed)}
