@@ -103,6 +103,9 @@ class AgentConfig:
     #: model topic, repeated every 10 times as long; 0 = never. A board on the wrong fleet or
     #: broker otherwise waits silently; 60 s is 12 rounds at the default interval.
     model_wait_warn_s: float = bounded(60.0, 0.0, 604800.0)
+    #: Seconds a round waits for the global model it asks for before starting from the model held
+    #: (agent/model_feed.py): one download of the model, 17 s for 2 MB at 1 Mbit/s on cellular.
+    model_fetch_timeout_s: float = bounded(30.0, 0.1, 3600.0)
     #: Save the local model every this many rounds (and at exit); 0 = only at exit.
     checkpoint_every_rounds: int = bounded(1, 0, 10 ** 6)
     #: How update tensors go on the wire (docs/deployment.md, "Smaller messages"): ``float32``;

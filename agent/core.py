@@ -247,6 +247,18 @@ class AgentCore:
                 and self.divergence.allows((self.global_model.run_id, version), now)
                 and len(self.buffer) >= self.config.min_buffer)
 
+    def wants_model(self) -> bool:
+        """True while only a newer global model lets a round start: none held yet, a "train"
+        command names a version not held, or the last rounds diverged on the model held. The
+        runtime keeps the model topic subscribed meanwhile (``agent/model_feed.py``); otherwise it
+        fetches one model per round it starts."""
+        gm = self.global_model
+        if gm is None:
+            return True
+        wanted = self.orders.train_from_version
+        return (wanted is not None and gm.version < wanted) or \
+            self.divergence.waits_for_other_than((gm.run_id, gm.version))
+
     def round_opportunity(self, now: float) -> bool:
         """A round is due and the core is ready: every active plug-in is told of the opportunity,
         whatever the others answer (a plug-in may count opportunities or end a rest there, so

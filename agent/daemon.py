@@ -14,6 +14,7 @@ from typing import Callable, Dict, Optional
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore, DivergedError, RoundInterrupted, RoundMeasurement
 from streamfl.agent.dvfs import AgentDvfs
+from streamfl.agent.model_feed import ModelFeed
 from streamfl.agent.model_wait import ModelWait
 from streamfl.notify import SystemdNotifier
 from streamfl.agent.outbox import Outbox
@@ -71,6 +72,8 @@ class AgentDaemon:
         #: fed without blocking from the sensor loop, given each accepted global model and each
         #: round's local model (docs/predictions.md).
         self.predictor = make_predictor(config, self.state.path, transport, source)
+        #: Subscribes to the model topic only while a model is wanted: one per round started.
+        self.feed = ModelFeed(transport, self.topics.model, config.model_fetch_timeout_s, clock)
         self._lock = threading.RLock()
         self._send_lock = threading.RLock()
         self._stop = threading.Event()
@@ -109,9 +112,15 @@ class AgentDaemon:
         t.on_disconnect = self._on_disconnect
         t.set_will(self.status_topic, encode(Offline(self.device_id, reason="lost")), qos=1,
                    retain=True)
-        # The transport re-establishes registered subscriptions on every (re)connect.
-        t.subscribe(self.topics.model, qos=1)
+        # The transport re-establishes registered subscriptions on every (re)connect. The model
+        # topic is held by the feed: subscribed now only if no model is held.
         t.subscribe(self.command_topic, qos=1)
+        # A persistent session may still hold the model topic from a run before this one (or
+        # from an older agent that stayed subscribed): drop it unless a model is wanted now.
+        t.unsubscribe(self.topics.model)
+        with self._lock:
+            wants = self.core.wants_model()
+        self.feed.want(wants)
         t.connect()
         for name, target in (("sensor", self._sensor_loop), ("train", self._train_loop)):
             thread = threading.Thread(target=target, name="streamfl-%s" % name, daemon=True)
@@ -133,7 +142,7 @@ class AgentDaemon:
         try:
             while not self._stop.is_set():
                 now = self._clock()
-                model_wait.check(self._counts["models_received"], now)
+                model_wait.check(self._counts["models_received"], now, waiting=self.feed.subscribed)
                 # A device told to skip still reports to a scheduler once per round interval.
                 report_due = self.core.skipping and now >= next_report
                 if (self.config.telemetry_interval_s > 0 and now >= next_telemetry) or report_due:
@@ -247,8 +256,11 @@ class AgentDaemon:
                 start = due and self.core.round_opportunity(now)  # the methods may decline it
                 if start:
                     self.core.take_train_request()
+                wants = self.core.wants_model()
+            self.feed.want(wants)
             if start:
                 next_start = now + interval_s
+                self.feed.fetch(self._stop.is_set)  # the newest model, outside the core's lock
                 self._round()
                 continue
             # Not ready, or a method declined the round: ask again shortly.
@@ -259,6 +271,7 @@ class AgentDaemon:
     def _round(self) -> None:
         try:
             with self._lock:
+                self.feed.round_began()
                 plan = self.core.begin_round()
                 clock_plan = self.core.frequency_plan(self.dvfs.views())
             levels = self.dvfs.apply(clock_plan)
@@ -403,6 +416,8 @@ class AgentDaemon:
             self._counts["models_received"] += 1
             with self._lock:
                 accepted = self.core.on_global_model(msg)
+                wants = self.core.wants_model()
+            self.feed.arrived(wants)
             if accepted:
                 self.predictor.set_model(msg.version, msg.tensors, "global", run_id=msg.run_id)
         elif topic == self.command_topic and isinstance(msg, Command):
@@ -429,4 +444,5 @@ class AgentDaemon:
                     rejected_commands=self.core.gate.rejected_commands,
                     unnamed_models=self.core.gate.unnamed_models,
                     run_alternations=self.core.gate.run_alternations,
-                    buffer_fill=len(self.core.buffer), dvfs_errors=self.dvfs.errors)
+                    buffer_fill=len(self.core.buffer), dvfs_errors=self.dvfs.errors,
+                    **{"model_" + k: v for k, v in self.feed.counters.items()})

@@ -113,6 +113,11 @@ class DivergenceWatch:
         """True from a diverged round until a round succeeds."""
         return self.streak > 0
 
+    def waits_for_other_than(self, model: Optional[Tuple[str, int]]) -> bool:
+        """True while rounds diverge on ``model`` ``(run id, version)``: another model would let
+        the next round start at once (``allows`` otherwise holds it ``retry_after_s``)."""
+        return self.streak > 0 and self._held is not None and model == self._held
+
     def diverged(self, cause: DivergenceCause) -> None:
         """A round diverged: count it, log it (once at the start, then paced by ``allows``)."""
         self.total += 1

@@ -25,11 +25,13 @@ class ModelWait:
         self._since_s = now
         self._next_s = now + self.warn_after_s
 
-    def check(self, models_received: int, now: float) -> bool:
-        """Note the models received so far; True when this call logged the warning."""
+    def check(self, models_received: int, now: float, waiting: bool = True) -> bool:
+        """Note the models received so far; True when this call logged the warning. ``waiting``:
+        the agent asks for a model now (agent/model_feed.py); the time it does not ask is not
+        counted, since a board that fetches one model per round gets none between rounds."""
         if self.warn_after_s <= 0:
             return False
-        if models_received != self._models:
+        if models_received != self._models or not waiting:
             self._models = models_received
             self._since_s = now
             self._next_s = now + self.warn_after_s

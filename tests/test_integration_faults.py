@@ -96,8 +96,8 @@ class RawClient:
         self.client.connect(host, port, 30)
         self.client.loop_start()
 
-    def send(self, topic: str, payload: bytes) -> None:
-        info = self.client.publish(topic, payload, qos=1, retain=False)
+    def send(self, topic: str, payload: bytes, retain: bool = False) -> None:
+        info = self.client.publish(topic, payload, qos=1, retain=retain)
         info.wait_for_publish(10)
         assert info.is_published(), topic
 
@@ -191,8 +191,11 @@ def test_bad_frames_are_rejected_and_counted_while_training_goes_on(fleet, mqtt_
             return all(now[k] - before[k] == n for k, n in expected.items())
         _wait(counted, 20, "the coordinator to count %s" % expected, diag)
 
-        # The agent: the same kinds of garbage on the (shared, non-retained) model topic and on
-        # its command topic. A NaN model claims a huge version: accepted, it would freeze the agent.
+        # The agent: the same kinds of garbage on the shared model topic and on its command topic.
+        # A NaN model claims a huge version: accepted, it would freeze the agent. A board hears
+        # the model topic only while it asks for a model (agent/model_feed.py), so the attacker
+        # overwrites the retained model with each piece of garbage, again and again, until a
+        # board's fetch takes it (the coordinator's next version overwrites it back).
         huge = 10 ** 6
         gm_nan = GlobalModel(version=huge, arch_id=spec.arch_id, tensors=nan_tensors)
         gm_other = GlobalModel(version=huge, arch_id="mlp-c6-w50-k6-h16",
@@ -208,7 +211,17 @@ def test_bad_frames_are_rejected_and_counted_while_training_goes_on(fleet, mqtt_
         agent_before = dict(daemon.decoder.rejected)
         rounds_before = daemon.counters["rounds"]
         for topic, frame in to_agent:
-            raw.send(topic, frame)
+            if topic != run.topics.model:
+                raw.send(topic, frame)
+                continue
+            reason = {b"garbage": "malformed"}.get(frame, "non_finite" if frame == to_agent[1][1]
+                                                   else "arch_mismatch")
+            seen = daemon.decoder.rejected.get(reason, 0)
+
+            def taken():
+                raw.send(topic, frame, retain=True)
+                return daemon.decoder.rejected.get(reason, 0) > seen
+            _wait(taken, 20, "a fetch to take the %s model frame" % reason, diag)
         agent_expected = {"malformed": 2, "non_finite": 1, "arch_mismatch": 1, "oversize": 1}
 
         def agent_counted():
