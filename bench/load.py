@@ -4,13 +4,17 @@ mosquitto (with persistence) runs on a free loopback port and the real coordinat
 (``python -m streamfl.coordinator``, FedAsync, the default ``lstm``) as a child process with its own
 state and run directories. ``--procs`` worker processes each hold ``--agents / --procs`` lightweight
 agents: real paho clients, each with its own client id and a persistent session, that publish a
-retained ``Hello``, subscribe to the model topic and send an ``Update`` (QoS 1) every
-``--update-interval-s``: the newest global model the agent received plus small float32 noise
-(``NOISE_STD * N(0, 1)``), based on that model's version. A worker keeps one copy of each model
+retained ``Hello`` and start a round every ``--update-interval-s``: as the real agent does
+(agent/model_feed.py), the round subscribes to the model topic at QoS 0, takes the retained newest
+model, unsubscribes, and sends an ``Update`` (QoS 1): that model plus small float32 noise
+(``NOISE_STD * N(0, 1)``), based on its version. ``--downlink every-version`` is the old agent's
+way, for comparison: subscribed at QoS 1 to every version all the time. A worker keeps one copy of each model
 version and a few precomputed noise arrays for all its agents, so an agent costs a socket, a thread
 and a few counters.
 
-Printed as one JSON object: updates sent (PUBACKed by the broker) against updates the coordinator
+The ``downlink`` section counts what the boards received over the send window (after each one's
+first model): models per round started (goal: at most 1.1) and bytes per board per round and per
+hour. Printed as one JSON object: updates sent (PUBACKed by the broker) against updates the coordinator
 logged as aggregated in metrics.jsonl (every acknowledged update must be aggregated: ``lost`` must be
 0), every outcome the coordinator logged, aggregation latency p50/p99 (the coordinator's ``wall_s``
 of the update's line minus the agent's send time, same clock), the coordinator's RSS after warm-up
@@ -114,19 +118,30 @@ class SharedModels:
 
 
 class LightAgent:
-    """One paho client: Hello on each connect, the model topic, QoS 1 updates counted by PUBACK."""
+    """One paho client: Hello on each connect, QoS 1 updates counted by PUBACK, and the real agent's
+    downlink (agent/model_feed.py): each round subscribes to the model topic at QoS 0, takes the
+    retained newest model, unsubscribes and sends its update; with no model yet it stays subscribed.
+    ``every_version`` is the old way, for comparison: subscribed at QoS 1 all the time, updates
+    from the newest model received."""
 
     def __init__(self, device_id: str, arch_id: str, host: str, port: int, models: SharedModels,
-                 topics):
+                 topics, every_version: bool = False):
         self.device_id = device_id
         self.arch_id = arch_id
         self.models = models
         self.topics = topics
+        self.every_version = every_version
         self.model = None  # (version, tensors) this agent received last
+        #: A fetch is open: subscribed until a model comes, then the update is sent.
+        self.fetching = False
+        self.rounds_started = 0
+        self.models_received = 0
+        self.model_bytes_received = 0
         self.seq = 0
         self.pending: Dict[int, Tuple[int, str, float]] = {}  # mid -> (seq, update_id, send wall s)
         self.acked_mids: List[int] = []  # appended by paho's thread, drained by the sender
         self.sent: List[Dict[str, Any]] = []
+        self.update_bytes_sent = 0
         self.connects = 0
         self.refused = 0
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=device_id, clean_session=False,
@@ -154,12 +169,38 @@ class LightAgent:
         hello = Hello(device_id=self.device_id, board="load-bench", software_version="0",
                       arch_id=self.arch_id, buffer_capacity=256)
         client.publish(self.topics.device(self.device_id, "status"), encode(hello), qos=1, retain=True)
-        client.subscribe(self.topics.model, qos=1)
+        if self.every_version:
+            client.subscribe(self.topics.model, qos=1)
+        elif self.model is None or self.fetching:  # as the agent: wanted, so (re)subscribed
+            client.subscribe(self.topics.model, qos=0)
 
     def _on_message(self, client, userdata, message) -> None:
+        self.models_received += 1
+        self.model_bytes_received += len(message.payload)
         model = self.models.receive(message.payload)
         if model is not None and (self.model is None or model[0] >= self.model[0]):
             self.model = model
+        if self.every_version or model is None:
+            return
+        fetched, self.fetching = self.fetching, False
+        client.unsubscribe(self.topics.model)
+        if fetched:
+            self.send()  # the round "trains" at once: the update goes from paho's thread
+
+    def start_round(self) -> bool:
+        """A round is due: send from the newest model received (``every_version``), or fetch the
+        newest model and send when it comes. False while there is no model or a fetch is open."""
+        if self.every_version:
+            if self.model is None:
+                return False
+            self.rounds_started += 1
+            return self.send()
+        if self.model is None or self.fetching:
+            return False
+        self.rounds_started += 1
+        self.fetching = True
+        self.client.subscribe(self.topics.model, qos=0)
+        return True
 
     def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
         self.acked_mids.append(mid)  # list.append is atomic; never take a lock under paho's mutex
@@ -177,11 +218,13 @@ class LightAgent:
                         arch_id=self.arch_id, tensors={k: v + noise[k] for k, v in tensors.items()},
                         num_samples=64, class_counts={0: 32, 1: 32}, loss=loss_tag(self.seq),
                         seconds_per_sample=0.001, round_index=self.seq, created_s=time.time())
-        info = self.client.publish(self.topics.device(self.device_id, "update"), encode(update), qos=1)
+        frame = encode(update)
+        info = self.client.publish(self.topics.device(self.device_id, "update"), frame, qos=1)
         if info.rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
             self.refused += 1  # not queued by paho: never sent, not counted
             return True
         self.pending[info.mid] = (self.seq, update_id, time.time())
+        self.update_bytes_sent += len(frame)
         self.seq += 1
         return True
 
@@ -199,18 +242,19 @@ class LightAgent:
 
 def worker_main(index: int, device_ids: List[str], host: str, port: int, arch_id: str,
                 spec: Dict[str, Tuple[Tuple[int, ...], str]], interval_s: float, drain_s: float,
-                events: Dict[str, Any], out) -> None:
-    """One worker process: start its agents, send on schedule until ``stop_send``, report."""
+                events: Dict[str, Any], out, every_version: bool = False) -> None:
+    """One worker process: start its agents, start rounds on schedule until ``stop_send``, report."""
     from streamfl.protocol.topics import Topics
     topics = Topics(FLEET)
     models = SharedModels(arch_id, spec, seed=index)
-    agents = [LightAgent(d, arch_id, host, port, models, topics) for d in device_ids]
+    agents = [LightAgent(d, arch_id, host, port, models, topics, every_version) for d in device_ids]
     rng = random.Random(index)
     stop_send = events["stop_send"]
     while not all(a.model is not None for a in agents):
         if stop_send.wait(0.2):
             break
     out.put(("ready", index, sum(a.model is not None for a in agents)))
+    counted_from = [(a.rounds_started, a.models_received, a.model_bytes_received) for a in agents]
     start = time.monotonic()
     due = [(start + rng.uniform(0, interval_s), i) for i in range(len(agents))]
     heapq.heapify(due)
@@ -225,7 +269,7 @@ def worker_main(index: int, device_ids: List[str], host: str, port: int, arch_id
                 agent.reconcile()
             next_reconcile = now + 0.5
         if now >= when:
-            heapq.heapreplace(due, (when + interval_s if agents[i].send() else now + 0.5, i))
+            heapq.heapreplace(due, (when + interval_s if agents[i].start_round() else now + 0.5, i))
     deadline = time.monotonic() + drain_s
     while time.monotonic() < deadline:
         for agent in agents:
@@ -236,6 +280,9 @@ def worker_main(index: int, device_ids: List[str], host: str, port: int, arch_id
     unacked = [{"device": a.device_id, "seq": s, "update_id": u, "send_wall_s": w}
                for a in agents for s, u, w in a.pending.values()]
     out.put(("result", index, {
+        "downlink": [(a.rounds_started - r0, a.models_received - m0, a.model_bytes_received - b0)
+                     for a, (r0, m0, b0) in zip(agents, counted_from)],
+        "update_bytes_sent": sum(a.update_bytes_sent for a in agents),
         "sent": [r for a in agents for r in a.sent], "unacked": unacked,
         "refused": sum(a.refused for a in agents), "connects": sum(a.connects for a in agents),
         "model_decodes": models.decodes}))
@@ -356,7 +403,8 @@ def run(args, root: Path) -> Dict[str, Any]:
         for w in range(args.procs):
             proc = ctx.Process(target=worker_main, name="load-worker-%d" % w, daemon=True,
                                args=(w, ids[w::args.procs], "127.0.0.1", broker.port, spec.arch_id,
-                                     tspec, args.update_interval_s, args.drain_s, events, out))
+                                     tspec, args.update_interval_s, args.drain_s, events, out,
+                                     args.downlink == "every-version"))
             proc.start()
             workers.append(proc)
         ready = 0
@@ -389,6 +437,7 @@ def run(args, root: Path) -> Dict[str, Any]:
             now = time.monotonic()
             if not warmed and now >= warm_at:
                 coordinator.mark("start")
+                broker_cpu = [_cpu_s(broker), time.monotonic()]
                 warmed = True
             elif int(now - t0) % 10 == 0:
                 coordinator.sample()
@@ -412,6 +461,8 @@ def run(args, root: Path) -> Dict[str, Any]:
                 warmed = False
         if not warmed:
             coordinator.mark("start")
+            broker_cpu = [_cpu_s(broker), time.monotonic()]
+        broker_cpu += [_cpu_s(broker), time.monotonic()]
         send_stop_wall = time.time()
         events["stop_send"].set()
         results = {}
@@ -453,9 +504,16 @@ def run(args, root: Path) -> Dict[str, Any]:
             "connects": sum(r["connects"] for r in results.values()),
             "model_decodes": sum(r["model_decodes"] for r in results.values())}
         report["coordinator"] = coordinator_report(coordinator.runs, final_code, args.rss_tolerance_mb)
+        window_s = send_stop_wall - t0_wall
+        report["downlink"] = downlink_report([d for res in results.values() for d in res["downlink"]],
+                                             window_s, args.downlink)
+        up_bytes = sum(res["update_bytes_sent"] for res in results.values())
+        down_bytes = sum(b for res in results.values() for _, _, b in res["downlink"])
+        report["broker"] = broker_report(broker_cpu, up_bytes, down_bytes, window_s, args.chaos)
         report["pass"] = bool(report["lost"] == 0 and report["sent"] > 0
                               and report["coordinator"]["rss_flat"]
-                              and all(r.get("exit_code") == 0 for r in coordinator.runs))
+                              and all(r.get("exit_code") == 0 for r in coordinator.runs)
+                              and (args.downlink != "fetch" or report["downlink"]["pass"]))
         return report
     finally:
         events["stop_send"].set()
@@ -466,6 +524,56 @@ def run(args, root: Path) -> Dict[str, Any]:
                 proc.kill()
         coordinator.stop()
         broker.stop()
+
+
+def _cpu_s(broker) -> Optional[float]:
+    """CPU seconds the broker process has used; None if it cannot be read."""
+    import psutil
+    try:
+        cpu = psutil.Process(broker._proc.pid).cpu_times()
+    except Exception:  # no process (restarting) or psutil cannot read it
+        return None
+    return cpu.user + cpu.system
+
+
+def broker_report(cpu: List[Any], up_bytes: int, down_bytes: int, window_s: float,
+                  chaos: bool) -> Dict[str, Any]:
+    """The broker's load over the send window: payload bytes through it (updates in from the boards
+    and out to the coordinator, models out to the boards) and its CPU share (not under --chaos, whose
+    restart starts a new process). Its CPU per MB moved is the capacity model's broker cost."""
+    moved = 2 * up_bytes + down_bytes
+    report: Dict[str, Any] = {"update_bytes_in_per_s": round(up_bytes / window_s),
+                              "model_bytes_out_per_s": round(down_bytes / window_s),
+                              "payload_mb_moved_per_s": round(moved / window_s / 1e6, 3)}
+    start_cpu, start_t, end_cpu, end_t = cpu
+    if not chaos and start_cpu is not None and end_cpu is not None and end_t > start_t:
+        share = (end_cpu - start_cpu) / (end_t - start_t)
+        report["cpu_share"] = round(share, 4)
+        if moved:
+            report["cpu_ms_per_mb_moved"] = round(1e3 * share / (moved / window_s / 1e6), 3)
+    return report
+
+
+#: Goal: models a board receives per round it starts (issue: "at most about one per round").
+GOAL_MODELS_PER_ROUND = 1.1
+
+
+def downlink_report(per_agent: List[Tuple[int, int, int]], window_s: float, mode: str) -> Dict[str, Any]:
+    """Models and bytes each board received over the send window, per round it started and per
+    hour: the fleet's total and the worst board (counted after the start-up model)."""
+    rounds = sum(r for r, _, _ in per_agent)
+    models = sum(m for _, m, _ in per_agent)
+    nbytes = sum(b for _, _, b in per_agent)
+    boards = max(1, len(per_agent))
+    per_round = [m / r for r, m, _ in per_agent if r > 0]
+    models_per_round = models / rounds if rounds else None
+    return {"mode": mode, "rounds_started": rounds, "models_received": models,
+            "models_per_round_started": round(models_per_round, 3) if rounds else None,
+            "models_per_round_worst_board": round(max(per_round), 3) if per_round else None,
+            "bytes_per_board_per_round": round(nbytes / rounds) if rounds else None,
+            "bytes_per_board_per_hour": round(nbytes / boards * 3600.0 / window_s) if window_s > 0 else None,
+            "goal_models_per_round": GOAL_MODELS_PER_ROUND,
+            "pass": models_per_round is not None and models_per_round <= GOAL_MODELS_PER_ROUND}
 
 
 def _tags(lines: List[Dict[str, Any]]):
@@ -570,10 +678,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="lstm", help="lstm | cnn1d | mlp (the coordinator's model)")
     p.add_argument("--hidden", type=int, default=128, help="hidden units (the default lstm's 128)")
     p.add_argument("--publish-min-interval-s", type=float, default=1.0,
-                   help="the coordinator's publish_min_interval_s. Every published model goes to "
-                        "every agent: at 0 (the default of the config) 300 agents and 30 "
-                        "aggregations/s would fan out 2.5 GB/s of lstm models over loopback, far "
-                        "beyond the 2 cores this bench was sized on; 1 s keeps it at 84 MB/s")
+                   help="the coordinator's publish_min_interval_s. With --downlink fetch a board "
+                        "gets one model per round whatever the cadence; with every-version every "
+                        "published model goes to every agent: at 0 (the config's default) 300 "
+                        "agents and 30 aggregations/s would fan out 2.5 GB/s of lstm models over "
+                        "loopback; 1 s keeps it at 84 MB/s")
+    p.add_argument("--downlink", choices=("fetch", "every-version"), default="fetch",
+                   help="fetch: as the agent, one model per round (QoS 0, retained); every-version: "
+                        "the old agent's way, subscribed at QoS 1 to every version (for comparison)")
     p.add_argument("--warmup-s", type=float, default=30.0,
                    help="seconds of sending before the RSS and CPU window opens")
     p.add_argument("--chaos", action="store_true", help="restart the broker and the coordinator once")

@@ -1,4 +1,5 @@
-"""bench/load.py at toy size: a real coordinator and paho agents over mosquitto lose no update."""
+"""bench/load.py at toy size: a real coordinator and paho agents over mosquitto lose no update, and
+each board receives about one model per round it starts."""
 import importlib.util
 import json
 import shutil
@@ -27,7 +28,7 @@ def test_loss_tag_names_an_update_exactly_through_json():
 
 
 @pytest.mark.skipif(shutil.which("mosquitto") is None, reason="needs mosquitto")
-def test_every_acknowledged_update_is_aggregated():
+def test_every_acknowledged_update_is_aggregated_and_boards_fetch_one_model_per_round():
     proc = subprocess.run(
         [sys.executable, str(BENCH), "--agents", "8", "--procs", "2", "--duration-s", "12",
          "--update-interval-s", "2", "--model", "mlp", "--hidden", "8", "--warmup-s", "2",
@@ -40,3 +41,8 @@ def test_every_acknowledged_update_is_aggregated():
     assert report["lost"] == 0 and report["unacked_at_end"] == 0, report
     assert report["latency_s"]["n"] == report["aggregated"]
     assert report["coordinator"]["final_exit_code"] == 0
+    # The boards' downlink: about one model per round started, counted from real messages.
+    down = report["downlink"]
+    assert down["mode"] == "fetch" and down["rounds_started"] >= report["sent"] > 0, down
+    assert down["models_per_round_started"] <= down["goal_models_per_round"] and down["pass"], down
+    assert down["bytes_per_board_per_round"] > 0 and report["broker"]["model_bytes_out_per_s"] > 0
