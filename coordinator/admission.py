@@ -44,7 +44,7 @@ from typing import Any, Deque, Dict, FrozenSet, Mapping, Optional
 import numpy as np
 
 from streamfl.config import bounded
-from streamfl.config import bounded
+from streamfl.coordinator.delta_norm import DeltaBuffers, norm_of, peak_unless_within
 from streamfl.coordinator.rate_limit import DeviceRateLimit
 from streamfl.coordinator.shares import capped
 from streamfl.logs import RateLimitedLog
@@ -165,8 +165,7 @@ class Verdict:
     bound: Optional[float] = None
 
 
-def _norm(tensors: Mapping[str, np.ndarray]) -> float:
-    return float(np.sqrt(sum(float(np.dot(a.reshape(-1), a.reshape(-1))) for a in tensors.values())))
+_norm = norm_of
 
 
 class UpdateAdmission:
@@ -178,6 +177,9 @@ class UpdateAdmission:
         self._votes: "OrderedDict[str, Deque[float]]" = OrderedDict()
         #: device -> the median of its recent norms (its vote).
         self._medians: Dict[str, float] = {}
+        #: device -> its recent norms rounded as ``state()`` saves them (kept as they come: a
+        #: snapshot after every update would otherwise round every device's norms again).
+        self._rounded: Dict[str, Deque[float]] = {}
         #: device -> when it last voted (None: restored, counted as now at the next check).
         self._voted_at: Dict[str, Optional[float]] = {}
         self._now = 0.0
@@ -191,6 +193,8 @@ class UpdateAdmission:
         self._samples: "OrderedDict[str, int]" = OrderedDict()
         self.counters: Counter = Counter()
         self._log = RateLimitedLog(log, WARN_INTERVAL_S)
+        #: ``update - base`` is computed into these, reused from update to update.
+        self._deltas = DeltaBuffers()
 
     def known(self, device_id: str, said_hello: bool) -> bool:
         """True if updates of ``device_id`` may count at all."""
@@ -245,13 +249,16 @@ class UpdateAdmission:
             return self._reject(RATE, update, "device %s sends faster than its rounds (%.3g s "
                                 "claimed) or max_updates_per_s %s allow" % (device, round_s,
                                                                              cfg.max_updates_per_s))
-        peak = max((max(float(a.max()), -float(a.min())) for a in update.tensors.values() if a.size),
-                   default=0.0)
-        if peak > cfg.max_abs_value:
+        peak = peak_unless_within(update.tensors, cfg.max_abs_value)  # None: proved within
+        if peak is not None and peak > cfg.max_abs_value:
             return self._reject(MAGNITUDE, update, "a weight of %.3g exceeds max_abs_value %.3g"
                                 % (peak, cfg.max_abs_value))
-        delta = {k: np.subtract(a, base[k], dtype=np.float32) for k, a in update.tensors.items()}
-        norm = _norm(delta)
+        measured = self._deltas.delta(update.tensors, base)  # reused buffers, the same bits
+        if measured is None:  # not float32 tensors shaped like the base's: the general path
+            delta = {k: np.subtract(a, base[k], dtype=np.float32) for k, a in update.tensors.items()}
+            norm = _norm(delta)
+        else:
+            delta, norm = measured
         ref = self.reference()
         # Within the fleet's bound (the common case) the model-norm floor cannot matter: skip it.
         bound = limit = cfg.norm_multiplier * ref if ref is not None else 0.0
@@ -299,12 +306,17 @@ class UpdateAdmission:
             norms = deque(maxlen=self.config.device_norms)
         norms.append(norm)
         self._votes[device_id] = norms
+        rounded = self._rounded.get(device_id)
+        if rounded is None:
+            rounded = self._rounded[device_id] = deque(maxlen=self.config.device_norms)
+        rounded.append(round(norm, 6))
         self._medians[device_id] = statistics.median(norms)
         self._count += 1
         self._voted_at[device_id] = self._now
         while len(self._votes) > MAX_VOTERS:
             gone, _ = self._votes.popitem(last=False)
             self._medians.pop(gone, None)
+            self._rounded.pop(gone, None)
             self._voted_at.pop(gone, None)
 
     def _reject(self, reason: str, update: Update, detail: str, norm: Optional[float] = None,
@@ -316,7 +328,8 @@ class UpdateAdmission:
 
     def state(self) -> Dict[str, Any]:
         """The devices' recent norms, so a restarted coordinator keeps its bound."""
-        return {"votes": {d: [round(n, 6) for n in norms] for d, norms in self._votes.items()
+        rounded = self._rounded
+        return {"votes": {d: list(rounded[d]) for d in self._votes
                           if self._recent(d)}}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -325,6 +338,7 @@ class UpdateAdmission:
         devices' own norms, so it cannot carry a lockout past their next updates."""
         self._votes.clear()
         self._medians.clear()
+        self._rounded.clear()
         self._voted_at.clear()
         votes = state.get("votes")
         if not isinstance(votes, Mapping):
@@ -340,6 +354,7 @@ class UpdateAdmission:
             if kept:
                 self._votes[device] = kept
                 self._medians[device] = statistics.median(kept)
+                self._rounded[device] = deque((round(n, 6) for n in kept), maxlen=self.config.device_norms)
                 count += len(kept)
         self._count = count
         for device in self._votes:

@@ -1,0 +1,104 @@
+"""Admission's fast path (reused delta buffers, the u.u magnitude proof) decides exactly as the plain
+computation: the same norms bit for bit, the same rejections, the same clipped tensors."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from streamfl.coordinator import admission as admission_module
+from streamfl.coordinator.admission import AdmissionConfig, UpdateAdmission
+from streamfl.coordinator.delta_norm import (
+    MAX_PROOF_ELEMENTS, DeltaBuffers, norm_of, peak_abs, peak_unless_within,
+)
+from factories import make_update
+
+SHAPES = {"w": (64, 90), "u": (64, 16), "b": (64,), "h": (3, 16)}
+
+
+def model(rng, scale=0.1):
+    return {k: (rng.standard_normal(s) * scale).astype(np.float32) for k, s in SHAPES.items()}
+
+
+def test_the_delta_and_its_norm_are_the_plain_ones_bit_for_bit():
+    rng = np.random.default_rng(0)
+    buffers = DeltaBuffers()
+    for _ in range(20):
+        base = model(rng)
+        update = {k: v + (rng.standard_normal(v.shape) * 1e-3).astype(np.float32) for k, v in base.items()}
+        fresh = {k: np.subtract(a, base[k], dtype=np.float32) for k, a in update.items()}
+        delta, norm = buffers.delta(update, base)
+        assert norm == norm_of(fresh) and list(delta) == list(update)
+        assert all(np.array_equal(delta[k].view(np.uint32), fresh[k].view(np.uint32)) for k in fresh)
+
+
+def test_the_delta_is_left_to_the_general_path_unless_float32_tensors_match_the_base():
+    base = model(np.random.default_rng(1))
+    buffers = DeltaBuffers()
+    assert buffers.delta({k: v.astype(np.float64) for k, v in base.items()}, base) is None
+    assert buffers.delta({"w": base["w"].T.copy()}, base) is None
+    assert buffers.delta({"nope": base["b"]}, base) is None
+    assert buffers.delta({"b": base["b"]}, base)[1] == 0.0          # a subset of the names: fine
+
+
+@pytest.mark.parametrize("cap", [1e4, 1.0, 0.3, 1e-12])
+def test_the_magnitude_proof_never_lets_a_value_above_the_cap_through(cap):
+    rng = np.random.default_rng(2)
+    for trial in range(60):
+        tensors = model(rng, scale=rng.choice([1e-3, 0.05, 0.2, 3.0]))
+        if trial % 3 == 0:                                            # one spike near or over the cap
+            name = rng.choice(list(tensors))
+            tensors[name].reshape(-1)[rng.integers(tensors[name].size)] = np.float32(cap * rng.choice([0.9, 1.0, 1.01, 2.0]))
+        exact = peak_abs(tensors)
+        got = peak_unless_within(tensors, cap)
+        assert got == exact if got is not None else exact <= cap
+
+
+def test_non_finite_and_huge_tensors_take_the_exact_check():
+    ok = {"w": np.full(8, 0.5, np.float32)}
+    assert peak_unless_within(ok, 1e4) is None
+    for bad in (np.inf, -np.inf, 1e30):
+        tensors = {"w": np.array([0.5, bad], np.float32)}
+        assert peak_unless_within(tensors, 1e4) == peak_abs(tensors)
+    nan = {"w": np.array([0.5, np.nan], np.float32)}
+    assert np.isnan(peak_unless_within(nan, 1e4)) and np.isnan(peak_abs(nan))
+    big = {"w": np.zeros(MAX_PROOF_ELEMENTS + 1, np.float32)}
+    assert peak_unless_within(big, 1e4) == 0.0                        # too many terms to prove
+
+
+def _general_path(monkeypatch):
+    """Make admission compute as it did before the fast path: fresh deltas, max/min always."""
+    monkeypatch.setattr(admission_module, "peak_unless_within", lambda tensors, cap: peak_abs(tensors))
+    monkeypatch.setattr(DeltaBuffers, "delta", lambda self, update, base: None)
+
+
+def _run(updates, base):
+    admission = UpdateAdmission(AdmissionConfig(warmup_updates=3, min_norm_ratio=1e-3, max_abs_value=5.0,
+                                                max_updates_per_s=None))
+    return [admission.check(u, base, True, float(i), fleet_size=4) for i, u in enumerate(updates)], admission
+
+
+def test_admission_decides_as_the_general_path_does(monkeypatch):
+    rng = np.random.default_rng(3)
+    base = model(rng)
+    updates = []
+    for i in range(60):
+        scale = [1e-3, 1e-2, 0.3, 3.0][i % 4] if i > 6 else 1e-3    # honest, outliers, scaled
+        tensors = {k: v + (rng.standard_normal(v.shape) * scale).astype(np.float32) for k, v in base.items()}
+        if i % 11 == 5:
+            tensors["w"][0, 0] = np.float32(50.0)                     # over max_abs_value
+        updates.append(make_update(base, device_id="d%d" % (i % 4), tensors=tensors, num_samples=100 + i))
+    fast, fast_admission = _run(updates, base)
+    with monkeypatch.context() as patch:
+        _general_path(patch)
+        plain, plain_admission = _run(updates, base)
+    assert fast_admission.counters == plain_admission.counters
+    assert {"clipped", "rejected_norm", "rejected_magnitude"} <= set(fast_admission.counters)
+    assert fast_admission.state() == plain_admission.state()
+    for a, b in zip(fast, plain):
+        assert replace(a, update=None) == replace(b, update=None)
+        assert (a.update is None) == (b.update is None)
+        if a.update is not None:
+            assert all(np.array_equal(a.update.tensors[k].view(np.uint32), b.update.tensors[k].view(np.uint32))
+                       for k in base)
+            assert not any(np.shares_memory(t, d) for t in a.update.tensors.values()
+                           for d in fast_admission._deltas._buffers.values())
