@@ -463,6 +463,7 @@ def run(args, root: Path) -> Dict[str, Any]:
             coordinator.mark("start")
             broker_cpu = [_cpu_s(broker), time.monotonic()]
         broker_cpu += [_cpu_s(broker), time.monotonic()]
+        broker_rss_mb = _rss_mb(broker)
         send_stop_wall = time.time()
         events["stop_send"].set()
         results = {}
@@ -510,6 +511,7 @@ def run(args, root: Path) -> Dict[str, Any]:
         up_bytes = sum(res["update_bytes_sent"] for res in results.values())
         down_bytes = sum(b for res in results.values() for _, _, b in res["downlink"])
         report["broker"] = broker_report(broker_cpu, up_bytes, down_bytes, window_s, args.chaos)
+        report["broker"]["rss_mb"] = broker_rss_mb
         report["pass"] = bool(report["lost"] == 0 and report["sent"] > 0
                               and report["coordinator"]["rss_flat"]
                               and all(r.get("exit_code") == 0 for r in coordinator.runs)
@@ -534,6 +536,15 @@ def _cpu_s(broker) -> Optional[float]:
     except Exception:  # no process (restarting) or psutil cannot read it
         return None
     return cpu.user + cpu.system
+
+
+def _rss_mb(broker) -> Optional[float]:
+    """The broker's resident memory in MB (its per-connection cost, with the agents connected)."""
+    import psutil
+    try:
+        return round(psutil.Process(broker._proc.pid).memory_info().rss / 2.0 ** 20, 1)
+    except Exception:
+        return None
 
 
 def broker_report(cpu: List[Any], up_bytes: int, down_bytes: int, window_s: float,
