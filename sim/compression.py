@@ -67,7 +67,8 @@ def figures(folder: Path) -> Dict[str, Any]:
             events.setdefault(key, {"update": [], "aggregate": [], "eval": []})[kind].append(e)
         if kind == "update":
             devices.setdefault(key, set()).add(e.get("device"))
-    summary = json.loads((folder / "summary.json").read_text())
+    path = folder / "summary.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
     out: Dict[str, Any] = {}
     for method in sorted({m for m, _ in events}):
         per_seed = []
@@ -91,7 +92,11 @@ def figures(folder: Path) -> Dict[str, Any]:
         entry = {k: _mean_std([s[k] for s in per_seed]) for k in (
             "up_bytes_per_update", "down_bytes_per_version", "bytes_per_aggregation", "updates",
             "versions", "delta_base_rejections")}
-        s = summary["methods"][method]
+        s = summary.get("methods", {}).get(method)
+        if s is None:  # an interrupted grid: the seeds whose runs finished, from their events
+            finals = [p["final_accuracy"] for p in per_seed if p["final_accuracy"] is not None]
+            s = {"final_accuracy": statistics.fmean(finals),
+                 "final_accuracy_std": statistics.pstdev(finals) if len(finals) > 1 else 0.0}
         entry["final_accuracy"] = {"mean": s["final_accuracy"], "std": s.get("final_accuracy_std", 0.0),
                                    "n": len(per_seed)}
         if s.get("mean_accuracy") is not None:
@@ -162,7 +167,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             folder = args.out / ("%s-%s" % (scenario.stem, encoding))
             if not args.tabulate_only:
                 run(scenario, encoding, args.out, args.seeds, args.methods, args.jobs, args.sets)
-            if (folder / "summary.json").exists():
+            if (folder / "metrics.jsonl").exists():
                 results.setdefault(scenario.stem, {})[encoding] = figures(folder)
     rows = compare(results)
     (args.out / "compression.json").write_text(json.dumps({"rows": rows, "runs": results}, indent=1))
