@@ -129,7 +129,7 @@ class CoordinatorServer:
         self._queue: "queue.Queue" = queue.Queue(maxsize=QUEUE_MAX)
         self.publisher = DurablePublisher(
             transport, self.topics.model, self.persister, self.signer, self._count,
-            float16=config.float16,
+            model_encoding=config.model_encoding,
             min_interval_s=max(config.persist_interval_s, config.publish_min_interval_s),
             on_idle=self._wake_worker)
         #: The newest version not yet handed to the publisher.

@@ -106,8 +106,9 @@ def test_the_publisher_sends_the_model_in_its_encoding(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_an_agents_int8_delta_updates_are_aggregated_over_mqtt(mqtt_broker, tmp_path):
-    """A real agent daemon and coordinator server in this process, over paho and mosquitto."""
+def test_int8_delta_updates_and_int8_models_over_mqtt(mqtt_broker, tmp_path):
+    """A real agent daemon and coordinator server in this process, over paho and mosquitto: the
+    agent's int8-delta updates are aggregated, and it trains from the coordinator's int8 models."""
     from streamfl.agent.daemon import AgentDaemon
     from streamfl.coordinator.server import CoordinatorServer
     from streamfl.models import ModelSpec
@@ -121,7 +122,8 @@ def test_an_agents_int8_delta_updates_are_aggregated_over_mqtt(mqtt_broker, tmp_
         return MqttSettings(host=mqtt_broker.host, port=mqtt_broker.port, client_id=client_id,
                             reconnect_min_s=0.2, reconnect_max_s=1.0)
 
-    config = build(CoordinatorConfig, {"fleet": "q8", "model": spec, "persist_interval_s": 0.2}, "test")
+    config = build(CoordinatorConfig, {"fleet": "q8", "model": spec, "persist_interval_s": 0.2,
+                                       "model_encoding": "int8"}, "test")
     server = CoordinatorServer(config, PahoTransport(settings("coordinator")), tmp_path / "coord", tmp_path / "run")
     agent_config = build(AgentConfig, {
         "fleet": "q8", "device_id": "board-1", "model": spec, "min_buffer": 16, "round_interval_s": 0.1,
@@ -132,6 +134,7 @@ def test_an_agents_int8_delta_updates_are_aggregated_over_mqtt(mqtt_broker, tmp_
     watcher.on_message = lambda topic, payload: frames.append(bytes(payload))
     watcher.connect()
     watcher.subscribe(Topics("q8").device("board-1", "update"), qos=1)
+    watcher.subscribe(Topics("q8").model, qos=1)
     assert watcher.wait_connected(10)
     daemon = AgentDaemon(agent_config, PahoTransport(settings("board-1")),
                          make_source(agent_config.sensor, "board-1"), tmp_path / "agent")
@@ -148,4 +151,6 @@ def test_an_agents_int8_delta_updates_are_aggregated_over_mqtt(mqtt_broker, tmp_
         watcher.close()
     dtypes = [json.loads(f[8:8 + int.from_bytes(f[4:8], "big")].decode())["dtype"] for f in frames]
     assert dtypes.count("int8_delta") >= 2, dtypes  # the first may go as float16 (model replaced)
+    assert "int8" in dtypes and set(dtypes) <= {"int8", "int8_delta", "float16"}, dtypes
+    assert daemon.core.base_version >= 1 and daemon.counters["rejected_frames"] == 0
     assert server.core.counters["rejected"] == 0 and server.decoder.accepted >= 3
