@@ -67,3 +67,20 @@ def test_devices_view_is_a_copy_and_availability():
     assert reg.online() == ["pi1"]
     assert reg.get("pi1").availability(now=100.0) == pytest.approx(0.4)   # 40 s of 100
     assert len(reg) == 1
+
+
+def test_the_online_count_follows_every_transition():
+    reg = DeviceRegistry()
+    events = [("hello", "a"), ("hello", "b"), ("seen", "c"), ("offline", "a"), ("offline", "a"),
+              ("hello-off", "b"), ("hello", "a"), ("offline", "d"), ("seen", "d"), ("hello", "c")]
+    for t, (kind, device) in enumerate(events):
+        if kind == "hello":
+            reg.on_hello(hello(device), now=float(t))
+        elif kind == "hello-off":
+            reg.on_hello(hello(device, online=False), now=float(t))
+        elif kind == "offline":
+            reg.on_offline(Offline(device_id=device, reason="lost"), now=float(t))
+        else:
+            reg.seen(device, now=float(t))
+        assert reg.online_count() == len(reg.online()), (t, kind, device)
+    assert reg.online_count() == 2   # a and c; b said it is offline; d was offline when seen
