@@ -7,6 +7,7 @@ calls but never names. Every input returns a ``Step`` saying what it did: the ne
 it merged, the commands to send, the records to log. The daemon (``server.py``) and the simulator
 drive the same object, always from one thread, and only do the I/O a ``Step`` asks for.
 """
+import itertools
 import logging
 import math
 from collections import OrderedDict
@@ -339,7 +340,7 @@ class CoordinatorCore:
         return {"version": self.version, "arch_id": self.arch_id,
                 "history_versions": self.history.versions(), "strategy": self.strategy.name,
                 "strategy_state": self.strategy.state(), "plugins": plugins,
-                "recent_update_ids": list(self._seen)[-PERSISTED_IDS:],
+                "recent_update_ids": self._recent_ids(),
                 "counters": dict(self.counters), "run_id": self.run_id,
                 "known_devices": self.registry.greeted_ids(), "admission": self.admission.state(),
                 PLUGIN_TENSORS: arrays}
@@ -438,6 +439,13 @@ class CoordinatorCore:
             for effects in decided.get(plugin.name, ()):
                 step.events.extend(effects.events)
         return step
+
+    def _recent_ids(self) -> List[str]:
+        """The newest ``PERSISTED_IDS`` ids of the dedup window, oldest first, without listing the
+        whole window (4096 by default) at every snapshot."""
+        newest = list(itertools.islice(reversed(self._seen), PERSISTED_IDS))
+        newest.reverse()
+        return newest
 
     def _remember(self, update_id: str) -> None:
         self._seen[update_id] = None

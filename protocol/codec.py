@@ -246,13 +246,42 @@ def encode_update(update: Update, encoding: str, *bases: Any) -> bytes:
     return encode(update, encoding="float16")
 
 
-def _all_finite(arr: np.ndarray) -> bool:
-    """True if no NaN/Inf: one BLAS pass (a.a is finite iff every a is, unless it overflows)."""
+def _squares(arr: np.ndarray) -> float:
+    """``a . a`` in one BLAS pass: finite iff every value is, unless huge values overflow it."""
     flat = arr.reshape(-1)
     with np.errstate(all="ignore"):
-        if math.isfinite(float(np.dot(flat, flat))):
-            return True
-    return bool(np.isfinite(flat).all())  # overflow of huge finite values, or really non-finite
+        return float(np.dot(flat, flat))
+
+
+def _all_finite(arr: np.ndarray, squares: Optional[float] = None) -> bool:
+    """True if no NaN/Inf: one BLAS pass (``_squares``, or the one given), isfinite if it overflowed."""
+    if math.isfinite(_squares(arr) if squares is None else squares):
+        return True
+    return bool(np.isfinite(arr.reshape(-1)).all())  # overflow of huge finite values, or really non-finite
+
+
+class DecodedTensors(dict):
+    """The tensors of a float32 frame, with the sum of squares its finiteness check computed anyway.
+
+    ``squares`` is the float32 dot product of the whole tensor block with itself (model tensors
+    and extras, ``elements`` terms), so at least the sum of these tensors' squares up to float32
+    rounding; coordinator admission's magnitude check reuses it instead of a pass of its own
+    (``streamfl.coordinator.delta_norm``). Only read-only views carry it, and it holds only
+    while the dict still holds the decoded ``arrays`` (``measured_squares``)."""
+
+    __slots__ = ("squares", "elements", "arrays")
+
+    def __init__(self, tensors: Dict[str, np.ndarray], squares: float, elements: int):
+        super().__init__(tensors)
+        self.squares = squares
+        self.elements = elements
+        self.arrays = tuple(tensors.values())
+
+    def measured_squares(self) -> Optional[Tuple[float, int]]:
+        """``(squares, elements)`` while the dict holds the arrays it was decoded with, else None."""
+        if len(self) == len(self.arrays) and all(a is b for a, b in zip(self.values(), self.arrays)):
+            return self.squares, self.elements
+        return None
 
 
 class Decoder:
@@ -424,7 +453,8 @@ class Decoder:
             if self.writable:
                 buf, data_start = bytearray(memoryview(buf)[data_start:]), 0
             whole = np.frombuffer(buf, F32, count=data_len // 4, offset=data_start)
-            if data_len and not _all_finite(whole):
+            squares = _squares(whole) if data_len else 0.0
+            if data_len and not _all_finite(whole, squares):
                 raise ProtocolError("non_finite", "NaN or Inf in tensors")
             for group, name, _, count, offset, shape in plan:
                 arr = whole[offset // 4:offset // 4 + count].reshape(shape)
@@ -441,6 +471,8 @@ class Decoder:
                     extras.setdefault(group[0], {}).setdefault(group[1], {})[name] = arr.reshape(shape)
                 else:
                     tensors[name] = arr.reshape(shape)
+        if model_dtype is F32 and not whole.flags.writeable and tensors:
+            tensors = DecodedTensors(tensors, squares, whole.size)  # read-only: the sum stays true
         if extras:
             tensors[None] = extras
         return tensors

@@ -102,3 +102,35 @@ def test_admission_decides_as_the_general_path_does(monkeypatch):
                        for k in base)
             assert not any(np.shares_memory(t, d) for t in a.update.tensors.values()
                            for d in fast_admission._deltas._buffers.values())
+
+
+def _decoded(tensors, writable=False, **fields):
+    from streamfl.protocol.codec import Decoder, encode
+    update = make_update(tensors, device_id="d1", tensors=tensors, **fields)
+    spec = {k: (v.shape, "float32") for k, v in tensors.items()}
+    return Decoder({update.arch_id: spec}, writable=writable).decode(encode(update))
+
+
+def test_decoded_tensors_bring_the_finiteness_checks_sum_of_squares_while_they_are_the_decoded_ones():
+    from streamfl.protocol.codec import DecodedTensors
+    tensors = model(np.random.default_rng(4))
+    got = _decoded(tensors).tensors
+    assert isinstance(got, DecodedTensors)
+    squares, elements = got.measured_squares()
+    assert elements == sum(v.size for v in tensors.values())
+    assert squares == pytest.approx(sum(float((v.astype(np.float64) ** 2).sum()) for v in tensors.values()), rel=1e-5)
+    got["w"] = np.zeros_like(tensors["w"])                           # no longer what was measured
+    assert got.measured_squares() is None
+    assert not isinstance(_decoded(tensors, writable=True).tensors, DecodedTensors)
+
+
+def test_a_decoded_value_over_the_cap_is_still_rejected():
+    base = model(np.random.default_rng(5))
+    for value in (5.0001, -7.0, 3e38):
+        tensors = {k: v.copy() for k, v in base.items()}
+        tensors["u"][1, 2] = np.float32(value)
+        admission = UpdateAdmission(AdmissionConfig(max_abs_value=5.0, max_updates_per_s=None))
+        verdict = admission.check(_decoded(tensors), base, True)
+        assert verdict.reason == "magnitude"
+    admission = UpdateAdmission(AdmissionConfig(max_abs_value=5.0, max_updates_per_s=None))
+    assert admission.check(_decoded(base), base, True).update is not None
