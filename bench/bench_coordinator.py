@@ -6,9 +6,12 @@ bump, history, dedup). ``updates_per_s_durable`` adds what durable publishing co
 thread at most: a snapshot (``global_model()`` + ``state()``) after every aggregation; the save
 itself (write, fsync, rename: ``save_ms``) runs in the publisher thread, at most every
 ``persist_interval_s``, so it bounds how fresh the published model is, not the update rate.
-Evaluation and MQTT are excluded. Prints JSON; goal: >= 300 updates/s for a 2.1 MB model
-(ModelSpec(name="lstm", in_channels=900, hidden=128)) with durable publishing, with a memory-copy
-baseline of the same model measured in the same run for comparison across machines.
+Evaluation and MQTT are excluded. Prints JSON; goal: >= 3,000 updates/s for a 2.1 MB model
+(ModelSpec(name="lstm", in_channels=900, hidden=128)) with durable publishing (issue 31). Since
+machines differ, each case also copies the flat model (``np.copyto``) in the same run, before and
+after the updates (the faster copy counts): ``durable_update_cost_in_memcpys`` is what one durable
+update costs in such copies, and ``goal_update_cost_in_memcpys`` (``memcpy_per_s / 3000``) what
+the goal allows on this machine.
 
 ``admission_us`` is what ``UpdateAdmission.check`` alone costs per update (the rate limit, the
 magnitude cap, the delta norm against the base, one device one vote for the bound, the sample
@@ -39,7 +42,7 @@ from streamfl.models import ModelSpec, tensor_spec
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import Hello, Update
 
-GOAL_UPDATES_PER_S = 300.0
+GOAL_UPDATES_PER_S = 3000.0
 #: Distinct frames cycled through; the dedup window is smaller so no frame counts as a duplicate.
 FRAMES = 24
 DEDUP_WINDOW = 8
@@ -83,6 +86,9 @@ def bench_case(label, spec):
     model_bytes = sum(v.nbytes for v in core.model.values())
 
     clock = itertools.count()   # one virtual second per update, increasing across the loops
+    flat = np.concatenate([v.ravel() for v in core.model.values()])
+    dst = np.empty_like(flat)
+    copy_rate_before, _ = timed_loop(lambda i: np.copyto(dst, flat), SECONDS_PER_CASE / 6)
 
     def one_update(i):
         msg = decoder.decode(frames[i % FRAMES])
@@ -114,9 +120,8 @@ def bench_case(label, spec):
                                    SECONDS_PER_CASE / 3)
     assert admission.counters["accepted"] > 0 and not any(
         k.startswith("rejected_") and v for k, v in admission.counters.items())
-    flat = np.concatenate([v.ravel() for v in core.model.values()])
-    dst = np.empty_like(flat)
-    copy_rate, _ = timed_loop(lambda i: np.copyto(dst, flat), SECONDS_PER_CASE / 6)
+    copy_rate_after, _ = timed_loop(lambda i: np.copyto(dst, flat), SECONDS_PER_CASE / 6)
+    copy_rate = max(copy_rate_before, copy_rate_after)
     return {"model": label, "arch_id": spec.arch_id, "model_bytes": model_bytes,
             "frame_bytes": len(frames[0]), "updates": n, "updates_per_s": round(rate, 1),
             "updates_per_s_durable": round(durable_rate, 1),
@@ -124,6 +129,7 @@ def bench_case(label, spec):
             "decode_only_per_s": round(decode_rate, 1),
             "memcpy_per_s": round(copy_rate, 1),
             "update_cost_in_memcpys": round(copy_rate / rate, 2),
+            "durable_update_cost_in_memcpys": round(copy_rate / durable_rate, 2),
             "admission_us": round(1e6 / admission_rate, 1),
             "admission_share": round(rate / admission_rate, 3),
             "admission_cost_in_memcpys": round(copy_rate / admission_rate, 2)}
@@ -138,6 +144,8 @@ def main() -> int:
     print(json.dumps({"benchmark": "coordinator_fedasync_updates_per_s", "cases": cases,
                       "goal_updates_per_s": GOAL_UPDATES_PER_S,
                       "measured_updates_per_s": big["updates_per_s_durable"],
+                      "goal_update_cost_in_memcpys": round(big["memcpy_per_s"] / GOAL_UPDATES_PER_S, 2),
+                      "measured_update_cost_in_memcpys": big["durable_update_cost_in_memcpys"],
                       "pass": passed}, indent=2))
     return 0 if passed else 1
 
