@@ -373,7 +373,8 @@ class Coordinator:
 
 def coordinator_config(args) -> Dict[str, Any]:
     """The bench's coordinator YAML: FedAsync on ``--model``, no evaluation, fast reconnects."""
-    return {"fleet": FLEET, "model": {"name": args.model, "hidden": args.hidden},
+    return {"fleet": FLEET, "model": {"name": args.model, "hidden": args.hidden,
+                                      "in_channels": args.in_channels},
             "strategy": "fedasync", "eval_path": None,
             "publish_min_interval_s": args.publish_min_interval_s,
             "mqtt": {"reconnect_min_s": 0.2, "reconnect_max_s": 1.0}}
@@ -388,7 +389,7 @@ def run(args, root: Path) -> Dict[str, Any]:
     from streamfl.models import ModelSpec, tensor_spec
     from streamfl.sim.brokers import BrokerProcess
 
-    spec = ModelSpec(name=args.model, hidden=args.hidden)
+    spec = ModelSpec(name=args.model, hidden=args.hidden, in_channels=args.in_channels)
     tspec = {k: (tuple(s), d) for k, (s, d) in tensor_spec(spec).items()}
     broker = BrokerProcess(root / "broker", kind="mosquitto").start()
     coordinator = Coordinator(root, broker.port, coordinator_config(args))
@@ -688,6 +689,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between two updates of one agent (300 agents: 30 updates/s)")
     p.add_argument("--model", default="lstm", help="lstm | cnn1d | mlp (the coordinator's model)")
     p.add_argument("--hidden", type=int, default=128, help="hidden units (the default lstm's 128)")
+    p.add_argument("--in-channels", type=int, default=6,
+                   help="sensor channels: 900 makes the 2.1 MB lstm of bench_coordinator.py")
     p.add_argument("--publish-min-interval-s", type=float, default=1.0,
                    help="the coordinator's publish_min_interval_s. With --downlink fetch a board "
                         "gets one model per round whatever the cadence; with every-version every "
