@@ -132,7 +132,7 @@ def limits(models: List[Dict[str, Any]], broker: Dict[str, Any], models_per_roun
                          frame_bytes=int(model["frame_bytes"] / INT8_BYTES_FACTOR))
         for period in ROUND_PERIODS_S:
             one = cell(1, period, model, broker, models_per_round, float("inf"))["load"]
-            most = {part: int(HEADROOM / one[part]) for part in
+            most = {part: int(round(HEADROOM / one[part], 6)) for part in
                     ("coordinator", "broker_cpu", "broker_link", "broker_memory") if one[part] > 0}
             first = min(most, key=most.get)
             out.append({"model": model["model"], "round_period_s": period, "max_boards": most,
