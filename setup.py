@@ -62,6 +62,9 @@ AGENT_REQUIRES = [
     "cryptography>=3.1",
     # torch is not pinned here: Jetsons use NVIDIA's wheels, CI installs the CPU build by version.
     "torch>=1.10",
+    # The coordinator's fleet-wide medians as votes change (coordinator/sorted_votes.py); pure
+    # Python, also needed by the simulator, which runs the coordinator's core.
+    "sortedcontainers>=2.1",
 ]
 
 if __name__ == "__main__":

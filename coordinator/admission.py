@@ -46,7 +46,7 @@ import numpy as np
 from streamfl.config import bounded
 from streamfl.coordinator.delta_norm import DeltaBuffers, norm_of, peak_unless_within
 from streamfl.coordinator.rate_limit import DeviceRateLimit
-from streamfl.coordinator.shares import capped
+from streamfl.coordinator.sorted_votes import SortedVotes
 from streamfl.logs import RateLimitedLog
 from streamfl.protocol.messages import Tensors, Update
 from streamfl.protocol.topics import NAME_RE
@@ -182,6 +182,9 @@ class UpdateAdmission:
         self._rounded: Dict[str, Deque[float]] = {}
         #: device -> when it last voted (None: restored, counted as now at the next check).
         self._voted_at: Dict[str, Optional[float]] = {}
+        #: The votes of the devices that voted within ``vote_ttl_s``, sorted: the reference is
+        #: their median, read per update without sorting the fleet (coordinator/sorted_votes.py).
+        self._live = SortedVotes()
         self._now = 0.0
         self._restored = False
         self._fleet_size: Optional[int] = None
@@ -189,8 +192,8 @@ class UpdateAdmission:
         self._count = 0
         self._rate = DeviceRateLimit(config.max_updates_per_s, config.rate_burst,
                                      config.round_time_fraction)
-        #: device -> its latest sample count as counted.
-        self._samples: "OrderedDict[str, int]" = OrderedDict()
+        #: device -> its latest sample count as counted (sorted, least recently heard first out).
+        self._samples = SortedVotes()
         self.counters: Counter = Counter()
         self._log = RateLimitedLog(log, WARN_INTERVAL_S)
         #: ``update - base`` is computed into these, reused from update to update.
@@ -206,10 +209,10 @@ class UpdateAdmission:
         """The fleet's reference delta norm (median of the recent devices' votes), None in warm-up."""
         if self._count < self.config.warmup_updates:
             return None
-        votes = [m for d, m in self._medians.items() if self._recent(d)]
+        self._live.expire(self._now, self.config.vote_ttl_s)
         # Without a fleet size (a caller that does not know it), any voter ends the warm-up.
         need = 1 if self._fleet_size is None else min(self.config.warmup_devices, max(1, self._fleet_size))
-        return statistics.median(votes) if votes and len(votes) >= need else None
+        return self._live.median() if len(self._live) and len(self._live) >= need else None
 
     def bound(self, base: Tensors, device_id: Optional[str] = None, floor: bool = True) -> float:
         """The delta norm above which an update (of ``device_id``, trained from ``base``) is clipped;
@@ -241,6 +244,9 @@ class UpdateAdmission:
         if self._restored:  # restored votes start their time to live now
             self._voted_at = {d: self._now if at is None else at for d, at in self._voted_at.items()}
             self._restored = False
+            self._live.clear()
+            for d, at in self._voted_at.items():
+                self._live.set(d, self._medians[d], at)
         if not self.known(device, said_hello):
             return self._reject(UNKNOWN_DEVICE, update, "device %s is %s" % (
                 device, "not enrolled" if cfg.enrolled is not None else "unknown (no Hello)"))
@@ -292,12 +298,12 @@ class UpdateAdmission:
 
     def _samples_capped(self, device_id: str, samples: int) -> int:
         """``samples`` capped at ``samples_peer_multiple`` x the other devices' median (as counted)."""
-        others = [n for d, n in self._samples.items() if d != device_id]
-        samples = int(min(samples, capped(float(samples), others, self.config.samples_peer_multiple)))
-        self._samples.pop(device_id, None)
-        self._samples[device_id] = samples
+        median = self._samples.median_without(device_id)  # as shares.capped over the others
+        if median is not None:
+            samples = int(min(samples, max(0.0, self.config.samples_peer_multiple * median)))
+        self._samples.set(device_id, samples)
         while len(self._samples) > MAX_VOTERS:
-            self._samples.popitem(last=False)
+            self._samples.discard(self._samples.oldest())
         return samples
 
     def _vote(self, device_id: str, norm: float) -> None:
@@ -313,11 +319,13 @@ class UpdateAdmission:
         self._medians[device_id] = statistics.median(norms)
         self._count += 1
         self._voted_at[device_id] = self._now
+        self._live.set(device_id, self._medians[device_id], self._now)
         while len(self._votes) > MAX_VOTERS:
             gone, _ = self._votes.popitem(last=False)
             self._medians.pop(gone, None)
             self._rounded.pop(gone, None)
             self._voted_at.pop(gone, None)
+            self._live.discard(gone)
 
     def _reject(self, reason: str, update: Update, detail: str, norm: Optional[float] = None,
                 bound: Optional[float] = None) -> Verdict:
@@ -340,6 +348,7 @@ class UpdateAdmission:
         self._medians.clear()
         self._rounded.clear()
         self._voted_at.clear()
+        self._live.clear()
         votes = state.get("votes")
         if not isinstance(votes, Mapping):
             self._count = 0
@@ -359,6 +368,7 @@ class UpdateAdmission:
         self._count = count
         for device in self._votes:
             self._voted_at[device] = None
+            self._live.set(device, self._medians[device])  # no time: live until the next check
         self._restored = bool(self._votes)
 
 

@@ -205,7 +205,7 @@ class CoordinatorCore:
             return self._step(step, now)
         base = self.history.get(update.base_version)
         verdict = self.admission.check(update, base.tensors if base is not None else self._model, greeted,
-                                        now, fleet_size=len(self.registry.online()),
+                                        now, fleet_size=self.registry.online_count(),
                                         base_made_s=self.history.made_s(update.base_version))
         if verdict.update is None:
             return self._reject(update, now, staleness, verdict)
