@@ -5,7 +5,6 @@ never live in the file: the MQTT password comes from ``mqtt.password_file`` or t
 variable ``STREAMFL_MQTT_PASSWORD``, read by ``MqttConfig.settings`` with the environment passed in.
 """
 import dataclasses
-import logging
 import socket
 import zlib
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from streamfl.agent.buffer_policies import policies
 from streamfl.agent.hparams import hparam_limits
 from streamfl.agent.plugins import plugin_configs
 from streamfl.agent.predict_config import PredictConfig
-from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, load
+from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, load, resolve_encoding
 from streamfl.errors import ConfigError
 from streamfl.dvfs.config import AUTO_BOARD, DvfsConfig, resolve_board_setting
 from streamfl.models import REGISTRY, ModelSpec
@@ -29,8 +28,6 @@ from streamfl.sensors.config import SensorConfig
 MIB = 1024 * 1024
 #: The ``update_encoding`` values (``streamfl.protocol.codec.ENCODINGS`` an update may use).
 UPDATE_ENCODINGS = ("float32", "float16", "int8_delta")
-
-log = logging.getLogger(__name__)
 
 
 def default_device_id() -> str:
@@ -207,15 +204,9 @@ class AgentConfig:
 
     def _resolve_update_encoding(self) -> None:
         """``update_encoding`` checked, with the deprecated ``float16_updates: true`` folded in."""
-        if self.update_encoding not in UPDATE_ENCODINGS:
-            raise ValueError("update_encoding must be one of %s, got %r"
-                             % (", ".join(UPDATE_ENCODINGS), self.update_encoding))
-        if self.float16_updates:
-            if self.update_encoding not in ("float32", "float16"):
-                raise ValueError("float16_updates: true and update_encoding: %s disagree: give only "
-                                 "update_encoding" % self.update_encoding)
-            log.warning("float16_updates is deprecated: write update_encoding: float16")
-            object.__setattr__(self, "update_encoding", "float16")
+        object.__setattr__(self, "update_encoding", resolve_encoding(
+            "update_encoding", self.update_encoding, UPDATE_ENCODINGS, "float16_updates",
+            self.float16_updates))
 
     def _resolve_board(self) -> None:
         """One board setting (``streamfl.dvfs.config``): the top-level ``board``, with the

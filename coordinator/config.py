@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from streamfl.config import FRAME_BYTES_MAX, SEED_MAX, bounded, build, merge, read_values, to_dict
+from streamfl.config import (FRAME_BYTES_MAX, SEED_MAX, bounded, build, merge, read_values,
+                             resolve_encoding, to_dict)
 from streamfl.coordinator.plugins import plugin_configs
 from streamfl.coordinator.admission import AdmissionConfig
 from streamfl.coordinator.fleet import FleetTableConfig
@@ -216,15 +217,8 @@ class CoordinatorConfig:
             raise ValueError("persist_interval_s and publish_min_interval_s must be >= 0")
         if not self.progress_interval_s > 0:
             raise ValueError("progress_interval_s must be > 0, got %r" % (self.progress_interval_s,))
-        if self.model_encoding not in MODEL_ENCODINGS:
-            raise ValueError("model_encoding must be one of %s, got %r"
-                             % (", ".join(MODEL_ENCODINGS), self.model_encoding))
-        if self.float16:
-            if self.model_encoding not in ("float32", "float16"):
-                raise ValueError("float16: true and model_encoding: %s disagree: give only "
-                                 "model_encoding" % self.model_encoding)
-            log.warning("float16 is deprecated: write model_encoding: float16")
-            object.__setattr__(self, "model_encoding", "float16")
+        object.__setattr__(self, "model_encoding", resolve_encoding(
+            "model_encoding", self.model_encoding, MODEL_ENCODINGS, "float16", self.float16))
         object.__setattr__(self, "plugins", plugin_configs(self.plugins, self.strategy))
         if self.method is not None:
             object.__setattr__(self, "method_settings", _method_settings(self))

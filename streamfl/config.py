@@ -14,6 +14,7 @@ Numbers are read the YAML 1.2 way, in files and in ``--set`` values alike (``Loa
 unsigned exponent) are strings, so ``lr: 1e-3`` would be refused as "expected a number".
 """
 import dataclasses
+import logging
 import math
 import re
 import shlex
@@ -389,3 +390,17 @@ def _flag_error(flag: Tuple[str, Any], exc: ConfigError) -> ConfigError:
     if source and detail.startswith(source + ": "):
         detail = detail[len(source) + 2:]
     return ConfigError("%s %s: %s" % (flag[0], shlex.quote(str(flag[1])), detail))
+
+
+def resolve_encoding(key: str, value: str, allowed: Tuple[str, ...], flag_key: str,
+                     flag: bool) -> str:
+    """A wire-encoding setting (``key``: ``value``, one of ``allowed``) with its deprecated float16
+    flag (``flag_key``: ``flag``) folded in: the flag means ``float16`` and must not disagree."""
+    if value not in allowed:
+        raise ValueError("%s must be one of %s, got %r" % (key, ", ".join(allowed), value))
+    if not flag:
+        return value
+    if value not in ("float32", "float16"):
+        raise ValueError("%s: true and %s: %s disagree: give only %s" % (flag_key, key, value, key))
+    logging.getLogger(__name__).warning("%s is deprecated: write %s: float16", flag_key, key)
+    return "float16"

@@ -1,19 +1,14 @@
 """bench/capacity.py: the loads follow from the measured costs, and each part's limit is where its
 load reaches the headroom."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "capacity.py"
+from bench_scripts import load_bench
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("capacity_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("capacity")
 
 
 def load_report(agents=1000, sent=24000, window_s=240.0, cpu_share=0.4, frame=280000,

@@ -425,14 +425,21 @@ def test_each_subscribe_sends_the_retained_message_again_and_unsubscribe_stops_d
     assert [m for m in sub.got if m[0] == "f/model"] == [("f/model", b"v1"), ("f/model", b"v2")]
 
 
-def test_an_unsubscribe_while_offline_reaches_a_persistent_session_at_the_next_connect(net):
+def away_subscriber(net, client_id, model_qos):
+    """A persistent session subscribed to ``f/end`` (QoS 1) and ``f/model`` (``model_qos``), and a
+    publisher; the subscriber's link is then cut (its session at the broker keeps both filters)."""
     needs_persistent_sessions(net)
-    sub = net.start(net.client("agent-3", persistent=True))
+    sub = net.start(net.client(client_id, persistent=True))
     sub.t.subscribe("f/end", qos=1)
-    sub.t.subscribe("f/model", qos=1)
+    sub.t.subscribe("f/model", qos=model_qos)
     pub = net.start(net.client("coordinator"))
     net.ready(sub, "f/model", pub)
-    net.drop(sub)                                        # the broker's session keeps both filters
+    net.drop(sub)
+    return sub, pub
+
+
+def test_an_unsubscribe_while_offline_reaches_a_persistent_session_at_the_next_connect(net):
+    sub, pub = away_subscriber(net, "agent-3", model_qos=1)
     sub.t.unsubscribe("f/model")
     for i in range(3):
         assert pub.t.publish("f/model", b"v%d" % i, qos=1)
@@ -445,13 +452,7 @@ def test_an_unsubscribe_while_offline_reaches_a_persistent_session_at_the_next_c
 
 
 def test_a_qos0_subscription_queues_nothing_for_an_away_persistent_session(net):
-    needs_persistent_sessions(net)
-    sub = net.start(net.client("agent-4", persistent=True))
-    sub.t.subscribe("f/end", qos=1)
-    sub.t.subscribe("f/model", qos=0)
-    pub = net.start(net.client("coordinator"))
-    net.ready(sub, "f/model", pub)
-    net.drop(sub)
+    sub, pub = away_subscriber(net, "agent-4", model_qos=0)
     for i in range(5):
         assert pub.t.publish("f/model", b"v%d" % i, qos=1, retain=True)
     net.resume(sub)                                      # re-subscribes: the retained one only
