@@ -1,20 +1,11 @@
 """bench/bench_inference.py at smoke size: it runs and prints every promised figure, finite and above
 zero, with the goal and the board estimates consistent with them (no timed asserts)."""
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_inference.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_inference", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+from bench_scripts import load_bench
 
 
 def _finite_positive(value):
@@ -22,7 +13,7 @@ def _finite_positive(value):
 
 
 def test_a_quick_run_gives_every_figure_of_the_default_model_and_its_board_estimates(capsys):
-    rc = _bench().main(["--quick"])
+    rc = load_bench("bench_inference").main(["--quick"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["benchmark"] == "inference"
     assert set(out["families"]) == {"lstm"}
@@ -64,7 +55,7 @@ def test_a_quick_run_gives_every_figure_of_the_default_model_and_its_board_estim
 
 
 def test_the_forward_path_measures_the_inline_forward_of_a_family(capsys):
-    rc = _bench().main(["--quick", "--path", "forward", "--families", "mlp"])
+    rc = load_bench("bench_inference").main(["--quick", "--path", "forward", "--families", "mlp"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["path"] == "forward" and set(out["families"]) == {"mlp"}
     mlp = out["families"]["mlp"]
@@ -77,6 +68,6 @@ def test_the_forward_path_measures_the_inline_forward_of_a_family(capsys):
                                   ["--families", "resnet"]])
 def test_bad_options_are_refused_with_a_usage_error(argv, capsys):
     with pytest.raises(SystemExit) as exc:
-        _bench().main(argv)
+        load_bench("bench_inference").main(argv)
     assert exc.value.code == 2
     assert "error" in capsys.readouterr().err

@@ -1,26 +1,19 @@
 """bench/load.py at toy size: a real coordinator and paho agents over mosquitto lose no update, and
 each board receives about one model per round it starts."""
-import importlib.util
 import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "load.py"
+from bench_scripts import BENCH_DIR, load_bench
 
-
-def _load_module():
-    spec = importlib.util.spec_from_file_location("load_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+BENCH = BENCH_DIR / "load.py"
 
 
 def test_loss_tag_names_an_update_exactly_through_json():
-    load = _load_module()
+    load = load_bench("load")
     for seq in (0, 1, 7, 12345):
         assert load.seq_of(json.loads(json.dumps(load.loss_tag(seq)))) == seq
     assert load.seq_of(0.25) is None
