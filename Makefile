@@ -10,7 +10,7 @@ STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
 AGENT_SIDE := streamfl protocol sensors models agent dvfs methods
 
-.PHONY: demo test venv lint bench load eval-adaclp eval-fedteddi eval-stewc eval-sessions eval-sfedpo golden clean
+.PHONY: demo test venv lint bench load capacity eval-adaclp eval-fedteddi eval-stewc eval-sessions eval-sfedpo golden clean
 
 venv: $(STAMP)
 
@@ -46,6 +46,19 @@ bench: $(STAMP)
 load: $(STAMP)
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/load.py --chaos
+
+# The boards' downlink and the capacity model's inputs (docs/capacity.md): models and bytes per
+# board per round and per hour at 10, 100, 300 and 1,000 boards and at 2.1 MB, then the model.
+capacity: $(STAMP)
+	mkdir -p runs/load
+	for n in 10 100 300 1000; do \
+	  $(BIN)/python bench/load.py --agents $$n --procs $$(( n < 100 ? 2 : 4 )) --duration-s 120 \
+	    --warmup-s 20 --update-interval-s 10 --publish-min-interval-s 0 \
+	    --startup-timeout-s 300 > runs/load/fetch-$$n.json || exit 1; done
+	$(BIN)/python bench/load.py --agents 100 --procs 4 --duration-s 120 --warmup-s 30 \
+	  --update-interval-s 10 --in-channels 900 --publish-min-interval-s 0 > runs/load/fetch-100-2mb.json
+	$(BIN)/python bench/capacity.py --markdown --load runs/load/fetch-1000.json \
+	  --load runs/load/fetch-300.json --load runs/load/fetch-100.json --load runs/load/fetch-100-2mb.json
 
 # AdaCLP's comparison (docs/results.md), in the paper's own regime (configs/scenarios/
 # adaclp-paper-*.yaml: 40 class-incomplete devices, periods of N(400, 50) aggregations, back-to-back
