@@ -249,7 +249,8 @@ class AgentCore:
 
     def wants_model(self) -> bool:
         """True while only a newer global model lets a round start: none held yet, a "train"
-        command names a version not held, or the last rounds diverged on the model held. The
+        command names a version not held, the last rounds diverged on the model held, or a
+        method vetoes rounds until a newer model comes (``waits_for_newer_model``). The
         runtime keeps the model topic subscribed meanwhile (``agent/model_feed.py``); otherwise it
         fetches one model per round it starts."""
         gm = self.global_model
@@ -257,7 +258,8 @@ class AgentCore:
             return True
         wanted = self.orders.train_from_version
         return (wanted is not None and gm.version < wanted) or \
-            self.divergence.waits_for_other_than((gm.run_id, gm.version))
+            self.divergence.waits_for_other_than((gm.run_id, gm.version)) or \
+            self.methods.waits_for_newer_model()
 
     def round_opportunity(self, now: float) -> bool:
         """A round is due and the core is ready: every active plug-in is told of the opportunity,

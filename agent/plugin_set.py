@@ -189,6 +189,10 @@ class DevicePlugins:
         answers = [plugin.on_round_opportunity(now) for plugin in self.active]
         return all(answers)
 
+    def waits_for_newer_model(self) -> bool:
+        """True if an active plug-in vetoes rounds until a newer global model arrives."""
+        return any(plugin.waits_for_newer_model() for plugin in self.active)
+
     def penalties(self, model: nn.Module) -> List[Tuple[str, Optional[Penalty]]]:
         """Each active plug-in's loss term for the round about to train (None: none), by name."""
         return [(plugin.name, plugin.before_round(model)) for plugin in self.active]

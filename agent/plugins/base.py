@@ -141,6 +141,13 @@ class AgentPlugin(abc.ABC):
         False vetoes the round."""
         return True
 
+    def waits_for_newer_model(self) -> bool:
+        """A query, asked whenever the runtime decides whether to listen for models: True while
+        this plug-in vetoes rounds until a global model newer than the one held arrives (the
+        board then listens for one; it otherwise fetches a model only when a round starts,
+        agent/model_feed.py). A plug-in whose veto ends by itself (a rest, a count) answers False."""
+        return False
+
     def before_round(self, model: nn.Module) -> Optional[Penalty]:
         """A term to add to the loss of the round about to train ``model``, or None."""
         return None

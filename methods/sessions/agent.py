@@ -73,4 +73,8 @@ class SessionsAgentPlugin(AgentPlugin):
         return []
 
     def on_round_opportunity(self, now: float) -> bool:
-        return not (self.config.once_per_aux_model and self.aux_trained)
+        return not self.waits_for_newer_model()
+
+    def waits_for_newer_model(self) -> bool:
+        """After its round from the auxiliary model, only the next model lets a round start."""
+        return self.config.once_per_aux_model and self.aux_trained
