@@ -7,7 +7,7 @@ thread at most: a snapshot (``global_model()`` + ``state()``) after every aggreg
 itself (write, fsync, rename: ``save_ms``) runs in the publisher thread, at most every
 ``persist_interval_s``, so it bounds how fresh the published model is, not the update rate.
 Evaluation and MQTT are excluded. Prints JSON; goal: >= 3,000 updates/s for a 2.1 MB model
-(ModelSpec(name="lstm", in_channels=900, hidden=128)) with durable publishing (issue 31). Since
+(ModelSpec(name="lstm", in_channels=900, hidden=128)) with durable publishing. Since
 machines differ, each case also copies the flat model (``np.copyto``) in the same run, before and
 after the updates (the faster copy counts): ``durable_update_cost_in_memcpys`` is what one durable
 update costs in such copies, and ``goal_update_cost_in_memcpys`` (``memcpy_per_s / 3000``) what

@@ -265,8 +265,8 @@ class DecodedTensors(dict):
 
     ``squares`` is the float32 dot product of the whole tensor block with itself (model tensors
     and extras, ``elements`` terms), so at least the sum of these tensors' squares up to float32
-    rounding; coordinator admission's magnitude check reuses it instead of a pass of its own
-    (``streamfl.coordinator.delta_norm``). Only read-only views carry it, and it holds only
+    rounding; a receiver's magnitude check (the coordinator's admission) may reuse it instead of a
+    pass of its own. Only read-only views carry it, and it holds only
     while the dict still holds the decoded ``arrays`` (``measured_squares``)."""
 
     __slots__ = ("squares", "elements", "arrays")

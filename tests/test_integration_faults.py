@@ -201,28 +201,24 @@ def test_bad_frames_are_rejected_and_counted_while_training_goes_on(fleet, mqtt_
         gm_other = GlobalModel(version=huge, arch_id="mlp-c6-w50-k6-h16",
                                tensors=model_to_arrays(build_model(spec)))
         command_topic = run.topics.device(daemon.device_id, "command")
-        to_agent = [
-            (run.topics.model, b"garbage"),                                # malformed
-            (run.topics.model, encode(gm_nan)),                            # non_finite
-            (run.topics.model, encode(gm_other)),                          # arch_mismatch
-            (command_topic, b"\xff" * 64),                                 # malformed
-            (command_topic, encode(Command("train")) + bytes(2 * MIB)),    # oversize
-        ]
-        agent_before = dict(daemon.decoder.rejected)
+        to_model = [(b"garbage", "malformed"), (encode(gm_nan), "non_finite"),
+                    (encode(gm_other), "arch_mismatch")]
+        to_commands = [b"\xff" * 64,                                     # malformed
+                       encode(Command("train")) + bytes(2 * MIB)]        # oversize
         rounds_before = daemon.counters["rounds"]
-        for topic, frame in to_agent:
-            if topic != run.topics.model:
-                raw.send(topic, frame)
-                continue
-            reason = {b"garbage": "malformed"}.get(frame, "non_finite" if frame == to_agent[1][1]
-                                                   else "arch_mismatch")
+        for frame, reason in to_model:
             seen = daemon.decoder.rejected.get(reason, 0)
 
             def taken():
-                raw.send(topic, frame, retain=True)
+                raw.send(run.topics.model, frame, retain=True)
                 return daemon.decoder.rejected.get(reason, 0) > seen
             _wait(taken, 20, "a fetch to take the %s model frame" % reason, diag)
-        agent_expected = {"malformed": 2, "non_finite": 1, "arch_mismatch": 1, "oversize": 1}
+        # The last garbage stays retained until the coordinator's next version: a fetch meanwhile
+        # counts it again, so the model topic's counts are "at least once", the commands' exact.
+        agent_before = dict(daemon.decoder.rejected)
+        for frame in to_commands:
+            raw.send(command_topic, frame)
+        agent_expected = {"malformed": 1, "oversize": 1}
 
         def agent_counted():
             now = daemon.decoder.rejected
