@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from lifecycle import started_by
 from polling import wait_until
 from streamfl.agent.predict_config import PredictConfig
 from streamfl.agent.prediction_socket import PredictionSocket
@@ -41,17 +42,7 @@ def short_dir():
 
 @pytest.fixture
 def server(short_dir):
-    made = []
-
-    def make(**kwargs):
-        s = PredictionSocket(short_dir / "p.sock", **kwargs)
-        s.start()
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.stop()
+    yield from started_by(lambda **kwargs: PredictionSocket(short_dir / "p.sock", **kwargs))
 
 
 class Reader:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from lifecycle import started_by
 from polling import wait_until
 from streamfl.agent.config import load_agent_config
 from streamfl.agent.predict_config import PredictConfig
@@ -76,17 +77,7 @@ def make(sink, clock=time.monotonic, **over):
 
 @pytest.fixture
 def started():
-    made = []
-
-    def start(*args, **kwargs):
-        p = make(*args, **kwargs)
-        p.start()
-        made.append(p)
-        return p
-
-    yield start
-    for p in made:
-        p.stop()
+    yield from started_by(make)
 
 
 def window(i, label=None):
