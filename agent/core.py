@@ -16,7 +16,8 @@ import time
 import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import (Any, Callable, ContextManager, Dict, Iterable, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple)
 
 import numpy as np
 import torch
@@ -32,7 +33,7 @@ from streamfl.agent.orders import Orders
 from streamfl.agent.plugin_set import DevicePlugins
 from streamfl.agent.plugins import AgentPlugin, ReportContext, RoundContext
 from streamfl.agent.quadratic import largest_curvature
-from streamfl.agent.trainer import LocalTrainer
+from streamfl.agent.trainer import LocalTrainer, TrainingJob, TrainResult, run_job
 from streamfl.dvfs.policies.base import DomainView, PolicyInput
 from streamfl.dvfs.policies.factory import make_policy
 from streamfl.errors import StreamflError
@@ -73,6 +74,18 @@ class RoundPlan:
     batch_size: int
     #: ``ModelGate.resyncs`` when the round began: a run change during the round drops it.
     run_generation: int = 0
+
+
+@dataclass
+class PlannedRound:
+    """A round ``plan_training`` prepared: its SGD as a job to run anywhere, and what
+    ``finish_training`` needs afterwards (the plan, the named penalties, the model held)."""
+
+    plan: RoundPlan
+    job: TrainingJob
+    penalties: List[Tuple[str, Optional[Any]]]
+    held: Optional[GlobalModel]
+    started_s: float
 
 
 @dataclass(frozen=True)
@@ -349,6 +362,33 @@ class AgentCore:
         ``should_stop`` is polled before every step so a shutdown never waits for a long round
         (``RoundInterrupted``; the local model keeps the steps already taken).
         """
+        penalties, held = self._prepare(plan)
+        t0 = self._timer()
+        batches = self._batches(plan, lock if lock is not None else nullcontext(), should_stop)
+        result = run_job(self.model, self.trainer, self._job(plan, batches))
+        return self._finish(plan, result, penalties, held, max(0.0, self._timer() - t0), lock)
+
+    def plan_training(self) -> PlannedRound:
+        """``begin_round`` and all of the round before its SGD, the minibatches drawn now: for a
+        runtime that runs the SGD elsewhere (the simulator's round workers) and hands the result
+        to ``finish_training``. The draws are those ``finish_round`` makes step by step (nothing
+        else draws from this core's generator in between), so the round is the same."""
+        plan = self.begin_round()
+        penalties, held = self._prepare(plan)
+        batches = list(self._batches(plan, nullcontext(), None))
+        return PlannedRound(plan=plan, job=self._job(plan, batches), penalties=penalties, held=held,
+                            started_s=self._timer())
+
+    def finish_training(self, planned: PlannedRound, result: TrainResult) -> Update:
+        """The round of ``planned`` after its SGD ran: ``run_job`` on this core's ``model`` and
+        ``trainer``, or elsewhere with the trained weights loaded back into ``model``. Raises
+        ``DivergedError`` as ``finish_round`` does."""
+        return self._finish(planned.plan, result, planned.penalties, planned.held,
+                            max(0.0, self._timer() - planned.started_s))
+
+    def _prepare(self, plan: RoundPlan) -> Tuple[List[Tuple[str, Optional[Any]]], Optional[GlobalModel]]:
+        """The model at the round's start weights and dropout, and the methods' penalties for it;
+        returns the named penalties and the global model the round trains with."""
         if plan.start_tensors is not None:
             arrays_to_model(self.model, plan.start_tensors)
         self.base_version = plan.base_version
@@ -356,12 +396,20 @@ class AgentCore:
         self.model.set_dropout(plan.dropout)
         penalties = self.methods.penalties(self.model)
         self.trainer.penalties = [p for _, p in penalties if p is not None]
-        t0 = self._timer()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed((self.seed * 1000003 + plan.round_index) & 0x7FFFFFFFFFFFFFFF)
-            batches = self._batches(plan, lock if lock is not None else nullcontext(), should_stop)
-            result = self.trainer.run(batches, plan.lr)
-        elapsed_s = max(0.0, self._timer() - t0)
+        return penalties, held
+
+    def _job(self, plan: RoundPlan, batches: Iterable[Tuple[np.ndarray, np.ndarray]]) -> TrainingJob:
+        """The round's SGD as a ``TrainingJob``: dropout and penalties as ``_prepare`` set them,
+        the round's own torch seed (the same dropout masks wherever it runs)."""
+        return TrainingJob(batches=batches, lr=plan.lr, dropout=plan.dropout,
+                           torch_seed=(self.seed * 1000003 + plan.round_index) & 0x7FFFFFFFFFFFFFFF,
+                           penalties=list(self.trainer.penalties), momentum=self.trainer.momentum,
+                           weight_decay=self.trainer.weight_decay)
+
+    def _finish(self, plan: RoundPlan, result: TrainResult, penalties: Sequence[Tuple[str, Any]],
+                held: Optional[GlobalModel], elapsed_s: float,
+                lock: Optional[ContextManager] = None) -> Update:
+        """The update of a round whose SGD gave ``result`` (the trained weights in ``model``)."""
         if self.gate.resyncs != plan.run_generation:
             self.base_version = -1  # never send, or continue from, a model of the run left
             raise RoundInterrupted("round %d dropped after %d of %d steps: it trained from v%d of "

@@ -33,6 +33,31 @@ class TrainResult:
     class_counts: Dict[int, int] = field(default_factory=dict)
 
 
+@dataclass
+class TrainingJob:
+    """One round's SGD apart from the core that planned it: what ``run_job`` needs, in this process
+    or in another (the simulator's round workers get it with the start weights)."""
+
+    batches: Iterable[Tuple[np.ndarray, np.ndarray]]
+    lr: float
+    dropout: float
+    #: Seeds torch (dropout masks) for this round only, so the round is the same wherever it runs.
+    torch_seed: int
+    penalties: List[Penalty] = field(default_factory=list)
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+def run_job(model: nn.Module, trainer: "LocalTrainer", job: TrainingJob) -> TrainResult:
+    """Train ``model`` (the one ``trainer`` steps) on ``job``: its dropout, penalties and lr, with
+    torch seeded by the job inside a forked RNG (the caller's torch RNG is left as it was)."""
+    model.set_dropout(job.dropout)
+    trainer.penalties = list(job.penalties)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(job.torch_seed)
+        return trainer.run(job.batches, job.lr)
+
+
 class LocalTrainer:
     """Plain (momentum) SGD on cross-entropy; a fresh optimizer per round.
 
@@ -62,7 +87,7 @@ class LocalTrainer:
                               weight_decay=self.weight_decay)
         model.train()
         # Quadratic pulls go in as one fused gradient per parameter, other penalties as loss terms.
-        pulls = self._bounded_pulls(float(lr))
+        pulls = self.bounded_pulls(float(lr))
         terms = [p for p in self.penalties if not isinstance(p, QuadraticPull)]
         counts = np.zeros(self.num_classes, dtype=np.int64)
         losses: List[float] = []
@@ -89,7 +114,7 @@ class LocalTrainer:
         return TrainResult(steps=len(losses), num_samples=samples, mean_loss=mean, losses=losses,
                            class_counts={int(c): int(n) for c, n in enumerate(counts) if n})
 
-    def _bounded_pulls(self, lr: float) -> Merged:
+    def bounded_pulls(self, lr: float) -> Merged:
         """This round's quadratic pulls merged and capped at the strictest ``stability / lr``;
         empty (with one WARNING per trainer) if they are not finite."""
         pulls = [p for p in self.penalties if isinstance(p, QuadraticPull)]
