@@ -19,6 +19,7 @@ import yaml
 from streamfl.config import to_dict
 from streamfl.errors import StorageError
 from streamfl.sim.executors import make_executor, run_one, scenario_dataset
+from streamfl.sim.rounds import check_workers, make_rounds
 from streamfl.sim.methods import Method, resolve
 from streamfl.sim.scenario import Scenario
 from streamfl.sim.scenario_data import SimData
@@ -70,16 +71,23 @@ class Progress:
 def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] = None,
             seeds: Optional[int] = None, dataset: Any = None,
             progress: Optional[Progress] = None, jobs: Optional[int] = None,
-            executor: str = "local", ray_address: Optional[str] = None) -> Dict[str, Any]:
+            executor: str = "local", ray_address: Optional[str] = None,
+            workers: Optional[int] = None) -> Dict[str, Any]:
     """Run ``methods`` (default the scenario's) on ``seeds`` seeds; returns the summary.
 
     ``jobs`` runs at a time (default 1, in this process; with ``executor="ray"``, as many as the
-    cluster takes); every setting writes the same files, in the same order.
+    cluster takes); ``workers`` trains each run's device rounds in that many worker processes
+    (Ray actors with ``executor="ray"``; without ``jobs`` the runs then go one after another in
+    this process). Every setting writes the same files, in the same order.
     """
     chosen: List[Method] = resolve(methods or scenario.methods)
     n_seeds = int(seeds or scenario.seeds)
     grid = [(seed, method) for seed in range(n_seeds) for method in chosen]
-    pool = make_executor(executor, jobs, ray_address)
+    check_workers(workers, executor)
+    pool = make_executor(executor, jobs, ray_address, workers)  # checks every flag, before any run
+    if workers is not None and jobs is None:
+        pool = None  # the runs go one at a time here, their rounds spread over the workers
+    rounds = None
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -91,11 +99,12 @@ def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] 
     per_method: Dict[str, List[Dict[str, Any]]] = {m.name: [] for m in chosen}
     try:
         if pool is None:
+            rounds = make_rounds(workers, executor, ray_address)
             data = SimData(scenario, dataset if dataset is not None else scenario_dataset(scenario))
             for seed, method in grid:
                 progress.start_run("%s seed %d" % (method.name, seed))
                 _record(per_method, method, run_one(scenario, method, seed, data, metrics.write,
-                                                    progress.update))
+                                                    progress.update, rounds))
                 progress.end_run()
         else:
             def finished(seed: int, method: Method) -> None:
@@ -111,6 +120,8 @@ def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] 
     finally:
         metrics.close()
         progress.close()
+        if rounds is not None:
+            rounds.close()
     summary = {"scenario": scenario.name, "duration_s": scenario.duration_s,
                "seeds": list(range(n_seeds)), "thresholds": list(scenario.thresholds),
                "devices": scenario.num_devices, "dataset": scenario.data.dataset,

@@ -2,7 +2,9 @@
 
 Events pop in time order; events at the same time pop in the order they were pushed (a sequence
 number breaks the tie), so a run is a pure function of its inputs and seeds. Payloads are never
-compared, so any object may ride along.
+compared, so any object may ride along. A handler whose pushes come later (a device round whose
+training runs in a worker meanwhile) ``reserve``s their sequence numbers first, so that ties pop
+as if it had pushed them at once.
 """
 import heapq
 import math
@@ -33,16 +35,25 @@ class EventQueue:
         """The virtual clock: the time of the last popped event (the start time before any)."""
         return self._now_s
 
-    def push(self, time_s: float, kind: str, payload: Any = None) -> None:
-        """Schedule ``kind`` at ``time_s``; the past (before ``now_s``) is refused so time never runs back."""
+    def reserve(self, n: int) -> int:
+        """The first of ``n`` sequence numbers kept for later ``push(..., seq=)`` calls."""
+        first = self._seq
+        self._seq += int(n)
+        return first
+
+    def push(self, time_s: float, kind: str, payload: Any = None, seq: Optional[int] = None) -> None:
+        """Schedule ``kind`` at ``time_s``; the past (before ``now_s``) is refused so time never runs
+        back. ``seq``: a number ``reserve`` gave (None: the next one)."""
         time_s = float(time_s)
         if not math.isfinite(time_s):
             raise ValueError("event %r: time must be finite, got %r" % (kind, time_s))
         if time_s < self._now_s:
             raise ValueError("event %r at %.9g s is in the past (now %.9g s)"
                              % (kind, time_s, self._now_s))
-        heapq.heappush(self._heap, Event(time_s, self._seq, kind, payload))
-        self._seq += 1
+        if seq is None:
+            seq = self._seq
+            self._seq += 1
+        heapq.heappush(self._heap, Event(time_s, seq, kind, payload))
 
     def pop(self) -> Event:
         """The earliest event (first pushed among equals); advances ``now_s``. IndexError if empty."""
@@ -51,6 +62,10 @@ class EventQueue:
         event = heapq.heappop(self._heap)
         self._now_s = event.time_s
         return event
+
+    def peek(self) -> Optional[Event]:
+        """The next event, without popping it; None if the queue is empty."""
+        return self._heap[0] if self._heap else None
 
     def peek_time(self) -> Optional[float]:
         """When the next event happens, without popping it; None if the queue is empty."""

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.sim.methods import Method
+from streamfl.sim.rounds import RoundRunner, make_rounds
 from streamfl.sim.runtime import SimRun
 from streamfl.sim.scenario import Scenario
 from streamfl.sim.scenario_data import SimData
@@ -40,9 +41,10 @@ _WORKER: Dict[str, Any] = {}
 
 
 def run_one(scenario: Scenario, method: Method, seed: int, data: SimData, write: Callable[[str], Any],
-            progress: Optional[Callable[[float], None]] = None) -> Dict[str, Any]:
+            progress: Optional[Callable[[float], None]] = None,
+            rounds: Optional[RoundRunner] = None) -> Dict[str, Any]:
     """One (seed, method) run, serial or in a worker: every event to ``write`` as a JSON line;
-    returns the run's figures."""
+    returns the run's figures. ``rounds``: where its devices' SGD runs (None: in this process)."""
     kept: Dict[str, List[Dict[str, Any]]] = {"eval": [], "update": [], "aggregate": []}
 
     def emit(event: Dict[str, Any]) -> None:
@@ -52,7 +54,7 @@ def run_one(scenario: Scenario, method: Method, seed: int, data: SimData, write:
         write(json.dumps(event, separators=(",", ":")) + "\n")
 
     started = time.monotonic()
-    run = SimRun(scenario, method, seed, data, emit, progress)
+    run = SimRun(scenario, method, seed, data, emit, progress, rounds)
     totals = run.run()
     figures = run_figures(kept["eval"], kept["update"], totals, scenario.thresholds,
                           scenario.eval_every_s, kept["aggregate"])
@@ -67,18 +69,19 @@ def scenario_dataset(scenario: Scenario) -> Any:
     return load_dataset(dc.dataset, seed=0, path=dc.path, n_windows=dc.n_windows)
 
 
-def make_executor(name: str, jobs: Optional[int],
-                  ray_address: Optional[str] = None) -> Optional["Executor"]:
-    """The executor ``--executor``/``--jobs``/``--ray-address`` name (None: serial, in this process);
-    ConfigError for a wrong choice, before any run starts."""
+def make_executor(name: str, jobs: Optional[int], ray_address: Optional[str] = None,
+                  workers: Optional[int] = None) -> Optional["Executor"]:
+    """The executor ``--executor``/``--jobs``/``--ray-address`` name (None: serial, in this process),
+    its runs each with ``workers`` round workers of their own (``--workers``); ConfigError for a
+    wrong choice, before any run starts."""
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise ConfigError("--jobs must be a whole number of at least 1, got %r" % (jobs,))
     if name == "local":
         if ray_address is not None:
             raise ConfigError("--ray-address needs --executor ray")
-        return LocalExecutor(jobs) if jobs is not None and jobs > 1 else None
+        return LocalExecutor(jobs, workers) if jobs is not None and jobs > 1 else None
     if name == "ray":
-        return RayExecutor(jobs, ray_address)
+        return RayExecutor(jobs, ray_address, workers)
     raise ConfigError("unknown executor %r (choose one of %s)" % (name, ", ".join(EXECUTORS)))
 
 
@@ -94,7 +97,7 @@ def run_failed(seed: int, method: Method, exc: BaseException) -> StreamflError:
 def _worker_data(grid_id: str, scenario: Scenario, dataset: Any) -> SimData:
     """This process's ``SimData`` for the grid ``grid_id``, built on its first run."""
     if _WORKER.get("grid_id") != grid_id:
-        _WORKER.clear()
+        _WORKER.pop("data", None)
         _WORKER.update(grid_id=grid_id, data=SimData(scenario, dataset if dataset is not None
                                                      else scenario_dataset(scenario)))
     return _WORKER["data"]
@@ -106,11 +109,21 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _run_pair(grid_id: str, scenario: Scenario, dataset: Any, seed: int, method: Method) -> Result:
-    """One run in a worker: its metrics lines as text, and its figures."""
+def _run_pair(grid_id: str, scenario: Scenario, dataset: Any, seed: int, method: Method,
+              workers: Optional[int] = None, executor: str = "local") -> Result:
+    """One run in a worker: its metrics lines as text, and its figures. ``workers``: round
+    workers of its own (made on the process's first run and kept for its next)."""
     _one_thread()
     lines = io.StringIO()
-    figures = run_one(scenario, method, seed, _worker_data(grid_id, scenario, dataset), lines.write)
+    rounds = None
+    if workers is not None:
+        if _WORKER.get("rounds_of") != (workers, executor):
+            if _WORKER.get("rounds") is not None:
+                _WORKER["rounds"].close()
+            _WORKER.update(rounds=make_rounds(workers, executor), rounds_of=(workers, executor))
+        rounds = _WORKER["rounds"]
+    figures = run_one(scenario, method, seed, _worker_data(grid_id, scenario, dataset), lines.write,
+                      rounds=rounds)
     return lines.getvalue(), figures
 
 
@@ -165,9 +178,11 @@ def _init_local_worker(log_level: int, parent_pid: int) -> None:
 class LocalExecutor(Executor):
     """``jobs`` spawned worker processes on this machine, one run at a time each."""
 
-    def __init__(self, jobs: int):
-        """``jobs`` worker processes at most (fewer when the grid is smaller)."""
+    def __init__(self, jobs: int, workers: Optional[int] = None):
+        """``jobs`` worker processes at most (fewer when the grid is smaller), each run with
+        ``workers`` round worker processes of its own (None: none)."""
         self.jobs = jobs
+        self.workers = workers
 
     def unordered(self, scenario: Scenario, dataset: Any,
                   grid: Sequence[Pair]) -> Iterator[Tuple[int, Result]]:
@@ -180,7 +195,8 @@ class LocalExecutor(Executor):
         futures: Dict[Future, int] = {}
         try:
             for index, (seed, method) in enumerate(grid):
-                futures[pool.submit(_run_pair, grid_id, scenario, dataset, seed, method)] = index
+                futures[pool.submit(_run_pair, grid_id, scenario, dataset, seed, method,
+                                     self.workers, "local")] = index
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -217,14 +233,17 @@ class RayExecutor(Executor):
     streamfl, so a remote cluster needs the same streamfl installed on every node.
     """
 
-    def __init__(self, jobs: Optional[int], address: Optional[str] = None):
-        """Fails here, before any run starts, when ray is not installed."""
+    def __init__(self, jobs: Optional[int], address: Optional[str] = None,
+                 workers: Optional[int] = None):
+        """Fails here, before any run starts, when ray is not installed. ``workers``: Ray actors
+        of each run's own that train its rounds (None: the task trains them itself)."""
         try:
             import ray  # noqa: F401  (an optional extra; checked before any run starts)
         except ImportError:
             raise ConfigError(RAY_HINT) from None
         self.jobs = jobs
         self.address = address
+        self.workers = workers
 
     def unordered(self, scenario: Scenario, dataset: Any,
                   grid: Sequence[Pair]) -> Iterator[Tuple[int, Result]]:
@@ -245,7 +264,8 @@ class RayExecutor(Executor):
             while queued or in_flight:
                 while queued and len(in_flight) < limit:
                     index, (seed, method) = queued.pop(0)
-                    in_flight[task.remote(grid_id, scenario, data_ref, seed, method)] = index
+                    in_flight[task.remote(grid_id, scenario, data_ref, seed, method,
+                                                 self.workers, "ray")] = index
                 done, _ = ray.wait(list(in_flight), num_returns=1)
                 index = in_flight.pop(done[0])
                 try:

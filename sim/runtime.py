@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from streamfl.agent.config import AgentConfig
-from streamfl.agent.core import AgentCore, DivergedError, RoundMeasurement
+from streamfl.agent.core import AgentCore, DivergedError, PlannedRound, RoundMeasurement
 from streamfl import methods as method_packages
 from streamfl.config import build, merge
 from streamfl.coordinator.config import CoordinatorConfig
@@ -37,8 +37,10 @@ from streamfl.protocol.train import TrainRequest
 from streamfl.sensors.window import Window
 from streamfl.sim.device import DeviceModel, make_devices
 from streamfl.sim.device_state import DeviceState, device_specs
-from streamfl.sim.events import EventQueue
+from streamfl.sim.events import Event, EventQueue
 from streamfl.sim.methods import Method
+from streamfl.sim.rounds.base import RoundRunner
+from streamfl.sim.rounds.inline import InlineRounds
 from streamfl.sim.scenario import Scenario
 from streamfl.sim.scenario_data import SimData
 from streamfl.sim.stream_kinds import evaluation
@@ -62,11 +64,30 @@ def plugin_settings(hook: str, *args: Any) -> Dict[str, Any]:
     return {"plugins": out} if out else {}
 
 
+@dataclasses.dataclass
+class _Pending:
+    """A round whose SGD runs elsewhere: what finishing it needs, and from when it could matter."""
+
+    i: int
+    t: float
+    levels: Dict[str, int]
+    interval_s: float
+    planned: PlannedRound
+    ticket: Any
+    #: Two sequence numbers reserved for its pushes (the update, then the next round).
+    seq: int
+    #: The loop's event that started it (its emitted events go there).
+    key: int
+    #: No outcome of it lands before this virtual time.
+    horizon_s: float
+
+
 class SimRun:
     """One method on one seed: builds the fleet, runs the event loop, emits metric events."""
 
     def __init__(self, scenario: Scenario, method: Method, seed: int, data: SimData,
-                 emit: Emit, progress: Optional[Callable[[float], None]] = None):
+                 emit: Emit, progress: Optional[Callable[[float], None]] = None,
+                 rounds: Optional[RoundRunner] = None):
         self.scenario = scenario
         self.data = data
         T, C, K = data.shape
@@ -89,7 +110,7 @@ class SimRun:
         admission.setdefault("max_updates_per_s", None)
         admission.setdefault("round_time_fraction", 0.0)
         self._start(build(CoordinatorConfig, ccfg, "%s: coordinator" % scenario.name), method, seed,
-                    emit, progress)
+                    emit, progress, rounds)
         policy = method.dvfs_policy or scenario.dvfs_policy
         models = make_devices(device_specs(scenario), self.seed)
         streams = data.streams(self.seed, self.clock)
@@ -101,12 +122,21 @@ class SimRun:
     # ---- construction -------------------------------------------------------------------------
 
     def _start(self, config: CoordinatorConfig, method: Method, seed: int, emit: Emit,
-               progress: Optional[Callable[[float], None]] = None) -> None:
+               progress: Optional[Callable[[float], None]] = None,
+               rounds: Optional[RoundRunner] = None) -> None:
         """The coordinator side: its core behind the codec, the event queue, version 0 published."""
         self.method = method
         self.seed = int(seed)
-        self.emit = emit
+        self._sink = emit
         self.progress = progress
+        #: Where the devices' SGD runs (``streamfl.sim.rounds``); inline: the serial run.
+        self.rounds: RoundRunner = rounds if rounds is not None else InlineRounds()
+        #: Rounds whose SGD runs elsewhere, in the order they started (``_commit`` finishes them).
+        self._pending: List[_Pending] = []
+        #: Events emitted while rounds are pending, by (the event that made them, order made).
+        self._held: List[Tuple[int, int, Dict[str, Any]]] = []
+        self._event_key = 0
+        self._committing = False
         self.queue = EventQueue()
         #: When each version was made: streams whose periods count aggregations read it.
         self.clock = AggregationClock()
@@ -158,14 +188,26 @@ class SimRun:
         return self.totals()
 
     def _loop(self) -> None:
-        """Pop and handle events up to ``end_s`` (or ``max_aggregations``)."""
+        """Pop and handle events up to ``end_s`` (or ``max_aggregations``).
+
+        With a round runner that ``overlaps``, a round's SGD runs elsewhere while the loop goes
+        on with the events its outcome cannot change (``_independent``); the round is finished
+        (``_commit``) before any other. Its pushes take sequence numbers reserved when it started
+        and its emitted events are put back in their serial place, so the run is the serial
+        run, bit for bit."""
         q = self.queue
         q.push(q.now_s + self.scenario.tick_s, "tick")  # FedAvg's deadline, plug-ins' timers
         limit = self.scenario.max_aggregations
-        while len(q):
-            if q.peek_time() > self.end_s:
+        while True:
+            if self._pending:
+                self.rounds.poll()
+                if not self._independent(q.peek()):
+                    self._commit_all()
+                    continue
+            if not len(q) or q.peek_time() > self.end_s:
                 break
             ev = q.pop()
+            self._event_key += 1
             if ev.kind == "round":
                 i, gen = ev.payload
                 if gen == self.devices[i].round_gen:
@@ -181,8 +223,23 @@ class SimRun:
                 self._evaluate(ev.time_s)
                 q.push(ev.time_s + self.scenario.eval_every_s, "eval")
             if limit is not None and self.coordinator.counters["aggregated"] >= limit:
+                self._commit_all()
                 self.end_s = q.now_s
                 break
+        self._commit_all()
+
+    def _independent(self, ev: Optional[Event]) -> bool:
+        """True if ``ev`` may be handled while the pending rounds' SGD runs: it comes before any
+        of their outcomes can (``_Pending.horizon_s``), reads nothing they change (an evaluation
+        reads every device's energy and buffer) and is not for a device with a pending round.
+        Its absence, or an event past the end, waits for them: they may push earlier events."""
+        if ev is None or ev.time_s > self.end_s or ev.kind == "eval":
+            return False
+        if ev.time_s >= min(p.horizon_s for p in self._pending):
+            return False
+        if ev.kind in ("round", "command"):
+            return all(p.i != ev.payload[0] for p in self._pending)
+        return True
 
     def _round(self, i: int, t: float) -> None:
         d = self.devices[i]
@@ -214,10 +271,47 @@ class SimRun:
         for name, level in d.agent.frequency_plan(views).items():
             d.backend.domain(name).set_level(level)
         levels = {dom.name: dom.current_level() for dom in d.backend.domains}
+        planned = d.agent.plan_training()
+        ticket = self.rounds.submit(d.agent.trainer, self.spec, planned.job)
+        # No outcome of the round lands before its least compute time (the noise only adds),
+        # nor before the device leaves: events before both cannot depend on it.
+        samples = min(sum(len(y) for _, y in planned.job.batches),
+                      planned.plan.local_steps * planned.plan.batch_size)
+        horizon_s = t + samples * d.model.min_seconds_per_sample(levels)
+        gone_s = d.model.presence.next_unavailable_s(t)
+        if gone_s is not None:
+            horizon_s = min(horizon_s, gone_s)
+        self._pending.append(_Pending(i=i, t=t, levels=levels, interval_s=interval, planned=planned,
+                                      ticket=ticket, seq=self.queue.reserve(2),
+                                      key=self._event_key, horizon_s=horizon_s))
+        if not self.rounds.overlaps:
+            self._commit_all()
+
+    def _commit_all(self) -> None:
+        """Finish every pending round, oldest first; then emit what was held, in serial order."""
+        while self._pending:
+            self._commit(self._pending.pop(0))
+        if self._held:
+            held, self._held = sorted(self._held, key=lambda h: h[:2]), []
+            for _, _, event in held:
+                self._sink(event)
+
+    def _commit(self, p: "_Pending") -> None:
+        """The rest of a round once its SGD is done: the update, its timing and energy, its pushes."""
+        d = self.devices[p.i]
+        result = self.rounds.result(p.ticket)
+        key, self._event_key, self._committing = self._event_key, p.key, True
         try:
-            update = d.agent.train_round()
+            self._finish_round(p, d, result)
+        finally:
+            self._event_key, self._committing = key, False
+
+    def _finish_round(self, p: "_Pending", d: DeviceState, result: Any) -> None:
+        i, t, levels, interval = p.i, p.t, p.levels, p.interval_s
+        try:
+            update = d.agent.finish_training(p.planned, result)
         except DivergedError as exc:
-            self._diverged(i, d, t, levels, interval, exc)
+            self._diverged(i, d, t, levels, interval, exc, p.seq)
             return
         # The plug-ins' round statistics (a Fisher trace or diagonal) take time too (a real agent spends it the same way).
         work = d.model.work_samples(update.num_samples, d.agent.statistics_windows)
@@ -238,18 +332,27 @@ class SimRun:
             d.busy_s += spent_s
             d.train_j += d.model.train_w(levels) * spent_s
             d.lost_rounds += 1
-            self._next_round(i, gone_s)
+            self._next_round(i, gone_s, p.seq)
             return
         d.busy_s += compute_s
         d.train_j += train_j
         d.rounds += 1
         d.latency_s += compute_s + upload_s
-        self.queue.push(t + compute_s + upload_s, "update", (i, frame, compute_s, upload_s, train_j))
-        self._next_round(i, max(t + interval, t + compute_s))
+        self.queue.push(t + compute_s + upload_s, "update", (i, frame, compute_s, upload_s, train_j),
+                        seq=p.seq)
+        self._next_round(i, max(t + interval, t + compute_s), p.seq + 1)
 
-    def _next_round(self, i: int, t: float) -> None:
-        """Queue device ``i``'s next round event (of its current generation)."""
-        self.queue.push(t, "round", (i, self.devices[i].round_gen))
+    def emit(self, event: Dict[str, Any]) -> None:
+        """Every event the run emits: straight out, or held while rounds are pending (a pending
+        round's own events go before those of the events handled after it started)."""
+        if self._pending or self._committing or self._held:
+            self._held.append((self._event_key, len(self._held), event))
+        else:
+            self._sink(event)
+
+    def _next_round(self, i: int, t: float, seq: Optional[int] = None) -> None:
+        """Queue device ``i``'s next round event (of its current generation); ``seq``: a reserved one."""
+        self.queue.push(t, "round", (i, self.devices[i].round_gen), seq=seq)
 
     def _report(self, d: DeviceState, t: float) -> None:
         """A device that does not train now sends its plug-ins' reports (if any ask for one) in a
@@ -262,7 +365,7 @@ class SimRun:
                                     rounds=d.rounds, extras=extras), t)
 
     def _diverged(self, i: int, d: DeviceState, t: float, levels: Dict[str, int], interval: float,
-                  exc: DivergedError) -> None:
+                  exc: DivergedError, seq: Optional[int] = None) -> None:
         """A round whose training diverged: its work is spent, no update is sent, and the device
         goes on from the global model next round, as the daemon does (agent/daemon.py)."""
         hp = d.agent.hparams
@@ -274,7 +377,7 @@ class SimRun:
         log.info("%s: %s", d.agent.device_id, exc)
         self.emit({"event": "diverged", "method": self.method.name, "seed": self.seed,
                    "time_s": round(t, 6), "device_id": d.agent.device_id, "lr": hp["lr"]})
-        self._next_round(i, max(t + interval, t + compute_s))
+        self._next_round(i, max(t + interval, t + compute_s), seq)
 
     def _arrive(self, t: float, i: int, frame: bytes, compute_s: float, upload_s: float,
                 train_j: float) -> None:

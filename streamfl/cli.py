@@ -83,9 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="(seed, method) runs at a time, each in a worker process (default 1: one "
                           "after another in this process; with --executor ray, as many as Ray "
                           "schedules); the output files are the same")
+    sim.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="train each run's device rounds in N worker processes (Ray actors with "
+                          "--executor ray): the rounds that cannot change each other's input run "
+                          "side by side; the output files are the same")
     sim.add_argument("--executor", default="local", choices=("local", "ray"),
-                     help="where parallel runs go: local processes, or Ray tasks (needs the ray "
-                          "extra)")
+                     help="where parallel runs and round workers go: local processes, or Ray "
+                          "tasks and actors (needs the ray extra)")
     sim.add_argument("--ray-address", default=None, metavar="ADDR",
                      help="Ray cluster to attach to (default: start a local Ray instance)")
     sim.add_argument("--log-level", default="WARNING")
@@ -196,7 +200,7 @@ def _sim(args) -> int:
     out = Path(args.out or "runs/sim-%s-%s" % (scenario.name, time.strftime("%Y%m%d-%H%M%S")))
     methods = [m for m in args.methods.split(",") if m.strip()] if args.methods else None
     summary = run_sim(scenario, out, methods=methods, seeds=args.seeds, jobs=args.jobs,
-                      executor=args.executor, ray_address=args.ray_address)
+                      executor=args.executor, ray_address=args.ray_address, workers=args.workers)
     for name, m in summary["methods"].items():
         print("%-16s accuracy %s +- %s   mean over the run %s +- %s   energy %s +- %s J" % (
             name, _fmt(m.get("final_accuracy")), _fmt(m.get("final_accuracy_std")),

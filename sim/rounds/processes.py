@@ -1,0 +1,281 @@
+"""Round workers as processes on this machine, fed through shared memory.
+
+Each worker is a spawned process with a pipe and a block of shared memory. A job's start weights
+and minibatches are written into the worker's block (one copy, 64-byte aligned), the small rest
+(lr, dropout, seed, penalties, where each array lies) goes down the pipe; the worker trains on
+views of the block and writes the trained weights back into it, and the main process loads them
+straight into the device's model. No model is pickled per round. Jobs wait in a queue for a free
+worker; a worker runs one job at a time.
+
+A worker that dies (killed, out of memory) ends the run with an error naming it, whatever the
+main process was waiting for; the workers end with the main process (``exit_with_parent``) and
+are stopped and reaped by ``close``.
+"""
+import itertools
+import logging
+import os
+import traceback
+from collections import deque
+from dataclasses import dataclass, field, replace
+from multiprocessing import connection, get_context
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from streamfl.agent.trainer import LocalTrainer, TrainingJob, TrainResult
+from streamfl.errors import ConfigError, StreamflError
+from streamfl.models import ModelSpec
+from streamfl.sim.rounds.base import RoundRunner
+from streamfl.sim.rounds.worker import JobRunner, load_trained
+
+log = logging.getLogger(__name__)
+
+#: Arrays start at multiples of this many bytes in a worker's block.
+ALIGN_BYTES = 64
+#: A block that must grow grows to this many times what the job needs (fewer re-allocations).
+GROWTH = 1.5
+#: Seconds a stopping worker gets to leave on its own before it is terminated.
+STOP_TIMEOUT_S = 5.0
+
+#: ``(name, byte offset, shape, dtype string)`` of one array in a block.
+Slot = Tuple[str, int, Tuple[int, ...], str]
+
+
+def _layout(arrays: List[Tuple[str, np.ndarray]], start: int = 0) -> Tuple[List[Slot], int]:
+    """Where each array goes in a block from ``start`` on, aligned; and the end offset."""
+    slots, offset = [], start
+    for name, arr in arrays:
+        offset = -(-offset // ALIGN_BYTES) * ALIGN_BYTES
+        slots.append((name, offset, tuple(arr.shape), arr.dtype.str))
+        offset += arr.nbytes
+    return slots, offset
+
+
+def _view(buf: Any, slot: Slot) -> np.ndarray:
+    """The array ``slot`` describes, as a view of ``buf``."""
+    _, offset, shape, dtype = slot
+    return np.ndarray(shape, dtype=np.dtype(dtype), buffer=buf, offset=offset)
+
+
+@dataclass
+class _Job:
+    """One submitted job and what became of it."""
+
+    trainer: LocalTrainer
+    spec: ModelSpec
+    job: TrainingJob
+    result: Optional[TrainResult] = None
+
+
+@dataclass
+class _Worker:
+    """The main process's handle on one worker process."""
+
+    index: int
+    process: Any
+    conn: Any
+    shm: Optional[SharedMemory] = None
+    ticket: Optional[int] = None
+    #: The output slots of the running job (the trained weights' place in the block).
+    out: List[Slot] = field(default_factory=list)
+
+
+class ProcessRounds(RoundRunner):
+    """``workers`` spawned processes that train the jobs of one run (or of several, in turn)."""
+
+    overlaps = True
+
+    def __init__(self, workers: int):
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ConfigError("--workers must be a whole number of at least 1, got %r" % (workers,))
+        super().__init__()
+        ctx = get_context("spawn")
+        level = logging.getLogger("streamfl").getEffectiveLevel()
+        self._workers: List[_Worker] = []
+        self._jobs: Dict[int, _Job] = {}
+        self._queue: Deque[int] = deque()
+        self._tickets = itertools.count()
+        self._closed = False
+        try:
+            for k in range(workers):
+                parent, child = ctx.Pipe()
+                process = ctx.Process(target=_serve, args=(child, os.getpid(), level),
+                                      name="streamfl-rounds-%d" % k, daemon=True)
+                process.start()
+                child.close()
+                self._workers.append(_Worker(k, process, parent))
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- RoundRunner ---------------------------------------------------------------------------
+
+    def _submit(self, trainer: LocalTrainer, spec: ModelSpec, job: TrainingJob) -> int:
+        if self._closed:
+            raise StreamflError("the round workers are stopped")
+        ticket = next(self._tickets)
+        self._jobs[ticket] = _Job(trainer, spec, replace(job, batches=list(job.batches)))
+        self._queue.append(ticket)
+        self._start_queued()
+        return ticket
+
+    def _result(self, ticket: int) -> TrainResult:
+        job = self._jobs[ticket]
+        while job.result is None:
+            busy = [w for w in self._workers if w.ticket is not None]
+            if not busy:  # cannot happen while the ticket is queued: a worker would have taken it
+                raise StreamflError("round job %d was never started" % ticket)
+            for conn in connection.wait([w.conn for w in busy]):
+                self._receive(next(w for w in busy if w.conn is conn))
+            self._start_queued()
+        del self._jobs[ticket]
+        return job.result
+
+    def poll(self) -> None:
+        busy = [w for w in self._workers if w.ticket is not None]
+        if busy:
+            for conn in connection.wait([w.conn for w in busy], timeout=0):
+                self._receive(next(w for w in busy if w.conn is conn))
+        self._start_queued()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for w in self._workers:
+            try:
+                w.conn.send(("stop",))
+            except (OSError, ValueError):
+                pass
+        for w in self._workers:
+            w.process.join(STOP_TIMEOUT_S if w.ticket is None else 0.0)
+            if w.process.is_alive():
+                w.process.terminate()
+                w.process.join()
+            w.conn.close()
+            self._free(w)
+        self._queue.clear()
+        self._jobs.clear()
+
+    # ---- the main process's side ----------------------------------------------------------------
+
+    def _start_queued(self) -> None:
+        for w in self._workers:
+            if not self._queue:
+                return
+            if w.ticket is None:
+                self._start(w, self._queue.popleft())
+
+    def _start(self, w: _Worker, ticket: int) -> None:
+        """Write the job's start weights and minibatches into ``w``'s block and send it the rest."""
+        job = self._jobs[ticket]
+        weights = [("w/" + name, t.detach().numpy())
+                   for name, t in job.trainer.model.state_dict().items()]
+        arrays = list(weights)
+        for k, (X, y) in enumerate(job.job.batches):
+            arrays += [("x/%d" % k, np.asarray(X)), ("y/%d" % k, np.asarray(y))]
+        slots, end = _layout(arrays)
+        out, end = _layout([(name, np.empty(a.shape, np.float32)) for name, a in weights], end)
+        if w.shm is None or w.shm.size < end:
+            self._free(w)
+            w.shm = SharedMemory(create=True, size=int(end * GROWTH) + ALIGN_BYTES)
+        for slot, (_, arr) in zip(slots, arrays):
+            _view(w.shm.buf, slot)[...] = arr
+        header = {"ticket": ticket, "shm": w.shm.name, "slots": slots, "out": out,
+                  "spec": job.spec, "torch_threads": _torch_threads(),
+                  "job": replace(job.job, batches=[])}
+        try:
+            w.conn.send(("job", header))
+        except (OSError, ValueError) as exc:
+            raise self._died(w, ticket) from exc
+        w.ticket, w.out = ticket, out
+
+    def _receive(self, w: _Worker) -> None:
+        """Take ``w``'s answer: the trained weights go into the device's model at once."""
+        ticket = w.ticket
+        try:
+            message = w.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise self._died(w, ticket) from exc
+        kind, answered, payload = message
+        if kind == "error":
+            raise StreamflError("a round worker failed on its job: %s" % payload)
+        job = self._jobs[answered]
+        weights = {slot[0][2:]: _view(w.shm.buf, slot) for slot in w.out}
+        load_trained(job.trainer, job.job, weights)
+        del weights
+        job.result = payload
+        w.ticket, w.out = None, []
+
+    def _died(self, w: _Worker, ticket: Optional[int]) -> StreamflError:
+        """The error for a worker that is gone; every worker is stopped."""
+        w.process.join(1.0)
+        code = w.process.exitcode
+        self.close()
+        return StreamflError("round worker %d (pid %s) died%s%s: the run cannot go on" % (
+            w.index, w.process.pid, "" if code is None else " with exit code %s" % code,
+            "" if ticket is None else " while training round job %d" % ticket))
+
+    @staticmethod
+    def _free(w: _Worker) -> None:
+        if w.shm is not None:
+            w.shm.close()
+            try:
+                w.shm.unlink()
+            except FileNotFoundError:
+                pass
+            w.shm = None
+
+
+def _torch_threads() -> int:
+    import torch
+    return torch.get_num_threads()
+
+
+# ---- the worker process ---------------------------------------------------------------------------
+
+def _serve(conn: Any, parent_pid: int, log_level: int) -> None:
+    """A worker's loop: train each job from its block until told to stop (or the parent is gone)."""
+    import torch
+
+    from streamfl.logs import LEVELS, setup_logging
+    from streamfl.sim.executors import exit_with_parent
+    exit_with_parent(parent_pid)
+    name = logging.getLevelName(log_level)
+    setup_logging(name if name in LEVELS else "WARNING")
+    runner = JobRunner()
+    shm: Optional[SharedMemory] = None
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return
+            if message[0] == "stop":
+                return
+            header = message[1]
+            try:
+                if shm is None or shm.name != header["shm"]:
+                    if shm is not None:
+                        shm.close()
+                    shm = SharedMemory(name=header["shm"])
+                if torch.get_num_threads() != header["torch_threads"]:
+                    torch.set_num_threads(header["torch_threads"])
+                views = {slot[0]: _view(shm.buf, slot) for slot in header["slots"]}
+                weights = {k[2:]: v for k, v in views.items() if k.startswith("w/")}
+                steps = sum(1 for k in views if k.startswith("x/"))
+                batches = [(views["x/%d" % k], views["y/%d" % k]) for k in range(steps)]
+                job = replace(header["job"], batches=batches)
+                result, model = runner.run(header["spec"], weights, job)
+                state = model.state_dict()
+                for slot in header["out"]:
+                    _view(shm.buf, slot)[...] = state[slot[0][2:]].detach().to(torch.float32).numpy()
+                del views, weights, batches, job
+                conn.send(("done", header["ticket"], result))
+            except Exception as exc:
+                conn.send(("error", header["ticket"], "%s: %s\nthe worker's traceback:\n%s" % (
+                    type(exc).__name__, exc, traceback.format_exc())))
+    finally:
+        if shm is not None:
+            shm.close()
