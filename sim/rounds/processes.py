@@ -1,11 +1,12 @@
 """Round workers as processes on this machine, fed through shared memory.
 
-Each worker is a spawned process with a pipe and a block of shared memory. A job's start weights
-and minibatches are written into the worker's block (one copy, 64-byte aligned), the small rest
-(lr, dropout, seed, penalties, where each array lies) goes down the pipe; the worker trains on
+Each worker is a spawned process with a pipe and blocks of shared memory. A job's start weights
+and minibatches are written into a block of the worker's (one copy, 64-byte aligned), the small
+rest (lr, dropout, seed, penalties, where each array lies) goes down the pipe; the worker trains on
 views of the block and writes the trained weights back into it, and the main process loads them
-straight into the device's model. No model is pickled per round. Jobs wait in a queue for a free
-worker; a worker runs one job at a time.
+straight into the device's model. No model is pickled per round. Jobs wait in a queue; a worker
+holds up to ``DEPTH`` of them (a block each) and runs them in order, so that its next job is
+already there when it finishes one, whatever the main process is doing.
 
 A worker that dies (killed, out of memory) ends the run with an error naming it, whatever the
 main process was waiting for; the workers end with the main process (``exit_with_parent``) and
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 ALIGN_BYTES = 64
 #: A block that must grow grows to this many times what the job needs (fewer re-allocations).
 GROWTH = 1.5
+#: Jobs a worker holds at once (each in a block of its own): the next is waiting when one ends.
+DEPTH = 2
 #: Seconds a stopping worker gets to leave on its own before it is terminated.
 STOP_TIMEOUT_S = 5.0
 
@@ -70,15 +73,15 @@ class _Job:
 
 @dataclass
 class _Worker:
-    """The main process's handle on one worker process."""
+    """The main process's handle on one worker process: its blocks and the jobs it was sent."""
 
     index: int
     process: Any
     conn: Any
-    shm: Optional[SharedMemory] = None
-    ticket: Optional[int] = None
-    #: The output slots of the running job (the trained weights' place in the block).
-    out: List[Slot] = field(default_factory=list)
+    #: One block of shared memory per job the worker may hold at once (``DEPTH``).
+    blocks: List[Optional[SharedMemory]] = field(default_factory=lambda: [None] * DEPTH)
+    #: ``(ticket, block index, output slots)`` of the jobs sent, oldest first (it runs them in order).
+    sent: Deque[Tuple[int, int, List[Slot]]] = field(default_factory=deque)
 
 
 class ProcessRounds(RoundRunner):
@@ -87,9 +90,9 @@ class ProcessRounds(RoundRunner):
     overlaps = True
 
     def __init__(self, workers: int):
+        super().__init__()
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError("--workers must be a whole number of at least 1, got %r" % (workers,))
-        super().__init__()
         ctx = get_context("spawn")
         level = logging.getLogger("streamfl").getEffectiveLevel()
         self._workers: List[_Worker] = []
@@ -123,7 +126,7 @@ class ProcessRounds(RoundRunner):
     def _result(self, ticket: int) -> TrainResult:
         job = self._jobs[ticket]
         while job.result is None:
-            busy = [w for w in self._workers if w.ticket is not None]
+            busy = [w for w in self._workers if w.sent]
             if not busy:  # cannot happen while the ticket is queued: a worker would have taken it
                 raise StreamflError("round job %d was never started" % ticket)
             for conn in connection.wait([w.conn for w in busy]):
@@ -133,7 +136,7 @@ class ProcessRounds(RoundRunner):
         return job.result
 
     def poll(self) -> None:
-        busy = [w for w in self._workers if w.ticket is not None]
+        busy = [w for w in self._workers if w.sent]
         if busy:
             for conn in connection.wait([w.conn for w in busy], timeout=0):
                 self._receive(next(w for w in busy if w.conn is conn))
@@ -149,26 +152,29 @@ class ProcessRounds(RoundRunner):
             except (OSError, ValueError):
                 pass
         for w in self._workers:
-            w.process.join(STOP_TIMEOUT_S if w.ticket is None else 0.0)
+            w.process.join(0.0 if w.sent else STOP_TIMEOUT_S)
             if w.process.is_alive():
                 w.process.terminate()
                 w.process.join()
             w.conn.close()
-            self._free(w)
+            for k in range(DEPTH):
+                self._free(w, k)
         self._queue.clear()
         self._jobs.clear()
 
     # ---- the main process's side ----------------------------------------------------------------
 
     def _start_queued(self) -> None:
-        for w in self._workers:
-            if not self._queue:
+        """Hand queued jobs to the workers holding the fewest, up to ``DEPTH`` each: a worker's
+        next job is already in its pipe when it finishes one."""
+        while self._queue:
+            w = min(self._workers, key=lambda w: len(w.sent))
+            if len(w.sent) >= DEPTH:
                 return
-            if w.ticket is None:
-                self._start(w, self._queue.popleft())
+            self._start(w, self._queue.popleft())
 
     def _start(self, w: _Worker, ticket: int) -> None:
-        """Write the job's start weights and minibatches into ``w``'s block and send it the rest."""
+        """Write the job's start weights and minibatches into a free block of ``w`` and send it the rest."""
         job = self._jobs[ticket]
         weights = [("w/" + name, t.detach().numpy())
                    for name, t in job.trainer.model.state_dict().items()]
@@ -177,36 +183,43 @@ class ProcessRounds(RoundRunner):
             arrays += [("x/%d" % k, np.asarray(X)), ("y/%d" % k, np.asarray(y))]
         slots, end = _layout(arrays)
         out, end = _layout([(name, np.empty(a.shape, np.float32)) for name, a in weights], end)
-        if w.shm is None or w.shm.size < end:
-            self._free(w)
-            w.shm = SharedMemory(create=True, size=int(end * GROWTH) + ALIGN_BYTES)
+        used = {block for _, block, _ in w.sent}
+        block = next(k for k in range(DEPTH) if k not in used)
+        shm = w.blocks[block]
+        if shm is None or shm.size < end:
+            self._free(w, block)
+            shm = w.blocks[block] = SharedMemory(create=True, size=int(end * GROWTH) + ALIGN_BYTES)
         for slot, (_, arr) in zip(slots, arrays):
-            _view(w.shm.buf, slot)[...] = arr
-        header = {"ticket": ticket, "shm": w.shm.name, "slots": slots, "out": out,
+            _view(shm.buf, slot)[...] = arr
+        header = {"ticket": ticket, "shm": shm.name, "slots": slots, "out": out,
                   "spec": job.spec, "torch_threads": _torch_threads(),
                   "job": replace(job.job, batches=[])}
         try:
             w.conn.send(("job", header))
         except (OSError, ValueError) as exc:
             raise self._died(w, ticket) from exc
-        w.ticket, w.out = ticket, out
+        w.sent.append((ticket, block, out))
 
     def _receive(self, w: _Worker) -> None:
-        """Take ``w``'s answer: the trained weights go into the device's model at once."""
-        ticket = w.ticket
+        """Take ``w``'s answer to its oldest job: the trained weights go into the device's model."""
+        ticket, block, out = w.sent[0]
         try:
             message = w.conn.recv()
         except (EOFError, OSError) as exc:
             raise self._died(w, ticket) from exc
         kind, answered, payload = message
         if kind == "error":
+            self.close()
             raise StreamflError("a round worker failed on its job: %s" % payload)
-        job = self._jobs[answered]
-        weights = {slot[0][2:]: _view(w.shm.buf, slot) for slot in w.out}
+        if answered != ticket:
+            self.close()
+            raise StreamflError("round worker %d answered job %s, expected %d" % (w.index, answered, ticket))
+        w.sent.popleft()
+        job = self._jobs[ticket]
+        weights = {slot[0][2:]: _view(w.blocks[block].buf, slot) for slot in out}
         load_trained(job.trainer, job.job, weights)
         del weights
         job.result = payload
-        w.ticket, w.out = None, []
 
     def _died(self, w: _Worker, ticket: Optional[int]) -> StreamflError:
         """The error for a worker that is gone; every worker is stopped."""
@@ -218,14 +231,15 @@ class ProcessRounds(RoundRunner):
             "" if ticket is None else " while training round job %d" % ticket))
 
     @staticmethod
-    def _free(w: _Worker) -> None:
-        if w.shm is not None:
-            w.shm.close()
+    def _free(w: _Worker, block: int) -> None:
+        shm = w.blocks[block]
+        if shm is not None:
+            shm.close()
             try:
-                w.shm.unlink()
+                shm.unlink()
             except FileNotFoundError:
                 pass
-            w.shm = None
+            w.blocks[block] = None
 
 
 def _torch_threads() -> int:
@@ -245,7 +259,7 @@ def _serve(conn: Any, parent_pid: int, log_level: int) -> None:
     name = logging.getLevelName(log_level)
     setup_logging(name if name in LEVELS else "WARNING")
     runner = JobRunner()
-    shm: Optional[SharedMemory] = None
+    attached: Dict[str, SharedMemory] = {}  # by name, most recently used last
     try:
         while True:
             try:
@@ -256,10 +270,10 @@ def _serve(conn: Any, parent_pid: int, log_level: int) -> None:
                 return
             header = message[1]
             try:
-                if shm is None or shm.name != header["shm"]:
-                    if shm is not None:
-                        shm.close()
-                    shm = SharedMemory(name=header["shm"])
+                shm = attached.pop(header["shm"], None) or SharedMemory(name=header["shm"])
+                attached[header["shm"]] = shm
+                while len(attached) > DEPTH:  # a block the main process replaced (grown) is done
+                    attached.pop(next(iter(attached))).close()
                 if torch.get_num_threads() != header["torch_threads"]:
                     torch.set_num_threads(header["torch_threads"])
                 views = {slot[0]: _view(shm.buf, slot) for slot in header["slots"]}
@@ -277,5 +291,5 @@ def _serve(conn: Any, parent_pid: int, log_level: int) -> None:
                 conn.send(("error", header["ticket"], "%s: %s\nthe worker's traceback:\n%s" % (
                     type(exc).__name__, exc, traceback.format_exc())))
     finally:
-        if shm is not None:
+        for shm in attached.values():
             shm.close()
