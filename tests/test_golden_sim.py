@@ -3,6 +3,11 @@
 ``tests/golden/*.json`` hold ``summary.json`` of ``streamfl sim`` (seed 0, short scenarios)
 recorded by ``tests/golden/record.py --write`` (the sessions methods on a churn run of their own); a change that moves any figure fails here. After a
 deliberate behaviour change, ``make golden`` rewrites them (say why in the commit).
+
+Every run is checked both ways: with each device round trained in the run's own process (the
+serial run), and with the rounds in a worker process of the run's own (``--workers 1``: the
+whole parallel path, handing rounds out while the loop goes on, at the serial run's cost on two
+cores); both must give the recorded figures.
 """
 import json
 import sys
@@ -15,15 +20,16 @@ import record  # noqa: E402
 
 
 @pytest.mark.timeout(900)  # every method, one after another on two workers: minutes, not seconds
+@pytest.mark.parametrize("workers", [None, 1], ids=["serial-rounds", "round-workers"])
 @pytest.mark.parametrize("stem, scenario, duration_s, sets", record.RUNS, ids=[r[0] for r in record.RUNS])
-def test_every_method_matches_its_recorded_figures(stem, scenario, duration_s, sets):
+def test_every_method_matches_its_recorded_figures(stem, scenario, duration_s, sets, workers):
     from streamfl.sim.methods import METHODS
     golden = json.loads((record.HERE / ("%s.json" % stem)).read_text())
     recorded = sorted(golden["methods"])
     missing = sorted(set(record.methods_for(stem, list(METHODS))) - set(recorded))
     methods = [m for m in recorded if m in METHODS]
     assert methods == recorded, "recorded methods no longer registered: %s" % sorted(set(recorded) - set(METHODS))
-    got = json.loads(json.dumps(record.run_one(stem, scenario, duration_s, sets, methods)))
+    got = json.loads(json.dumps(record.run_one(stem, scenario, duration_s, sets, methods, workers)))
     diff = record.first_difference(golden, got)
     assert not diff, "%s: %s" % (stem, diff)
     # A method registered after the recording has no figures to match yet: record it (make golden).

@@ -62,6 +62,18 @@ def test_events_refuse_the_past_but_accept_now():
     assert [q.pop().seq for _ in range(len(q))] == [1]
 
 
+def test_reserved_sequence_numbers_pop_as_if_pushed_when_reserved():
+    q = EventQueue()
+    first = q.reserve(2)  # a round whose pushes come later
+    q.push(3.0, "later-pushed-first")
+    assert q.peek().kind == "later-pushed-first"
+    q.push(3.0, "update", seq=first)
+    q.push(1.0, "next-round", seq=first + 1)
+    assert q.peek() == Event(1.0, first + 1, "next-round", None)
+    assert [q.pop().kind for _ in range(len(q))] == ["next-round", "update", "later-pushed-first"]
+    assert q.peek() is None
+
+
 # --- determinism -----------------------------------------------------------------------------
 
 def draws(devices):

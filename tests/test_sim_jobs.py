@@ -1,59 +1,23 @@
-"""``streamfl sim --jobs N`` and ``--executor ray`` write the very files the serial loop writes.
-
-The grid is the smoke scenario's two methods on two seeds, 30 virtual seconds each. Figures must
-match but for ``wall_s`` (this machine's seconds), and ``metrics.jsonl`` line for line but for
-``update_id``, which each device draws with ``uuid4`` (random in a serial run too).
-"""
-import json
+"""``streamfl sim --jobs N`` and ``--executor ray`` write the very files the serial loop writes
+(the grid and its comparison: ``tests/sim_grid.py``)."""
 import logging
 import multiprocessing
-import re
 import sys
 from pathlib import Path
 
 import pytest
 
+from sim_grid import GRID, SMOKE, quiet as _quiet, run_files as _files, serial_files, smoke as _smoke
 from streamfl.cli import main
 from streamfl.errors import ConfigError
-from streamfl.sim.driver import Progress, run_sim
+from streamfl.sim.driver import run_sim
 from streamfl.sim.executors import scenario_dataset
 from streamfl.sim.scenario import load_scenario
-
-SMOKE = Path(__file__).resolve().parents[1] / "configs" / "scenarios" / "smoke.yaml"
-GRID = ["--seeds", "2", "--duration", "30", "--methods", "fedasync,fedavg"]
-UPDATE_ID = re.compile(r'"update_id":"[0-9a-f]+"')
-
-
-def _quiet() -> Progress:
-    """A progress bar that prints nowhere."""
-    return Progress(4, stream=open("/dev/null", "w"))
-
-
-def _files(run_dir: Path):
-    """What must not depend on where the runs ran: metrics lines, figures, the scenario as run."""
-    lines = [UPDATE_ID.sub('"update_id":"-"', line)
-             for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    for method in summary["methods"].values():
-        for figures in method["runs"]:
-            assert figures.pop("wall_s") >= 0
-    return lines, summary, (run_dir / "scenario.yaml").read_text()
 
 
 @pytest.fixture(scope="module")
 def serial(tmp_path_factory):
-    """The serial run of the grid, through the command as a user runs it."""
-    out = tmp_path_factory.mktemp("serial") / "run"
-    assert main(["sim", str(SMOKE), *GRID, "--out", str(out)]) == 0
-    lines, summary, scenario = _files(out)
-    assert len(lines) > 100 and summary["seeds"] == [0, 1]
-    assert [r["seed"] for r in summary["methods"]["fedavg"]["runs"]] == [0, 1]
-    return lines, summary, scenario
-
-
-def _smoke():
-    """The scenario the command runs for ``GRID``."""
-    return load_scenario(SMOKE, {"duration_s": 30.0})
+    return serial_files(tmp_path_factory)
 
 
 def test_jobs_2_on_the_command_writes_the_serial_files(serial, tmp_path, capsys):

@@ -11,7 +11,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -93,8 +93,9 @@ def strip(value: Any) -> Any:
 
 
 def run_one(stem: str, scenario_path: str, duration_s: float, sets: Dict[str, Any],
-            methods: List[str]) -> Dict[str, Any]:
-    """Run ``methods`` on one scenario for seed 0; the stripped summary."""
+            methods: List[str], workers: Optional[int] = None) -> Dict[str, Any]:
+    """Run ``methods`` on one scenario for seed 0; the stripped summary. ``workers``: each run's
+    device rounds in that many worker processes of its own (``--workers``)."""
     from streamfl.sim.driver import run_sim
     from streamfl.sim.scenario import load_scenario
     scenario = load_scenario(ROOT / scenario_path, overrides={"duration_s": duration_s},
@@ -102,7 +103,7 @@ def run_one(stem: str, scenario_path: str, duration_s: float, sets: Dict[str, An
     with tempfile.TemporaryDirectory() as tmp:
         # Two worker processes: the figures are the serial run's (tests/test_sim_jobs.py), in
         # half the time now that 26 methods run.
-        summary = run_sim(scenario, Path(tmp), methods=methods, seeds=1, jobs=2)
+        summary = run_sim(scenario, Path(tmp), methods=methods, seeds=1, jobs=2, workers=workers)
     return strip(summary)
 
 
