@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="change one scenario key, as for 'streamfl sim'")
     tune.add_argument("--jobs", type=int, default=None, metavar="N",
                       help="runs at a time in worker processes (default 1)")
+    tune.add_argument("--workers", type=int, default=None, metavar="N",
+                      help="each run's device rounds in N worker processes (as for 'streamfl sim')")
     tune.add_argument("--also", default="", metavar="NAME=FROM,...",
                       help="methods that take a tuned method's rate in tuned.flags, e.g. an "
                            "ablation: NAME-no-dvfs=NAME")
@@ -232,7 +234,7 @@ def _tune(args) -> int:
             raise ConfigError("--also %r: expected NAME=FROM" % item)
         also[name] = source
     result = tune_lr(scenario, methods, [float(x) for x in lrs], Path(args.out), seeds=args.seeds,
-                     jobs=args.jobs, also=also)
+                     jobs=args.jobs, also=also, workers=args.workers)
     print(tuning_table(result))
     print("flags for streamfl sim: %s" % (Path(args.out) / "tuned.flags"))
     return 0

@@ -172,8 +172,9 @@ def test_tune_keeps_each_methods_best_rate_and_its_flags_reproduce_the_sweep(tmp
     from streamfl.sim.scenario import parse_sets
     smoke = str(REPO / "configs" / "scenarios" / "smoke.yaml")
     out = tmp_path / "tune"
+    # The sweep's rounds in a worker process (--workers), the run again serially: the same figures.
     assert main(["tune", smoke, "--methods", "fedasync", "--lrs", "0.001,0.2", "--duration", "40",
-                 "--out", str(out)]) == 0
+                 "--workers", "1", "--out", str(out)]) == 0
     tuned = json.loads((out / "tuned.json").read_text())["fedasync"]
     sweep = {float(lr): v["mean_accuracy"] for lr, v in tuned["sweep"].items()}
     assert set(sweep) == {0.001, 0.2} and tuned["lr"] == max(sweep, key=sweep.get)
