@@ -17,7 +17,7 @@ venv: $(STAMP)
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q $(TORCH_PIP_ARGS) "$(TORCH)"
-	$(BIN)/pip install -q -e ".[dev,server,data]"
+	$(BIN)/pip install -q -e ".[dev,server,data,ray]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_scheduler.py
 	$(BIN)/python bench/bench_inference.py
 	$(BIN)/python bench/sim.py
+	$(BIN)/python bench/bench_parallel_rounds.py
 
 # Load and soak (bench/load.py): 300 paho agents against the real coordinator for 4 minutes, then
 # again restarting the broker and the coordinator; minutes each, so not part of `make bench`.

@@ -15,6 +15,7 @@ command's bandwidth grant is a generic field of it (``streamfl.protocol.train``)
 states what its ``eval`` events add (``streamfl.sim.stream_kinds.evaluation``).
 """
 import dataclasses
+import itertools
 import logging
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -136,6 +137,7 @@ class SimRun:
         #: Events emitted while rounds are pending, by (the event that made them, order made).
         self._held: List[Tuple[int, int, Dict[str, Any]]] = []
         self._event_key = 0
+        self._emitted = itertools.count()  # the order events were emitted in, among equal keys
         self._committing = False
         self.queue = EventQueue()
         #: When each version was made: streams whose periods count aggregations read it.
@@ -191,8 +193,8 @@ class SimRun:
         """Pop and handle events up to ``end_s`` (or ``max_aggregations``).
 
         With a round runner that ``overlaps``, a round's SGD runs elsewhere while the loop goes
-        on with the events its outcome cannot change (``_independent``); the round is finished
-        (``_commit``) before any other. Its pushes take sequence numbers reserved when it started
+        on with the events its outcome cannot change (``_independent``); pending rounds are
+        finished (``_commit``, oldest first) only as far as the next event needs. Its pushes take sequence numbers reserved when it started
         and its emitted events are put back in their serial place, so the run is the serial
         run, bit for bit."""
         q = self.queue
@@ -201,9 +203,7 @@ class SimRun:
         while True:
             if self._pending:
                 self.rounds.poll()
-                if not self._independent(q.peek()):
-                    self._commit_all()
-                    continue
+                self._commit_until_independent()
             if not len(q) or q.peek_time() > self.end_s:
                 break
             ev = q.pop()
@@ -287,14 +287,29 @@ class SimRun:
         if not self.rounds.overlaps:
             self._commit_all()
 
+    def _commit_until_independent(self) -> None:
+        """Finish pending rounds, oldest first, until the next event is independent of the rest
+        (``_independent``; a finished round may push an earlier one): the others keep training."""
+        while self._pending and not self._independent(self.queue.peek()):
+            self._commit(self._pending.pop(0))
+        self._release_held()
+
     def _commit_all(self) -> None:
         """Finish every pending round, oldest first; then emit what was held, in serial order."""
         while self._pending:
             self._commit(self._pending.pop(0))
-        if self._held:
-            held, self._held = sorted(self._held, key=lambda h: h[:2]), []
-            for _, _, event in held:
-                self._sink(event)
+        self._release_held()
+
+    def _release_held(self) -> None:
+        """Emit the held events that no pending round's events go before, in serial order."""
+        if not self._held:
+            return
+        first = min((p.key for p in self._pending), default=None)
+        held = sorted(self._held, key=lambda h: h[:2])
+        cut = len(held) if first is None else next((k for k, h in enumerate(held) if h[0] >= first), len(held))
+        self._held = held[cut:]
+        for _, _, event in held[:cut]:
+            self._sink(event)
 
     def _commit(self, p: "_Pending") -> None:
         """The rest of a round once its SGD is done: the update, its timing and energy, its pushes."""
@@ -346,7 +361,7 @@ class SimRun:
         """Every event the run emits: straight out, or held while rounds are pending (a pending
         round's own events go before those of the events handled after it started)."""
         if self._pending or self._committing or self._held:
-            self._held.append((self._event_key, len(self._held), event))
+            self._held.append((self._event_key, next(self._emitted), event))
         else:
             self._sink(event)
 

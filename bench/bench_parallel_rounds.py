@@ -1,0 +1,241 @@
+"""One simulated run on every core: serial against ``--workers`` round workers, in one benchmark run.
+
+Two workloads, each run serially and with ``--workers N`` (default 2) in the same benchmark run,
+each run in a child process of its own so that its time, CPU and memory are its own:
+
+* ``fedavg``: 100 devices of one board, ``cnn1d`` with hidden 64, about 64 windows each (a
+  buffer of 64), 10 SGD steps of batch 32 a round, FedAvg waiting for all 100 devices, 50
+  rounds: the rounds of one FedAvg round start close together, so nearly all run side by side;
+* ``fedasync-heterogeneous``: FedAsync on Jetson and Pi boards (the Pis three times slower),
+  which starts rounds whenever a device is ready: rounds overlap only where the next one starts
+  before the earliest outcome of the ones running (``overlapped_fraction``).
+
+For each: wall seconds, CPU seconds (the run's process and its workers), peak memory of the run's
+process tree sampled every 50 ms (the sum of resident sets, which counts the pages the workers
+share with each other, torch's libraries above all, once per process; and the sum of
+proportional sets, which splits them), the speedup (serial wall / parallel wall) and whether the
+two runs' summaries are identical (they must be). The floor is
+the same training as a bare loop (``LocalTrainer.run`` on the workload's batches, no simulator)
+split over N processes, timed in the same benchmark run: ``floor_ratio`` is the parallel run's
+wall time over it. Goal on 2 cores: speedup >= 1.8, i.e. within 1.15x of the floor.
+
+    python bench/bench_parallel_rounds.py                  # both workloads at full size (minutes)
+    python bench/bench_parallel_rounds.py --rounds 5 --devices 20 --aggregations 100   # a quick look
+"""
+import argparse
+import json
+import multiprocessing
+import os
+import resource
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+
+def fedavg_values(devices: int, rounds: int) -> Dict[str, Any]:
+    """FedAvg over ``devices`` boards of one kind, ``rounds`` aggregations, every device in each."""
+    return {
+        "name": "bench-fedavg-%d" % devices, "duration_s": 1e7, "max_aggregations": rounds,
+        "model": {"name": "cnn1d", "hidden": 64},
+        "data": {"dataset": "synthetic", "n_windows": 64 * devices, "partition": "iid"},
+        "stream": {"kind": "iid", "windows_per_s": 4.0},
+        "devices": [{"count": devices, "board": "jetson-orin-nano"}],
+        "methods": ["fedavg"], "eval_every_s": 1e6, "eval_windows": 500,
+        "agent": {"buffer_capacity": 64, "min_buffer": 32, "round_interval_s": 2.0},
+        "coordinator": {"hparams": {"lr": 0.05, "batch_size": 32, "local_steps": 10},
+                        "fedavg": {"deadline_s": 3600.0}},
+    }
+
+
+def fedasync_values(devices: int, aggregations: int) -> Dict[str, Any]:
+    """FedAsync on Jetson and (three times slower) Pi boards, up to ``aggregations``."""
+    return {
+        "name": "bench-fedasync-%d" % devices, "duration_s": 1e7, "max_aggregations": aggregations,
+        "model": {"name": "cnn1d", "hidden": 64},
+        "data": {"dataset": "synthetic", "n_windows": 6000, "partition": "dirichlet", "beta": 0.5},
+        "stream": {"kind": "iid", "windows_per_s": 1.0},
+        "devices": [{"count": devices // 2, "board": "jetson-orin-nano"},
+                    {"count": devices - devices // 2, "board": "raspberry-pi-4", "speed": 3.0}],
+        "methods": ["fedasync"], "eval_every_s": 600.0, "eval_windows": 500,
+        "agent": {"buffer_capacity": 256, "min_buffer": 32},
+        "coordinator": {"hparams": {"lr": 0.05, "batch_size": 32, "local_steps": 10}},
+    }
+
+
+def _run(values: Dict[str, Any], workers: Optional[int], out: Any) -> None:
+    """A child: one run of the scenario ``values`` (serial without ``workers``); puts its figures."""
+    import torch
+
+    from streamfl.sim.executors import run_one, scenario_dataset
+    from streamfl.sim.methods import resolve
+    from streamfl.sim.rounds import make_rounds
+    from streamfl.sim.scenario import scenario_from_dict
+    from streamfl.sim.scenario_data import SimData
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    with make_rounds(workers) as rounds:  # the workers start while the data loads, as in run_sim
+        scenario = scenario_from_dict(values, "bench")
+        data = SimData(scenario, scenario_dataset(scenario))
+        figures = run_one(scenario, resolve(scenario.methods)[0], 0, data, lambda line: None,
+                          rounds=rounds)
+    wall_s = time.perf_counter() - t0
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    figures.pop("wall_s", None)
+    out.put({"wall_s": wall_s, "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+             "rounds": rounds.jobs, "overlapped": rounds.overlapped,
+             "figures": json.dumps(figures, sort_keys=True)})
+
+
+def _tree_memory_mb(root: int) -> Dict[str, float]:
+    """Memory of ``root`` and every process below it, in MiB (Linux /proc): the sum of their
+    resident sets (``rss``: pages they share, torch's libraries above all, count once per
+    process) and of their proportional sets (``pss``: a shared page split between its sharers)."""
+    children: Dict[int, List[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    rss_kb = pss_kb = 0
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            with open("/proc/%d/smaps_rollup" % pid) as f:
+                for line in f:
+                    if line.startswith("Rss:"):
+                        rss_kb += int(line.split()[1])
+                    elif line.startswith("Pss:"):
+                        pss_kb += int(line.split()[1])
+        except OSError:
+            pass
+    return {"rss": rss_kb / 1024.0, "pss": pss_kb / 1024.0}
+
+
+def measure(values: Dict[str, Any], workers: Optional[int]) -> Dict[str, Any]:
+    """One run in a child process, its peak tree memory sampled from here."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_run, args=(values, workers, queue))
+    proc.start()
+    peak = {"rss": 0.0, "pss": 0.0}
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            for key, mb in _tree_memory_mb(proc.pid).items():
+                peak[key] = max(peak[key], mb)
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    result = _get(queue, proc)
+    done.set()
+    proc.join()
+    sampler.join()
+    result["peak_tree_rss_mb"] = round(peak["rss"], 1)
+    result["peak_tree_pss_mb"] = round(peak["pss"], 1)
+    return result
+
+
+def _get(queue: Any, proc: Any) -> Any:
+    """The child's answer; SystemExit if it died without one."""
+    import queue as queues
+    while True:
+        try:
+            return queue.get(timeout=1.0)
+        except queues.Empty:
+            if not proc.is_alive():
+                try:  # it may have put its answer just before it ended
+                    return queue.get(timeout=5.0)
+                except queues.Empty:
+                    raise SystemExit("the benchmark's child process failed (exit code %s)"
+                                     % proc.exitcode) from None
+
+
+def _bare(jobs: int, out: Any) -> None:
+    """A child of the floor: ``jobs`` rounds of the workload's training, nothing else."""
+    import numpy as np
+    import torch
+
+    from streamfl.agent.trainer import LocalTrainer
+    from streamfl.models import ModelSpec, build_model
+    torch.set_num_threads(1)
+    spec = ModelSpec(name="cnn1d", in_channels=6, window_len=50, num_classes=6, hidden=64)
+    trainer = LocalTrainer(build_model(spec, seed=0), spec.num_classes)
+    rng = np.random.default_rng(0)
+    windows = rng.standard_normal((64, 50, 6)).astype(np.float32)
+    labels = rng.integers(0, 6, 64)
+    for _ in range(jobs):
+        picks = [rng.integers(0, 64, 32) for _ in range(10)]
+        trainer.run([(windows[p], labels[p]) for p in picks], 0.05)
+    out.put(True)
+
+
+def bare_floor_s(rounds: int, processes: int) -> float:
+    """Wall seconds of ``rounds`` bare training rounds split over ``processes`` processes."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    share = [rounds // processes + (k < rounds % processes) for k in range(processes)]
+    t0 = time.perf_counter()
+    procs = [ctx.Process(target=_bare, args=(n, queue)) for n in share]
+    for p in procs:
+        p.start()
+    for p in procs:
+        _get(queue, p)
+    for p in procs:
+        p.join()
+    return time.perf_counter() - t0
+
+
+def compare(name: str, values: Dict[str, Any], workers: int) -> Dict[str, Any]:
+    """Serial, then ``workers``, of one workload."""
+    serial = measure(values, None)
+    parallel = measure(values, workers)
+    return {
+        "workload": name, "workers": workers,
+        "serial": {k: _round(v) for k, v in serial.items() if k != "figures"},
+        "parallel": {k: _round(v) for k, v in parallel.items() if k != "figures"},
+        "speedup": round(serial["wall_s"] / parallel["wall_s"], 3),
+        "cpu_ratio": round(parallel["cpu_s"] / serial["cpu_s"], 3),
+        "rss_ratio": round(parallel["peak_tree_rss_mb"] / serial["peak_tree_rss_mb"], 3),
+        "pss_ratio": round(parallel["peak_tree_pss_mb"] / serial["peak_tree_pss_mb"], 3),
+        "overlapped_fraction": round(parallel["overlapped"] / max(1, parallel["rounds"]), 3),
+        "identical_figures": serial["figures"] == parallel["figures"],
+    }
+
+
+def _round(value: Any) -> Any:
+    return round(value, 2) if isinstance(value, float) else value
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--devices", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=50, help="FedAvg rounds of the first workload")
+    p.add_argument("--aggregations", type=int, default=1000,
+                   help="FedAsync aggregations of the second workload")
+    args = p.parse_args(argv)
+    fedavg = compare("fedavg", fedavg_values(args.devices, args.rounds), args.workers)
+    floor_s = bare_floor_s(fedavg["serial"]["rounds"], args.workers)
+    fedavg["bare_floor_s"] = round(floor_s, 2)
+    fedavg["floor_ratio"] = round(fedavg["parallel"]["wall_s"] / floor_s, 3)
+    fedasync = compare("fedasync-heterogeneous", fedasync_values(args.devices, args.aggregations),
+                       args.workers)
+    report = {"benchmark": "parallel_rounds", "cpus": os.cpu_count(), "fedavg": fedavg,
+              "fedasync_heterogeneous": fedasync,
+              "goal": {"speedup_at_least": 1.8, "fedavg_speedup": fedavg["speedup"],
+                       "pass": fedavg["speedup"] >= 1.8 and fedavg["identical_figures"]
+                       and fedasync["identical_figures"]}}
+    print(json.dumps(report, indent=1))
+    return 0 if report["goal"]["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
