@@ -28,7 +28,7 @@ from streamfl.agent.trainer import LocalTrainer, TrainingJob, TrainResult
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.models import ModelSpec
 from streamfl.sim.rounds.base import RoundRunner
-from streamfl.sim.rounds.worker import JobRunner, load_trained
+from streamfl.sim.rounds.worker import JobRunner, load_trained, state_tensors
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +176,7 @@ class ProcessRounds(RoundRunner):
     def _start(self, w: _Worker, ticket: int) -> None:
         """Write the job's start weights and minibatches into a free block of ``w`` and send it the rest."""
         job = self._jobs[ticket]
-        weights = [("w/" + name, t.detach().numpy())
-                   for name, t in job.trainer.model.state_dict().items()]
+        weights = [("w/" + name, t.numpy()) for name, t in state_tensors(job.trainer.model).items()]
         arrays = list(weights)
         for k, (X, y) in enumerate(job.job.batches):
             arrays += [("x/%d" % k, np.asarray(X)), ("y/%d" % k, np.asarray(y))]
@@ -282,7 +281,7 @@ def _serve(conn: Any, parent_pid: int, log_level: int) -> None:
                 batches = [(views["x/%d" % k], views["y/%d" % k]) for k in range(steps)]
                 job = replace(header["job"], batches=batches)
                 result, model = runner.run(header["spec"], weights, job)
-                state = model.state_dict()
+                state = state_tensors(model)
                 for slot in header["out"]:
                     _view(shm.buf, slot)[...] = state[slot[0][2:]].detach().to(torch.float32).numpy()
                 del views, weights, batches, job

@@ -6,12 +6,37 @@ seed and penalties) and hand back the trained weights. The device's state lives 
 process; ``load_trained`` puts the result there.
 """
 from typing import Dict, Mapping, Tuple
+from weakref import WeakKeyDictionary
 
 import numpy as np
+import torch
 
 from streamfl.agent.trainer import LocalTrainer, TrainingJob, TrainResult, run_job
 from streamfl.models import ModelSpec, arrays_to_model, build_model
 from streamfl.models.base import HarModel
+
+#: Each model's state dict tensors (sharing the parameters' storage), made once per model.
+_STATES: "WeakKeyDictionary[torch.nn.Module, Dict[str, torch.Tensor]]" = WeakKeyDictionary()
+
+
+def state_tensors(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    """``model.state_dict()``, kept from one round to the next: walking the modules each time
+    cost a round worker's main process more than copying the weights."""
+    state = _STATES.get(model)
+    if state is None:
+        state = _STATES[model] = model.state_dict()
+    return state
+
+
+def load_arrays(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> None:
+    """``arrays_to_model``, in place: each array copied into its tensor (the same values, cast as
+    that does); arrays of other names or shapes get its error."""
+    state = state_tensors(model)
+    if state.keys() != arrays.keys() or any(tuple(t.shape) != np.shape(arrays[n]) for n, t in state.items()):
+        arrays_to_model(model, arrays)  # raises ModelError, naming the tensor
+        return
+    for name, tensor in state.items():  # detached tensors: their numpy views are the weights
+        np.copyto(tensor.numpy(), arrays[name], casting="unsafe")
 
 
 class JobRunner:
@@ -26,7 +51,7 @@ class JobRunner:
         model = self._models.get(spec.arch_id)
         if model is None:
             model = self._models[spec.arch_id] = build_model(spec)
-        arrays_to_model(model, weights)
+        load_arrays(model, weights)
         trainer = LocalTrainer(model, spec.num_classes, momentum=job.momentum,
                                weight_decay=job.weight_decay)
         return run_job(model, trainer, job), model
@@ -36,6 +61,6 @@ def load_trained(trainer: LocalTrainer, job: TrainingJob, weights: Mapping[str, 
     """Make the device's trainer as a round of ``job`` trained here would have left it: the trained
     weights in its model (in training mode) and the pull it applied (what a divergence report
     quotes)."""
-    arrays_to_model(trainer.model, weights)
+    load_arrays(trainer.model, weights)
     trainer.model.train()
     trainer.bounded_pulls(float(job.lr))
