@@ -1,4 +1,5 @@
-"""The smoke grid that the tests of ``--jobs``, ``--workers`` and ``--executor ray`` run both ways.
+"""The smoke grid that the tests of ``--jobs``, ``--workers`` and ``--executor ray`` run both ways,
+and the look at processes (Linux /proc) with which they check that no worker is left behind.
 
 The grid is the smoke scenario's two methods on two seeds, 30 virtual seconds each. Figures must
 match but for ``wall_s`` (this machine's seconds), and ``metrics.jsonl`` line for line but for
@@ -46,3 +47,27 @@ def serial_files(tmp_path_factory):
 def smoke():
     """The scenario the command runs for ``GRID``."""
     return load_scenario(SMOKE, {"duration_s": 30.0})
+
+
+def alive(pid):
+    """True while ``pid`` runs (a zombie waiting for a reaper has ended)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return False
+
+
+def child_pids(pid):
+    """The pids whose parent is ``pid``."""
+    import os
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    return found

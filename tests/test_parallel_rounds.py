@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from sim_grid import GRID, SMOKE, quiet, run_files, serial_files, smoke
+from sim_grid import GRID, SMOKE, alive, child_pids, quiet, run_files, serial_files, smoke
 from streamfl.agent.quadratic import QuadraticPull
 from streamfl.agent.trainer import LocalTrainer, TrainingJob, run_job
 from streamfl.cli import main
@@ -173,29 +173,6 @@ def test_a_killed_worker_ends_the_wait_with_an_error_and_no_process_is_left():
 
 # ---- a real command, killed from outside --------------------------------------------------------------
 
-def _children(pid):
-    """The pids whose parent is ``pid`` (Linux /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open("/proc/%s/stat" % entry) as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                pass
-    return found
-
-
-def _alive(pid):
-    """True while ``pid`` runs (a zombie waiting for a reaper has ended)."""
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
-    except FileNotFoundError:
-        return False
-
-
 def _sim_with_workers(tmp_path):
     """``streamfl sim --workers 2`` on a long run, and its two worker pids once they train."""
     proc = subprocess.Popen([sys.executable, "-m", "streamfl", "sim", str(SMOKE), "--duration",
@@ -207,7 +184,7 @@ def _sim_with_workers(tmp_path):
     while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
         # The spawn start method's resource tracker is a child too: the workers are the others.
-        workers = [p for p in _children(proc.pid) if b"resource_tracker" not in
+        workers = [p for p in child_pids(proc.pid) if b"resource_tracker" not in
                    Path("/proc/%d/cmdline" % p).read_bytes()]
     assert len(workers) == 2, proc.communicate(timeout=10)
     time.sleep(2.0)  # into the run
@@ -216,9 +193,9 @@ def _sim_with_workers(tmp_path):
 
 def _gone(pids, within_s=15.0):
     deadline = time.monotonic() + within_s
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return not any(_alive(p) for p in pids)
+    return not any(alive(p) for p in pids)
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")

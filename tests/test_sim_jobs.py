@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sim_grid import GRID, SMOKE, quiet as _quiet, run_files as _files, serial_files, smoke as _smoke
+from sim_grid import GRID, SMOKE, alive, quiet as _quiet, run_files as _files, serial_files, smoke as _smoke
 from streamfl.cli import main
 from streamfl.errors import ConfigError
 from streamfl.sim.driver import run_sim
@@ -93,15 +93,6 @@ time.sleep(60)
 """ % GRANDCHILD
 
 
-def _alive(pid):
-    """True while ``pid`` runs (a zombie waiting for a reaper has ended)."""
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
 def test_a_worker_ends_when_the_sim_that_started_it_is_killed():
     import subprocess
@@ -110,12 +101,12 @@ def test_a_worker_ends_when_the_sim_that_started_it_is_killed():
     try:
         lines = [middle.stdout.readline().split() for _ in range(2)]
         pid = int(next(line[1] for line in lines if line and line[0] == "pid"))
-        assert ["ready"] in lines and _alive(pid)
+        assert ["ready"] in lines and alive(pid)
         middle.kill()  # SIGKILL: no clean-up runs in the parent
         middle.wait()
         deadline = time.monotonic() + 10.0
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(pid)
+        assert not alive(pid)
     finally:
         middle.kill()
