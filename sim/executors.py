@@ -12,7 +12,6 @@ import json
 import logging
 import multiprocessing
 import os
-import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -22,7 +21,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.sim.methods import Method
+from streamfl.sim.parent_watch import exit_with_parent
 from streamfl.sim.rounds import RoundRunner, make_rounds
+from streamfl.sim.rounds.ray_actors import RAY_HINT
 from streamfl.sim.runtime import SimRun
 from streamfl.sim.scenario import Scenario
 from streamfl.sim.scenario_data import SimData
@@ -34,7 +35,6 @@ Pair = Tuple[int, Method]
 #: A finished run: its metrics lines, then its figures.
 Result = Tuple[str, Dict[str, Any]]
 EXECUTORS = ("local", "ray")
-RAY_HINT = "--executor ray needs the package ray: pip install 'streamfl[ray]'"
 
 #: A worker process's data, made once per grid and kept for its next runs.
 _WORKER: Dict[str, Any] = {}
@@ -146,23 +146,6 @@ class Executor(ABC):
     def unordered(self, scenario: Scenario, dataset: Any,
                   grid: Sequence[Pair]) -> Iterator[Tuple[int, Result]]:
         """(index in ``grid``, result) of each run as it finishes; stops every run on leaving."""
-
-
-#: How often a worker checks that the ``streamfl sim`` that started it is still there.
-PARENT_POLL_S = 1.0
-
-
-def exit_with_parent(parent_pid: int, poll_s: float = PARENT_POLL_S) -> threading.Thread:
-    """End this process once ``parent_pid`` is gone: a ``streamfl sim`` killed by a signal runs no
-    clean-up, and its workers would otherwise go on computing their runs for an hour, orphaned."""
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(poll_s)
-        os._exit(1)  # the parent is gone: nobody will read this run's result
-
-    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
-    thread.start()
-    return thread
 
 
 def _init_local_worker(log_level: int, parent_pid: int) -> None:

@@ -80,7 +80,7 @@ def test_the_ray_executor_writes_the_serial_files(serial, tmp_path):
 
 GRANDCHILD = """
 import os, time
-from streamfl.sim.executors import exit_with_parent
+from streamfl.sim.parent_watch import exit_with_parent
 exit_with_parent(os.getppid(), poll_s=0.05)
 print("ready", flush=True)
 time.sleep(60)

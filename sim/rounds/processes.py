@@ -253,7 +253,7 @@ def _serve(conn: Any, parent_pid: int, log_level: int) -> None:
     import torch
 
     from streamfl.logs import LEVELS, setup_logging
-    from streamfl.sim.executors import exit_with_parent
+    from streamfl.sim.parent_watch import exit_with_parent
     exit_with_parent(parent_pid)
     name = logging.getLevelName(log_level)
     setup_logging(name if name in LEVELS else "WARNING")

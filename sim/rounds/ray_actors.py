@@ -19,11 +19,13 @@ import numpy as np
 from streamfl.agent.trainer import LocalTrainer, TrainingJob, TrainResult
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.models import ModelSpec, model_to_arrays
-from streamfl.sim.executors import RAY_HINT
 from streamfl.sim.rounds.base import RoundRunner
 from streamfl.sim.rounds.worker import JobRunner, load_trained
 
 log = logging.getLogger(__name__)
+
+#: What to install for ``--executor ray`` (the grid's Ray tasks say it too).
+RAY_HINT = "--executor ray needs the package ray: pip install 'streamfl[ray]'"
 
 #: Seconds the actors get to start before the run gives up on the cluster.
 START_TIMEOUT_S = 120.0
@@ -115,4 +117,4 @@ class RayRounds(RoundRunner):
             self._ray.shutdown()
 
 
-__all__: List[str] = ["RayRounds", "RoundActor"]
+__all__: List[str] = ["RAY_HINT", "RayRounds", "RoundActor"]
