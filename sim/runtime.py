@@ -322,6 +322,7 @@ class SimRun:
             self._event_key, self._committing = key, False
 
     def _finish_round(self, p: "_Pending", d: DeviceState, result: Any) -> None:
+        """What the serial runtime did after ``train_round``, with the round's reserved sequence numbers."""
         i, t, levels, interval = p.i, p.t, p.levels, p.interval_s
         try:
             update = d.agent.finish_training(p.planned, result)
