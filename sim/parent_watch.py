@@ -5,6 +5,8 @@ import time
 
 #: How often a worker checks that the ``streamfl sim`` that started it is still there.
 PARENT_POLL_S = 1.0
+#: The watching thread's name (a thread that holds no lock, so a fork beside it is safe).
+WATCH_THREAD_NAME = "exit-with-parent"
 
 
 def exit_with_parent(parent_pid: int, poll_s: float = PARENT_POLL_S) -> threading.Thread:
@@ -15,6 +17,6 @@ def exit_with_parent(parent_pid: int, poll_s: float = PARENT_POLL_S) -> threadin
             time.sleep(poll_s)
         os._exit(1)  # the parent is gone: nobody will read this run's result
 
-    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread = threading.Thread(target=watch, name=WATCH_THREAD_NAME, daemon=True)
     thread.start()
     return thread

@@ -6,6 +6,7 @@ run every round runner through one contract, and kill workers and parents to see
 clear error and no process left behind. The golden guard (``tests/test_golden_sim.py``) runs every
 method both ways.
 """
+import contextlib
 import io
 import multiprocessing
 import os
@@ -108,7 +109,24 @@ def _job(seed, steps=3, pull=False):
                        momentum=0.5)
 
 
-RUNNERS = ["inline", "processes", "ray"]
+@contextlib.contextmanager
+def torch_threads(n):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+RUNNERS = ["inline", "processes-fork", "processes-spawn", "ray"]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """As ``--jobs`` workers and the benchmarks run: a parent that may fork its workers."""
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(params=RUNNERS)
@@ -116,8 +134,8 @@ def runner(request):
     if request.param == "ray":
         pytest.importorskip("ray")
         made = make_rounds(2, "ray")
-    elif request.param == "processes":
-        made = make_rounds(2)
+    elif request.param.startswith("processes-"):
+        made = ProcessRounds(2, request.param.split("-")[1])
     else:
         made = make_rounds(None)
     yield made
@@ -143,6 +161,39 @@ def test_every_runner_gives_the_inline_bits(runner):
         assert all(np.array_equal(got[n], weights[n]) for n in weights)
         assert trainers[k].model.training and trainers[k].capped == capped
     assert runner.jobs == 3 and runner.overlapped == 2  # two were submitted before any result
+
+
+FORK_CHOICE = """
+import threading, torch
+from streamfl.sim.parent_watch import WATCH_THREAD_NAME
+from streamfl.sim.rounds.processes import start_method
+torch.set_num_threads(1)
+seen = [start_method()]  # torch and streamfl come with the fork: no import
+for name in ("someone-elses", WATCH_THREAD_NAME):  # one may hold a lock; exit_with_parent's holds none
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, name=name)
+    other.start()
+    seen.append(start_method())
+    stop.set()
+    other.join()
+torch.set_num_threads(2)  # GNU OpenMP's pool, once used by two threads, hangs a forked child
+seen.append(start_method())
+print(" ".join(seen))
+"""
+
+
+def test_workers_fork_only_where_it_cannot_hang():
+    # A fresh process: this one's threads (Ray's, other tests') are not the ones under test.
+    out = subprocess.run([sys.executable, "-c", FORK_CHOICE], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.split() == ["fork", "spawn", "fork", "spawn"], out.stderr
+
+
+def test_forked_workers_refuse_a_second_torch_thread_instead_of_hanging():
+    with ProcessRounds(1, "fork") as rounds, torch_threads(2):
+        with pytest.raises(StreamflError, match="forked at one torch thread and cannot train on 2"):
+            rounds.submit(_trainer(0), SPEC, _job(0))
+    assert multiprocessing.active_children() == []
 
 
 def test_a_failing_job_is_an_error_that_says_so():

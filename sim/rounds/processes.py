@@ -1,6 +1,7 @@
 """Round workers as processes on this machine, fed through shared memory.
 
-Each worker is a spawned process with a pipe and blocks of shared memory. A job's start weights
+Each worker is a process with a pipe and blocks of shared memory (forked where that is safe, see
+``start_method``). A job's start weights
 and minibatches are written into a block of the worker's (one copy, 64-byte aligned), the small
 rest (lr, dropout, seed, penalties, where each array lies) goes down the pipe; the worker trains on
 views of the block and writes the trained weights back into it, and the main process loads them
@@ -15,18 +16,22 @@ are stopped and reaped by ``close``.
 import itertools
 import logging
 import os
+import sys
+import threading
 import traceback
 from collections import deque
 from dataclasses import dataclass, field, replace
-from multiprocessing import connection, get_context
+from multiprocessing import connection, get_all_start_methods, get_context, resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import numpy as np
+import torch
 
 from streamfl.agent.trainer import LocalTrainer, TrainingJob, TrainResult
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.models import ModelSpec
+from streamfl.sim.parent_watch import WATCH_THREAD_NAME, exit_with_parent
 from streamfl.sim.rounds.base import RoundRunner
 from streamfl.sim.rounds.worker import JobRunner, load_trained, state_tensors
 
@@ -84,16 +89,42 @@ class _Worker:
     sent: Deque[Tuple[int, int, List[Slot]]] = field(default_factory=deque)
 
 
+def start_method() -> str:
+    """How workers start: ``fork`` where it is safe, else ``spawn``.
+
+    A forked worker has torch and streamfl already imported, sharing the parent's pages: a spawned
+    one spends 2.5 to 3.5 s of CPU importing them, which on 2 cores competes with the run it is
+    meant to speed up. Fork is safe only if (1) no other thread of this process can hold a lock at
+    the fork (the parent-watch thread holds none) and (2) torch's OpenMP pool is not in use:
+    torch's CPU build uses GNU OpenMP, and a child forked after the parent ran a parallel region
+    with two threads hangs in its first one (tried: it does), while after one-thread regions it
+    does not. Workers train with the parent's thread count, so a parent at one thread (what
+    ``--jobs`` workers and the benchmarks set) forks; any other parent spawns.
+    """
+    others = [t for t in threading.enumerate()
+              if t is not threading.main_thread() and t.name != WATCH_THREAD_NAME]
+    if "fork" in get_all_start_methods() and torch.get_num_threads() == 1 and not others:
+        return "fork"
+    return "spawn"
+
+
 class ProcessRounds(RoundRunner):
-    """``workers`` spawned processes that train the jobs of one run (or of several, in turn)."""
+    """``workers`` processes that train the jobs of one run (or of several, in turn)."""
 
     overlaps = True
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, method: Optional[str] = None):
+        """``method``: ``fork`` or ``spawn``; None chooses (``start_method``)."""
         super().__init__()
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ConfigError("--workers must be a whole number of at least 1, got %r" % (workers,))
-        ctx = get_context("spawn")
+        self.method = method or start_method()
+        ctx = get_context(self.method)
+        if self.method == "fork":
+            resource_tracker.ensure_running()  # shared by the children: it unlinks the blocks if we die
+            for stream in (sys.stdout, sys.stderr):  # else each child writes the unflushed rest again
+                if stream is not None:
+                    stream.flush()
         level = logging.getLogger("streamfl").getEffectiveLevel()
         self._workers: List[_Worker] = []
         self._jobs: Dict[int, _Job] = {}
@@ -190,8 +221,13 @@ class ProcessRounds(RoundRunner):
             shm = w.blocks[block] = SharedMemory(create=True, size=int(end * GROWTH) + ALIGN_BYTES)
         for slot, (_, arr) in zip(slots, arrays):
             _view(shm.buf, slot)[...] = arr
+        threads = torch.get_num_threads()
+        if self.method == "fork" and threads != 1:
+            raise StreamflError(
+                "the round workers were forked at one torch thread and cannot train on %d (GNU "
+                "OpenMP hangs); keep torch at one thread, or start them with method='spawn'" % threads)
         header = {"ticket": ticket, "shm": shm.name, "slots": slots, "out": out,
-                  "spec": job.spec, "torch_threads": _torch_threads(),
+                  "spec": job.spec, "torch_threads": threads,
                   "job": replace(job.job, batches=[])}
         try:
             w.conn.send(("job", header))
@@ -241,19 +277,11 @@ class ProcessRounds(RoundRunner):
             w.blocks[block] = None
 
 
-def _torch_threads() -> int:
-    import torch
-    return torch.get_num_threads()
-
-
 # ---- the worker process ---------------------------------------------------------------------------
 
 def _serve(conn: Any, parent_pid: int, log_level: int) -> None:
     """A worker's loop: train each job from its block until told to stop (or the parent is gone)."""
-    import torch
-
     from streamfl.logs import LEVELS, setup_logging
-    from streamfl.sim.parent_watch import exit_with_parent
     exit_with_parent(parent_pid)
     name = logging.getLevelName(log_level)
     setup_logging(name if name in LEVELS else "WARNING")
