@@ -469,7 +469,8 @@ class AgentCore:
                            seed=self.seed, sample=sample, buffer_len=len(self.buffer),
                            loss=loss, start_loss=start_loss, num_classes=self.spec.num_classes,
                            buffer_counts=buffer_counts, base_version=plan.base_version,
-                           round_interval_s=float(self.config.round_interval_s))
+                           round_interval_s=float(self.config.round_interval_s),
+                           local_steps=int(plan.local_steps))
         extras, self.statistics_windows = self.methods.statistics(ctx)
         return extras
 

@@ -11,7 +11,8 @@ from streamfl.agent.buffer import Buffer
 from streamfl.methods.sfedpo.buffer_policy import DdsPolicy
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore
-from streamfl.methods.sfedpo.dds import DirichletOracle, dds_rates, dds_scores, heterogeneity_score, population_weights
+from streamfl.methods.sfedpo.dds import (DirichletOracle, dds_rates, dds_scores, heterogeneity_score,
+                                        population_weights, replaced_per_step)
 from streamfl.methods.sfedpo.agent import SfedpoAgentConfig
 from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
@@ -113,6 +114,36 @@ def test_heterogeneity_score_eq12_at_a_known_point():
     assert heterogeneity_score(pi, alpha, d, w, local_steps=3, g=2.0, l_eta_sigma2=0.1) == pytest.approx(expected)
 
 
+def test_admission_chances_become_eq1s_per_step_shares():
+    # 40 windows offered to a full buffer of 400 over a 5-step round: each admitted window
+    # replaces 1/400 of it, so a state admitted with chance 0.5 replaces 0.5*40/400/5 = 1% a step.
+    per_step = replaced_per_step(np.array([0.5, 0.25]), 40, 400, 5)
+    assert per_step == pytest.approx([0.01, 0.005])
+    # eq. 7's gamma_n on them is near 1 (the buffer mostly holds old data), not the 0.19 that
+    # the admission chances themselves would give with T = 5.
+    pi, d, w = np.array([0.5, 0.5]), np.array([1.0, 0.0]), np.array([0.5, 0.5])
+    alpha_n = float(pi @ per_step)
+    gamma = sum((1 - alpha_n) ** t for t in range(1, 6)) / 5
+    assert gamma == pytest.approx(0.978, abs=1e-3)
+    beta = float(pi @ (per_step * d))
+    beta_p = 2 * float(pi @ per_step ** 2) - float(pi ** 2 @ per_step ** 2) + alpha_n ** 2
+    mix = float(np.sum((pi * per_step / alpha_n - w) ** 2))
+    expected = beta / alpha_n * (1 - gamma) + 2 * gamma * beta_p / (1 - (1 - alpha_n) ** 2) + 2 * gamma * mix
+    assert heterogeneity_score(pi, per_step, d, w, 5) == pytest.approx(expected)
+    with pytest.raises(ValueError):
+        replaced_per_step(np.array([0.5]), 10, 0, 5)
+
+
+def test_a_buffer_that_did_not_turn_over_scores_eq12s_limit():
+    pi, d, w = np.array([0.7, 0.3]), np.array([1.0, 0.2]), np.array([0.5, 0.5])
+    admission = np.array([0.4, 0.9])
+    still = heterogeneity_score(pi, replaced_per_step(admission, 0, 100, 5), d, w, 5)
+    shares = pi * admission / float(pi @ admission)  # gamma_n = 1: only the mismatch is left
+    assert still == pytest.approx(2 * float(np.sum((shares - w) ** 2)), abs=1e-8)
+    slow = heterogeneity_score(pi, replaced_per_step(admission, 1, 10 ** 6, 5), d, w, 5)
+    assert slow == pytest.approx(still, abs=1e-6)  # continuous at the limit
+
+
 def test_a_device_stuck_in_one_skewed_state_scores_higher():
     w = np.full(4, 0.25)
     d = np.array([2.0, 2.0, 0.1, 0.1])
@@ -212,6 +243,20 @@ def test_the_plugin_lends_dds_and_reports_s_q_and_state_counts():
     assert dict(zip(report.states, report.counts)) == {0: 320, 1: 40}
     assert 0 < report.availability <= 1 and report.availability == pytest.approx(2 / 7)  # (1+1)/(5+2)
     assert 0 < report.score < 100 and 0 < report.admission_rate < 1
+    # s_n in eq. 1's units: the 320 windows offered once the buffer of 40 was full, over the
+    # round's 2 steps (the agent's local_steps: the model's hparams do not set them).
+    offered = plugin.policy.offered_full
+    assert offered == 360 - 40
+    states, pi, w, d = plugin._inputs()
+    admission = np.array([plugin.policy.rates[s] for s in states])
+    assert report.score == pytest.approx(heterogeneity_score(
+        pi, replaced_per_step(admission, offered, 40, 2), d, w, 2))
+    feed(core, 0, [0] * 8, rng)  # the next report counts only the windows offered since
+    second = core.train_round().extras["sfedpo_report"]
+    states, pi, w, d = plugin._inputs()
+    admission = np.array([plugin.policy.rates[s] for s in states])
+    assert second.score == pytest.approx(heterogeneity_score(
+        pi, replaced_per_step(admission, 8, 40, 2), d, w, 2))
 
 
 def test_with_dds_off_every_state_is_admitted_at_the_budget():

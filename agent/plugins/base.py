@@ -59,6 +59,8 @@ class RoundContext:
     base_version: Optional[int] = None
     #: The agent's pacing between rounds (``round_interval_s``; 0 where a runtime does not say).
     round_interval_s: float = 0.0
+    #: SGD steps the round took, T of the papers' local updates (0 where a runtime does not say).
+    local_steps: int = 0
 
 
 @dataclass

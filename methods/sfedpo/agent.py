@@ -7,7 +7,9 @@ oracle, and the buffer is lent a ``DdsPolicy`` whose per-state admission shares 
 ``refresh_windows`` windows and whenever a new state appears. With ``dds`` off in the terms (the
 ``saw-only`` ablation) every state is admitted at the budget: the paper's uniform sampling. After
 each round the update carries ``SfedpoReport``: s_n (eq. 12, at the round's local steps), q_n and
-the windows seen per state.
+the windows seen per state. s_n takes eq. 1's per-step replaced shares, converted from the
+admission chances with the windows offered to the full buffer since the previous report
+(``streamfl.methods.sfedpo.dds.replaced_per_step``).
 
 Availability q_n is measured, not configured: rounds trained over round opportunities, an
 opportunity being one ``round_interval_s`` of the time since the plug-in first saw the agent ask
@@ -25,7 +27,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from streamfl.methods.sfedpo.buffer_policy import VICTIMS, DdsPolicy
-from streamfl.methods.sfedpo.dds import DirichletOracle, dds_rates, dds_scores, heterogeneity_score, population_weights
+from streamfl.methods.sfedpo.dds import (DirichletOracle, dds_rates, dds_scores, heterogeneity_score,
+                                        population_weights, replaced_per_step)
 from streamfl.methods.sfedpo.latent import SOURCES, StateSource, make_state_source
 from streamfl.agent.plugins.base import AgentPlugin, ModelDecision, RoundContext, Statistic
 from streamfl.config import bounded
@@ -96,6 +99,8 @@ class SfedpoAgentPlugin(AgentPlugin):
         self.policy: Optional[DdsPolicy] = None
         self._since_refresh = 0
         self._local_steps = 1
+        #: ``policy.offered_full`` at the previous report: the windows offered since give s_n's units.
+        self._offered_at_report = 0
         self._first_s: Optional[float] = None
         self._last_s: Optional[float] = None
         self.rounds = 0
@@ -179,9 +184,13 @@ class SfedpoAgentPlugin(AgentPlugin):
         self.rounds += 1
         t = self.terms
         states, pi, w, d = self._inputs()
-        if len(states):
-            alpha = np.asarray([self.policy.rates.get(s, t.budget) for s in states])
-            score = heterogeneity_score(pi, alpha, d, w, self._local_steps, t.g, t.l_eta_sigma2)
+        offered = self.policy.offered_full - self._offered_at_report
+        self._offered_at_report = self.policy.offered_full
+        steps = ctx.local_steps or self._local_steps  # the round's own T, where the runtime says
+        if len(states) and self.policy.capacity:
+            admission = np.asarray([self.policy.rates.get(s, t.budget) for s in states])
+            alpha = replaced_per_step(admission, offered, self.policy.capacity, steps)
+            score = heterogeneity_score(pi, alpha, d, w, steps, t.g, t.l_eta_sigma2)
         else:
             score = 0.0
         rate = self.policy.admission_rate

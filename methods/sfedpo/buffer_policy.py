@@ -47,8 +47,11 @@ class DdsPolicy(ReplacementPolicy):
         #: Windows offered while the buffer was full, and admitted of them (the admission rate).
         self.offered_full = 0
         self.admitted_full = 0
+        #: The buffer's capacity in windows, as last seen (0: no window offered yet).
+        self.capacity = 0
 
     def admit(self, label: int, buffer: BufferView, state: int = -1) -> bool:
+        self.capacity = buffer.capacity
         if buffer.size < buffer.capacity:
             return True
         self.offered_full += 1

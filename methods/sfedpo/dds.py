@@ -15,6 +15,13 @@ A device moves between latent states m, each a stationary data distribution. Thr
   + 2 G gamma_n beta'_n / (1 - (1 - alpha_n)^2) + 2 G gamma_n sum_m (pi_m alpha_m / alpha_n - w_m)^2,
   with eq. 7-8: beta_n = sum pi alpha d, beta'_n = 2 sum pi alpha^2 - sum pi^2 alpha^2 + alpha_n^2,
   gamma_n = (1/T) sum_{t=1..T} (1 - alpha_n)^t, T the round's local steps.
+- ``replaced_per_step``: the units eq. 12 needs. The paper's alpha_n,m is the share of the local
+  data replaced per local step (eq. 1; gamma_n sums (1 - alpha_n)^t over the T steps), ours is the
+  chance that an arriving window is admitted. A window offered to a full buffer of C windows is
+  admitted with chance alpha_n,m and then replaces one slot, so over a round in which W windows
+  were offered the buffer replaces alpha_n,m W / (C T) of its data per local step. s_n is computed
+  on these per-step shares: fed the admission chances (about 0.5) it took gamma_n about 0.2 with
+  T = 5 where the buffer's measured turnover, about 5% a round, gives about 0.99.
 
 Open values, our choices (all configurable through the plug-ins' settings):
 
@@ -35,6 +42,11 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from streamfl.methods.sfedpo.payloads import MAX_STATES
+
+#: Per-step replaced share a round in which no window was offered counts as (and eq. 12's least
+#: alpha_n): every term of eq. 12 has a finite limit as alpha_n -> 0 (gamma_n -> 1, only the
+#: mismatch terms stay), which 1e-9 reaches to float64 precision.
+MIN_REPLACED_PER_STEP = 1e-9
 
 
 class DirichletOracle:
@@ -147,17 +159,33 @@ def dds_rates(pi_hat: np.ndarray, scores: np.ndarray, budget: float) -> np.ndarr
     return np.clip(alpha, 0.0, 1.0)
 
 
+def replaced_per_step(admission: np.ndarray, windows_offered: int, buffer_windows: int,
+                      local_steps: int) -> np.ndarray:
+    """The share of a full buffer of ``buffer_windows`` that each state's windows replace per local
+    step, for admission chances ``admission`` and ``windows_offered`` windows offered to it over a
+    round of ``local_steps`` steps: eq. 1's alpha_n,m, in the units eq. 7, 8 and 12 use."""
+    if buffer_windows < 1:
+        raise ValueError("buffer_windows must be >= 1, got %r" % (buffer_windows,))
+    per_step = max(0, int(windows_offered)) / (float(buffer_windows) * max(1, int(local_steps)))
+    per_step = max(per_step, MIN_REPLACED_PER_STEP)  # none offered: eq. 12's limit, shares kept
+    return np.minimum(np.asarray(admission, dtype=np.float64) * per_step, 1.0)
+
+
 def heterogeneity_score(pi_hat: np.ndarray, alpha: np.ndarray, d: np.ndarray, w: np.ndarray,
                         local_steps: int, g: float = 1.0, l_eta_sigma2: float = 0.0) -> float:
-    """Eq. 12's s_n for the device's pi_hat and admission shares ``alpha`` (module docstring)."""
+    """Eq. 12's s_n for the device's pi_hat and per-step replaced shares ``alpha`` (eq. 1's
+    alpha_n,m: ``replaced_per_step``, not admission chances). A buffer that did not turn over at
+    all (alpha_n = 0) is eq. 12's limit: gamma_n = 1, only the mismatch terms count."""
     pi = np.asarray(pi_hat, dtype=np.float64)
     a = np.asarray(alpha, dtype=np.float64)
-    alpha_n = max(float(np.sum(pi * a)), 1e-6)
+    held = float(np.sum(pi * a))
+    shares = pi * a / held if held > 0 else np.zeros_like(pi)  # what the buffer mixes, by state
+    alpha_n = max(held, MIN_REPLACED_PER_STEP)
     beta = float(np.sum(pi * a * np.asarray(d, dtype=np.float64)))
     beta_p = 2.0 * float(np.sum(pi * a * a)) - float(np.sum(pi * pi * a * a)) + alpha_n ** 2
     steps = max(1, int(local_steps))
     gamma = sum((1.0 - alpha_n) ** t for t in range(1, steps + 1)) / steps
-    mix = float(np.sum((pi * a / alpha_n - np.asarray(w, dtype=np.float64)) ** 2))
+    mix = float(np.sum((shares - np.asarray(w, dtype=np.float64)) ** 2))
     s = (l_eta_sigma2 + beta / alpha_n * (1.0 - gamma)
          + 2.0 * g * gamma * beta_p / (1.0 - (1.0 - alpha_n) ** 2) + 2.0 * g * gamma * mix)
     return float(s) if math.isfinite(s) else 0.0
@@ -182,4 +210,4 @@ def check_budget(budget: float) -> None:
 
 
 __all__ = ["DirichletOracle", "dds_scores", "dds_rates", "heterogeneity_score", "population_weights",
-           "check_budget", "MAX_STATES"]
+           "replaced_per_step", "check_budget", "MAX_STATES"]
