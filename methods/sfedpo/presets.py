@@ -18,15 +18,15 @@ PRESETS.append(Method("sfedpo", "SFedPO: distribution-guided admission of each l
                                 "(DDS, eq. 10-11, Algorithm 2) and shift-aware aggregation weights (SAW, "
                                 "eq. 14) under FedAvg",
                       coordinator=_FEDAVG, plugins={"sfedpo": {}},
-                      when="boards move between latent states: 0.9-1.9 points over FedAvg in partial "
-                           "access, but 0.3-4.4 behind importance sampling (is); with the agents' "
+                      when="boards move between latent states: 0.7-1.5 points over FedAvg in partial "
+                           "access, but 0.3-4.6 behind importance sampling (is); with the agents' "
                            "victim: balanced level with it"))
 PRESETS.append(Method("dds-only", "SFedPO's DDS admission with uniform FedAvg aggregation (SAW off)",
                       coordinator=_FEDAVG, plugins={"sfedpo": {"saw": False}},
                       when="an ablation: DDS admission alone, within half a point of sfedpo"))
 PRESETS.append(Method("saw-only", "SFedPO's SAW weights with every state admitted at the budget (DDS off)",
                       coordinator=_FEDAVG, plugins={"sfedpo": {"dds": False}},
-                      when="an ablation: SAW weights alone, 0.6-0.9 points over FedAvg"))
+                      when="an ablation: SAW weights alone, 0.0-0.8 points over FedAvg"))
 PRESETS.append(Method("fedogd", "FedOGD: online FL, FedAvg rounds on the newest windows only (a "
                                 "32-window buffer; Kwon et al. 2023)",
                       coordinator=_FEDAVG, agent={"buffer_capacity": 32, "min_buffer": 16},
@@ -35,4 +35,4 @@ PRESETS.append(Method("fedogd", "FedOGD: online FL, FedAvg rounds on the newest 
 PRESETS.append(Method("sfedpo+adaclp", "SFedPO's DDS and SAW composed with AdaCLP (FedAsync with SAW "
                                        "scaling the mixing weight, CLP probe, CLP hyper-parameters and clocks)",
                       coordinator=_FEDASYNC, plugins={"clp": {}, "sfedpo": {}}, dvfs_policy="clp-aware",
-                      when="not recommended: 3 to 7 points behind sfedpo for 7% less energy"))
+                      when="not recommended: 2.5 to 8.4 points behind sfedpo for 7% less energy"))
