@@ -33,6 +33,16 @@ from streamfl.sim.rounds.processes import ProcessRounds
 SPEC = ModelSpec(name="cnn1d", in_channels=6, window_len=50, num_classes=6, hidden=16)
 
 
+@contextlib.contextmanager
+def torch_threads(n):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def serial(tmp_path_factory):
     return serial_files(tmp_path_factory)
@@ -40,7 +50,9 @@ def serial(tmp_path_factory):
 
 def test_workers_2_on_the_command_writes_the_serial_files(serial, tmp_path):
     out = tmp_path / "run"
-    assert main(["sim", str(SMOKE), *GRID, "--workers", "2", "--out", str(out)]) == 0
+    with torch_threads(2):  # the serial run's count on two cores; the round workers run at one
+        assert main(["sim", str(SMOKE), *GRID, "--workers", "2", "--out", str(out)]) == 0
+        assert torch.get_num_threads() == 2  # given back
     assert run_files(out) == serial
     assert multiprocessing.active_children() == []
 
@@ -109,36 +121,20 @@ def _job(seed, steps=3, pull=False):
                        momentum=0.5)
 
 
-@contextlib.contextmanager
-def torch_threads(n):
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 RUNNERS = ["inline", "processes-fork", "processes-spawn", "ray"]
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """As ``--jobs`` workers and the benchmarks run: a parent that may fork its workers."""
-    with torch_threads(1):
-        yield
 
 
 @pytest.fixture(params=RUNNERS)
 def runner(request):
-    if request.param == "ray":
-        pytest.importorskip("ray")
-        made = make_rounds(2, "ray")
-    elif request.param.startswith("processes-"):
-        made = ProcessRounds(2, request.param.split("-")[1])
-    else:
-        made = make_rounds(None)
-    yield made
+    with torch_threads(1):  # as --workers runs: a forked worker refuses more
+        if request.param == "ray":
+            pytest.importorskip("ray")
+            made = make_rounds(2, "ray")
+        elif request.param.startswith("processes-"):
+            made = ProcessRounds(2, request.param.split("-")[1])
+        else:
+            made = make_rounds(None)
+        yield made
     made.close()
     made.close()  # idempotent
     assert multiprocessing.active_children() == []
@@ -190,7 +186,9 @@ def test_workers_fork_only_where_it_cannot_hang():
 
 
 def test_forked_workers_refuse_a_second_torch_thread_instead_of_hanging():
-    with ProcessRounds(1, "fork") as rounds, torch_threads(2):
+    with torch_threads(1):
+        rounds = ProcessRounds(1, "fork")
+    with rounds, torch_threads(2):
         with pytest.raises(StreamflError, match="forked at one torch thread and cannot train on 2"):
             rounds.submit(_trainer(0), SPEC, _job(0))
     assert multiprocessing.active_children() == []
