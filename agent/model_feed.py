@@ -58,7 +58,7 @@ class ModelFeed:
         self._fresh = False
         self._timeouts_in_a_row = 0
         self.counters: Dict[str, int] = {"fetches": 0, "fetches_skipped": 0, "fetch_timeouts": 0,
-                                         "subscribes": 0}
+                                         "fetches_cut": 0, "subscribes": 0}
 
     @property
     def subscribed(self) -> bool:
@@ -99,7 +99,10 @@ class ModelFeed:
             self._fetching = True
             self._sync()
             deadline = self._clock() + self.fetch_timeout_s
-            while self._arrivals == seen and not should_stop():
+            # A connection lost during the fetch ends it too: the round starts from the model held
+            # (its update goes to the outbox) rather than waiting out the timeout for a model that
+            # cannot come.
+            while self._arrivals == seen and not should_stop() and self.transport.connected:
                 left = deadline - self._clock()
                 if left <= 0:
                     break
@@ -107,6 +110,10 @@ class ModelFeed:
             got = self._arrivals != seen
             if got:
                 self._timeouts_in_a_row = 0
+            elif not self.transport.connected:
+                self.counters["fetches_cut"] += 1
+                log.info("the broker went away during a model fetch; the round starts from the "
+                         "model held")
             elif not should_stop():
                 self.counters["fetch_timeouts"] += 1
                 self._timeouts_in_a_row += 1

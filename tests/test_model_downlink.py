@@ -132,3 +132,29 @@ def test_a_board_away_for_many_versions_gets_one_model_when_it_comes_back(mqtt_b
         assert board.models == 1, board.daemon.counters
     finally:
         board.close()
+
+
+def test_a_fetch_that_loses_the_broker_starts_the_round_from_the_model_held(mqtt_broker, publisher,
+                                                                            tmp_path):
+    publisher.publish()
+    board = Board(mqtt_broker, tmp_path / "state", round_interval_s=0.2, model_fetch_timeout_s=600.0)
+    try:
+        wait_until(lambda: board.rounds >= 2, what="two rounds")
+        # The retained model goes (an empty retained message clears it), so the next fetch waits:
+        # no model can come until the coordinator publishes one.
+        acked = publisher.t.publish_tracked(publisher.topic, b"", qos=1, retain=True)
+        wait_until(acked, what="the retained model cleared")
+        rounds = board.rounds
+        wait_until(lambda: board.daemon.feed.subscribed and board.rounds == rounds,
+                   what="a fetch waiting for a model")
+        time.sleep(0.5)
+        assert board.rounds == rounds  # waiting, as it should while the broker is there
+        board.proxy.cut()
+        # The fetch ends with the connection, not after its 600 s: the board trains on, into
+        # its outbox.
+        wait_until(lambda: board.rounds >= rounds + 2, timeout_s=15,
+                   what="rounds from the model held after the broker went away")
+        assert board.daemon.counters["model_fetches_cut"] >= 1, board.daemon.counters
+        assert board.daemon.counters["model_fetch_timeouts"] == 0, board.daemon.counters
+    finally:
+        board.close()
