@@ -80,7 +80,7 @@ class Buffer:
                 self.counts[self.y[slot]] -= 1
             self.oldest_slot = slot + 1 if slot + 1 < self.capacity else 0
         else:
-            if not self.policy.admit(label, self, state):
+            if not self.policy.admit(label, self, state, window=x):
                 self.refused += 1
                 return False
             if self.size < self.capacity:

@@ -88,7 +88,7 @@ class CapPerClass(ReplacementPolicy):
     """Admit a class only while it holds under half the buffer (a stand-in for DDS's per-window
     admission); when full, overwrite the first slot of the most frequent class."""
 
-    def admit(self, label, buffer, state=-1):
+    def admit(self, label, buffer, state=-1, window=None):
         return buffer.counts[label] < buffer.capacity // 2
 
     def victim(self, label, buffer):

@@ -48,9 +48,9 @@ class Watching(ReplacementPolicy):
         assert np.array_equal(before[0], after[0]) and np.array_equal(before[1], after[1])
         assert before[2:] == after[2:]
 
-    def admit(self, label, buffer, state=-1):
+    def admit(self, label, buffer, state=-1, window=None):
         before = self._snapshot(buffer)
-        out = self.inner.admit(label, buffer, state)
+        out = self.inner.admit(label, buffer, state, window=window)
         self._same(before, buffer)
         return out
 

@@ -369,11 +369,14 @@ def test_sfedpo_shows_each_devices_current_saw_weight_score_availability_and_sta
 
 # ---- importance and adaptive_lr: what the fleet is told ----------------------------------------
 
-def test_importance_shows_the_budget_and_sample_every_model_carries():
-    plugin = ImportancePlugin(ImportanceConfig(budget=0.3, candidates=4), FleetView(lambda: DEVICES), {})
+@pytest.mark.parametrize("per_window", [False, True])
+def test_importance_shows_the_budget_and_sample_every_model_carries(per_window):
+    plugin = ImportancePlugin(ImportanceConfig(budget=0.3, candidates=4, per_window=per_window),
+                              FleetView(lambda: DEVICES), {})
     (terms,) = plugin.before_publish()
-    assert plugin.describe(0.0) == MethodState(fleet={"budget": terms.budget, "candidates": terms.candidates})
-    assert terms.budget == 0.3 and terms.candidates == 4
+    assert plugin.describe(0.0) == MethodState(fleet={"budget": terms.budget, "candidates": terms.candidates,
+                                                      "per_window": per_window})
+    assert terms.budget == 0.3 and terms.candidates == 4 and terms.per_window is per_window
 
 
 def test_adaptive_lr_shows_the_learning_rate_factor_it_broadcasts():

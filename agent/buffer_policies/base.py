@@ -2,12 +2,13 @@
 
 The buffer calls ``admit`` for every labelled, well-formed window and, only when it is full,
 ``victim`` for the slot the admitted window overwrites (until then windows fill slots in order).
-``admit`` also gets the window's latent state where its source says one (``Window.state``).
+``admit`` also gets the window's latent state where its source says one (``Window.state``), and
+the window itself (a policy that scores windows by their content reads it; it must not keep it).
 A policy reads the buffer through ``BufferView`` and must not change it. SFedPO's
 distribution-guided sampling (SFedPO eq. 10) is an admission rule of this kind.
 """
 import abc
-from typing import ClassVar, List, Protocol
+from typing import ClassVar, List, Optional, Protocol
 
 import numpy as np
 
@@ -19,6 +20,8 @@ class BufferView(Protocol):
     counts: List[int]
     size: int
     capacity: int
+    #: Windows by slot, ``[capacity, T, C]`` (valid in ``[0, size)``).
+    X: np.ndarray
     #: Labels by slot (valid in ``[0, size)``).
     y: np.ndarray
     #: The next slot in ring order: the oldest window once the buffer is full.
@@ -31,9 +34,10 @@ class ReplacementPolicy(abc.ABC):
     #: The registry name (``buffer_policy`` in the agent YAML).
     name: ClassVar[str] = ""
 
-    def admit(self, label: int, buffer: BufferView, state: int = -1) -> bool:
-        """True to store the window (of latent ``state``, -1 if unknown); the default admits every
-        labelled window."""
+    def admit(self, label: int, buffer: BufferView, state: int = -1,
+              window: Optional[np.ndarray] = None) -> bool:
+        """True to store ``window`` [T, C] (of latent ``state``, -1 if unknown); the default admits
+        every labelled window."""
         return True
 
     @abc.abstractmethod

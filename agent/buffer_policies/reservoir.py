@@ -7,6 +7,8 @@ period; a reservoir keeps earlier periods in proportion to their length, at the 
 a new class more slowly (its share grows as its windows arrive). Seeded: the same stream and seed
 keep the same windows.
 """
+from typing import Optional
+
 import numpy as np
 
 from streamfl.agent.buffer_policies.base import BufferView, ReplacementPolicy
@@ -23,7 +25,8 @@ class ReservoirPolicy(ReplacementPolicy):
         #: Labelled windows offered to this policy so far.
         self.seen = 0
 
-    def admit(self, label: int, buffer: BufferView, state: int = -1) -> bool:
+    def admit(self, label: int, buffer: BufferView, state: int = -1,
+              window: Optional[np.ndarray] = None) -> bool:
         self.seen += 1
         if buffer.size < buffer.capacity:
             return True

@@ -4,11 +4,11 @@ from streamfl.methods.base import MethodPackage
 
 METHOD = MethodPackage(
     name='importance',
-    summary='Importance sampling (a baseline of SFedPO): windows of the classes with the largest gradient norm kept first',
+    summary='Importance sampling (a baseline of SFedPO): the windows, or the classes, with the largest gradient norm kept first',
     package=__name__,
     coordinator='coordinator:ImportancePlugin',
     agent='agent:ImportanceAgentPlugin',
     payloads="payloads",
-    buffer_policies=('buffer_policy:ImportancePolicy',),
+    buffer_policies=('buffer_policy:ImportancePolicy', 'window_policy:WindowImportancePolicy'),
     presets="presets",
 )

@@ -10,7 +10,7 @@ measured yet counts as the most important), and the slot it takes is the least i
 ``candidates`` uniformly drawn slots: old, well-learned windows go first. With no importance
 measured every class is admitted at the budget. Seeded.
 """
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -38,7 +38,8 @@ class ImportancePolicy(ReplacementPolicy):
         value = self.importance.get(label, max(self.importance.values()))
         return min(1.0, self.budget * value / mean) if mean > 0 else self.budget
 
-    def admit(self, label: int, buffer: BufferView, state: int = -1) -> bool:
+    def admit(self, label: int, buffer: BufferView, state: int = -1,
+              window: Optional[np.ndarray] = None) -> bool:
         if buffer.size < buffer.capacity:
             return True
         return bool(self._rng.random() < self._rate(label))

@@ -4,14 +4,15 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping
 
 from streamfl.protocol.bounds import BUDGET
-from streamfl.protocol.extras import Bound, Extra, Tensors, check_keys, get_float, get_int, no_tensors, \
+from streamfl.protocol.extras import Bound, Extra, Tensors, check_keys, get_bool, get_float, get_int, no_tensors, \
     register_extra
 
 
 @register_extra
 @dataclass(frozen=True)
 class ImportanceTerms(Extra):
-    """The importance-sampling baseline runs: its admission budget and eviction sample size."""
+    """The importance-sampling baseline runs: its admission budget, eviction sample size, and whether
+    windows are scored one by one (the paper's IS) or by class (streamfl's)."""
 
     KIND = "importance"
     BOUNDS = {
@@ -22,16 +23,18 @@ class ImportanceTerms(Extra):
 
     budget: float = 0.5
     candidates: int = 8
+    per_window: bool = False
 
     def fields(self) -> Dict[str, Any]:
-        return {"budget": self.budget, "candidates": self.candidates}
+        return {"budget": self.budget, "candidates": self.candidates, "per_window": self.per_window}
 
     @classmethod
     def parse(cls, fields: Mapping[str, Any], groups: Mapping[str, Tensors]) -> "ImportanceTerms":
         k = cls.KIND
-        check_keys(k, fields, ("budget", "candidates"))
+        check_keys(k, fields, ("budget", "candidates", "per_window"))
         no_tensors(k, groups)
-        return cls(budget=get_float(k, fields, "budget"), candidates=get_int(k, fields, "candidates", 8))
+        return cls(budget=get_float(k, fields, "budget"), candidates=get_int(k, fields, "candidates", 8),
+                   per_window=get_bool(k, fields, "per_window"))
 
 
 __all__ = ["SfedpoTerms", "SfedpoReport", "ImportanceTerms", "MAX_STATES", "MAX_SCORE", "MIN_AVAILABILITY",

@@ -7,8 +7,15 @@ from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Meth
 PRESETS: List[Method] = []
 
 PRESETS.append(Method("is", "importance sampling: windows of the classes with the largest logit-gradient "
-                            "norm admitted more and evicted last, at SFedPO's budget (Li et al. 2021)",
+                            "norm admitted more and evicted last, at SFedPO's budget (streamfl's class-level "
+                            "variant of Li et al. 2021)",
                       coordinator=_FEDAVG, plugins={"importance": {}},
                       when="boards move between states whose class mixes differ and the buffer "
                            "cannot hold everything: the best of SFedPO's comparison in all four "
                            "settings, 0.3-4.4 points ahead of sfedpo, at 8% more energy"))
+PRESETS.append(Method("is-window", "importance sampling per window, as Li et al. 2021 and SFedPO's IS "
+                                   "baseline: each window offered, and each eviction's candidates, "
+                                   "scored by its own logit-gradient norm, at SFedPO's budget",
+                      coordinator=_FEDAVG, plugins={"importance": {"per_window": True}},
+                      when="to compare with the paper's IS baseline; is (by class) is the cheaper "
+                           "choice, with no forward pass per window"))

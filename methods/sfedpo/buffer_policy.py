@@ -12,7 +12,7 @@ which windows make room open). The ``sfedpo`` agent plug-in keeps the rates
 current; on its own (``buffer_policy: dds``) every state is admitted at the budget, the paper's
 "uniform sampling" ablation. Seeded.
 """
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -50,7 +50,8 @@ class DdsPolicy(ReplacementPolicy):
         #: The buffer's capacity in windows, as last seen (0: no window offered yet).
         self.capacity = 0
 
-    def admit(self, label: int, buffer: BufferView, state: int = -1) -> bool:
+    def admit(self, label: int, buffer: BufferView, state: int = -1,
+              window: Optional[np.ndarray] = None) -> bool:
         self.capacity = buffer.capacity
         if buffer.size < buffer.capacity:
             return True

@@ -47,7 +47,7 @@ FIRST_SCENARIO_ONLY = ("random", "best-channel", "best-norm", "power-of-choice",
 
 #: Methods recorded on the sfedpo-latent run only: they choose windows by latent state or per
 #: round, which the other runs' streams (no states, slow turnover) do not exercise.
-SFEDPO_METHODS = ("sfedpo", "dds-only", "saw-only", "sfedpo+adaclp", "is", "fedogd", "adapfedavg")
+SFEDPO_METHODS = ("sfedpo", "dds-only", "saw-only", "sfedpo+adaclp", "is", "is-window", "fedogd", "adapfedavg")
 
 
 def methods_for(stem: str, registered: List[str]) -> List[str]:
