@@ -5,9 +5,7 @@ buffer on its sensor thread, with a copy of its last round's model, while it goe
 import pytest
 
 import test_sfedpo_mqtt as windows
-from fleet import ModelWatcher
 from streamfl.methods.importance.payloads import ImportanceTerms
-from streamfl.protocol.messages import Hello
 from streamfl.sim.demo import DemoOptions
 
 A, B = windows.A, windows.B
@@ -23,14 +21,8 @@ SCORING = "importance sampling per window: scoring each window offered"
 def test_boards_score_each_window_by_name_over_mqtt_and_keep_training(fleet, mqtt_broker):
     run = fleet(opts=DemoOptions(seed=0, model="mlp"), agent_overrides=AGENT,
                 coordinator_overrides=COORDINATOR)
-    ids = {i: run.device_id(i) for i in (A, B)}
-    status = {i: run.topics.device(ids[i], "status") for i in ids}
-    watcher = ModelWatcher(mqtt_broker.host, mqtt_broker.port, run.fleet, run.spec,
-                           extra_topics=tuple(status.values()))
-    publisher = None
-
-    def said_hello(i):
-        return any(isinstance(m, Hello) for _, m in watcher.on_topic(status[i]))
+    boards = windows.TwoBoards(run, mqtt_broker)
+    ids = boards.ids
 
     def scoring(i):
         return SCORING in run.agents[i].log_text()
@@ -38,24 +30,13 @@ def test_boards_score_each_window_by_name_over_mqtt_and_keep_training(fleet, mqt
     def accepted(i):
         return [u for u in run.updates() if u.get("device") == ids[i] and u.get("outcome") in windows.ACCEPTED]
 
-    try:
-        run.start_coordinator()
-        run.start_agent(A)
-        run.start_agent(B)
-        run.wait_for(lambda: said_hello(A) and said_hello(B), 60, "both agents' Hellos")
-        publisher = windows.WindowPublisher(mqtt_broker.host, mqtt_broker.port,
-                                            {i: run.topics.device(ids[i], "sensor") for i in ids})
+    with boards:
         run.wait_for(lambda: scoring(A) and scoring(B), 60, "both boards scoring windows")
         before = {i: len(accepted(i)) for i in ids}
         run.wait_for(lambda: all(len(accepted(i)) >= before[i] + 3 for i in ids), 60,
                      "three more updates from each board while it scores", poll_s=0.25)
-        terms = [gm.extras.get(ImportanceTerms.KIND) for gm in watcher.models()]
-        sent = dict(publisher.sent)
-    finally:
-        if publisher is not None:
-            publisher.stop()
-        watcher.close()
-        run.stop_all()
+        terms = [gm.extras.get(ImportanceTerms.KIND) for gm in boards.watcher.models()]
+        sent = dict(boards.publisher.sent)
 
     assert terms and all(isinstance(t, ImportanceTerms) and t.per_window for t in terms), terms
     assert all(sent[i] > AGENT["buffer_capacity"] for i in ids), sent

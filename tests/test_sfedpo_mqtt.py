@@ -100,19 +100,50 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+class TwoBoards:
+    """The coordinator and boards A and B of ``run`` started and greeted, then windows published to
+    both boards' sensor topics (``publisher``) while a watcher reads the models and status topics;
+    everything stopped on exit, whatever happened."""
+
+    def __init__(self, run, broker):
+        self.run = run
+        self.ids = {i: run.device_id(i) for i in (A, B)}
+        self._status = {i: run.topics.device(self.ids[i], "status") for i in self.ids}
+        self.watcher = ModelWatcher(broker.host, broker.port, run.fleet, run.spec,
+                                    extra_topics=tuple(self._status.values()))
+        self._broker = broker
+        self.publisher = None
+
+    def said_hello(self, i) -> bool:
+        return any(isinstance(m, Hello) for _, m in self.watcher.on_topic(self._status[i]))
+
+    def __enter__(self) -> "TwoBoards":
+        try:
+            self.run.start_coordinator()
+            self.run.start_agent(A)
+            self.run.start_agent(B)
+            self.run.wait_for(lambda: self.said_hello(A) and self.said_hello(B), 60, "both agents' Hellos")
+            self.publisher = WindowPublisher(self._broker.host, self._broker.port,
+                                             {i: self.run.topics.device(self.ids[i], "sensor") for i in self.ids})
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.publisher is not None:
+            self.publisher.stop()
+        self.watcher.close()
+        self.run.stop_all()
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(150)
 def test_sfedpo_admits_windows_by_state_and_weighs_updates_by_saw_over_mqtt(fleet, mqtt_broker):
     run = fleet(opts=DemoOptions(seed=0, model="mlp"), agent_overrides=AGENT,
                 coordinator_overrides=COORDINATOR)
-    ids = {i: run.device_id(i) for i in (A, B)}
-    status = {i: run.topics.device(ids[i], "status") for i in ids}
-    watcher = ModelWatcher(mqtt_broker.host, mqtt_broker.port, run.fleet, run.spec,
-                           extra_topics=tuple(status.values()))
-    publisher = None
-
-    def said_hello(i):
-        return any(isinstance(m, Hello) for _, m in watcher.on_topic(status[i]))
+    boards = TwoBoards(run, mqtt_broker)
+    ids, watcher = boards.ids, boards.watcher
 
     def sfedpo_updates() -> Dict[str, List[dict]]:
         out: Dict[str, List[dict]] = {ids[i]: [] for i in ids}
@@ -128,13 +159,7 @@ def test_sfedpo_admits_windows_by_state_and_weighs_updates_by_saw_over_mqtt(flee
             return models[-1]
         return None
 
-    try:
-        run.start_coordinator()
-        run.start_agent(A)
-        run.start_agent(B)
-        run.wait_for(lambda: said_hello(A) and said_hello(B), 60, "both agents' Hellos")
-        publisher = WindowPublisher(mqtt_broker.host, mqtt_broker.port,
-                                    {i: run.topics.device(ids[i], "sensor") for i in ids})
+    with boards:
         run.wait_for(lambda: all(len(v) >= 3 for v in sfedpo_updates().values()), 60,
                      "three updates from each device with SFedPO's fields", poll_s=0.25)
         run.wait_for(fleet_weights, 20, "a global model with the fleet's three states")
@@ -144,12 +169,7 @@ def test_sfedpo_admits_windows_by_state_and_weighs_updates_by_saw_over_mqtt(flee
             retained = run.wait_for(lambda: late.models()[:1], 20, "the retained global model")[0]
         finally:
             late.close()
-        sent = dict(publisher.sent)
-    finally:
-        if publisher is not None:
-            publisher.stop()
-        watcher.close()
-        run.stop_all()
+        sent = dict(boards.publisher.sent)
 
     updates = sfedpo_updates()
     assert all(sent[i] >= AGENT["buffer_capacity"] for i in ids), sent

@@ -37,5 +37,4 @@ class ImportanceTerms(Extra):
                    per_window=get_bool(k, fields, "per_window"))
 
 
-__all__ = ["SfedpoTerms", "SfedpoReport", "ImportanceTerms", "MAX_STATES", "MAX_SCORE", "MIN_AVAILABILITY",
-           "BUDGET"]
+__all__ = ["ImportanceTerms"]
