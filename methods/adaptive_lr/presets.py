@@ -1,7 +1,7 @@
 """Adaptive-FedAvg's named run (a baseline of SFedPO)."""
 from typing import List
 
-from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Method
+from streamfl.methods.base import FEDAVG as _FEDAVG, Method
 
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).
 PRESETS: List[Method] = []

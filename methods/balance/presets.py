@@ -1,7 +1,7 @@
 """Class-balanced mixing's named runs (ours)."""
 from typing import List
 
-from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Method
+from streamfl.methods.base import FEDASYNC as _FEDASYNC, Method
 from streamfl.methods.clp.presets import LEARNED as _LEARNED
 
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).

@@ -3,18 +3,14 @@
 Registered with the codec (``register_extra``) when the method loads; every number carries its
 range (``BOUNDS``, checked by the codec).
 """
-import math
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
-
-import numpy as np
+from typing import Any, Dict, Mapping, Optional
 
 from streamfl.errors import ProtocolError
 from streamfl.protocol.extras import (
-    MAX_EXACT_INT, Bound, Extra, Tensors, check_keys, get_bool, get_float, get_int, register_extra,
+    Extra, Tensors, check_keys, get_bool, get_float, get_int, register_extra,
 )
-from streamfl.protocol.bounds import COUNTER, FISHER_DIAGONAL, FISHER_SUM, FISHER_TRACE, FISHER_WEIGHT_SUM, \
-    FISHER_WINDOWS, LAMBDA  # noqa: F401
+from streamfl.protocol.bounds import COUNTER, FISHER_TRACE
 
 
 @register_extra

@@ -1,7 +1,7 @@
 """AdaCLP's named runs and its ablations (Table 4), and streamfl's own CLP regulator."""
 from typing import List
 
-from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Method
+from streamfl.methods.base import FEDASYNC as _FEDASYNC, Method
 
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).
 PRESETS: List[Method] = []

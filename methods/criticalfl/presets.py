@@ -1,7 +1,7 @@
 """CriticalFL's named run (a baseline of AdaCLP)."""
 from typing import List
 
-from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Method
+from streamfl.methods.base import FEDAVG as _FEDAVG, Method
 
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).
 PRESETS: List[Method] = []

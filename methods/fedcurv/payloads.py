@@ -4,18 +4,16 @@ diagonal.
 Registered with the codec (``register_extra``) when the method loads; every number carries its
 range (``BOUNDS``, checked by the codec).
 """
-import math
-from dataclasses import asdict, dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 
 from streamfl.errors import ProtocolError
 from streamfl.protocol.extras import (
-    MAX_EXACT_INT, Bound, Extra, Tensors, check_keys, get_bool, get_float, get_int, register_extra,
+    Bound, Extra, Tensors, check_keys, get_float, get_int, register_extra,
 )
-from streamfl.protocol.bounds import COUNTER, FISHER_DIAGONAL, FISHER_SUM, FISHER_TRACE, FISHER_WEIGHT_SUM, \
-    FISHER_WINDOWS, LAMBDA  # noqa: F401
+from streamfl.protocol.bounds import FISHER_DIAGONAL, FISHER_SUM, FISHER_WEIGHT_SUM, FISHER_WINDOWS, LAMBDA
 
 
 def _groups(kind: str, groups: Mapping[str, Tensors], names: Any) -> Dict[str, Tensors]:

@@ -41,7 +41,7 @@ fleet (the drift term stays on); that is not guarded.
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Set
 
 import numpy as np
 

@@ -5,17 +5,15 @@ Registered with the codec (``register_extra``) when the method loads; every numb
 range (``BOUNDS``, checked by the codec).
 """
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-import numpy as np
 
 from streamfl.errors import ProtocolError
 from streamfl.protocol.extras import (
-    MAX_EXACT_INT, Bound, Extra, Tensors, check_keys, get_bool, get_float, get_int, register_extra,
+    Bound, Extra, Tensors, check_keys, get_bool, get_float, get_int, register_extra,
 )
-from streamfl.protocol.bounds import COUNTER, FISHER_DIAGONAL, FISHER_SUM, FISHER_TRACE, FISHER_WEIGHT_SUM, \
-    FISHER_WINDOWS, LAMBDA  # noqa: F401
+from streamfl.protocol.bounds import COUNTER
 
 
 #: Most classes a scheduling report may list (a report is bounded whatever its sender claims).

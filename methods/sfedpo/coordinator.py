@@ -32,7 +32,7 @@ factor 1. Defaults a2 = 1, b2 = 0.5 (the middle of the paper's ranges a2 in [0.5
 """
 import logging
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, Mapping, Tuple
 
 import numpy as np
 

@@ -21,7 +21,7 @@ A device moves between latent states m, each a stationary data distribution. Thr
   admitted with chance alpha_n,m and then replaces one slot, so over a round in which W windows
   were offered the buffer replaces alpha_n,m W / (C T) of its data per local step. s_n is computed
   on these per-step shares: fed the admission chances (about 0.5) it took gamma_n about 0.2 with
-  T = 5 where the buffer's measured turnover, about 5% a round, gives about 0.99.
+  T = 5 where the buffer's measured turnover, about 5% a round, gives about 0.97.
 
 Open values, our choices (all configurable through the plug-ins' settings):
 

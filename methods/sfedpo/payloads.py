@@ -19,7 +19,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from streamfl.errors import ProtocolError
 from streamfl.protocol.bounds import BUDGET
 from streamfl.protocol.extras import (
-    MAX_EXACT_INT, Bound, Extra, Tensors, check_keys, get_bool, get_float, get_int, no_tensors, register_extra,
+    MAX_EXACT_INT, Bound, Extra, Tensors, check_keys, get_bool, get_float, no_tensors, register_extra,
 )
 
 #: Most states a model or report may list (the agent tracks at most as many).
