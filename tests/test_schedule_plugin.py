@@ -318,6 +318,19 @@ def test_eq18_weights_follow_the_largest_fresh_class_norm():
     np.testing.assert_allclose(plugin(c).L, [6.0, 0.5, 1.0, 1.0])  # no norm for 2, 3: fallback 1
 
 
+def test_eq18_takes_its_max_over_the_devices_that_trained_not_the_norms_a_skipping_device_resends():
+    c = core(policy="fedteddi")
+    for i, d in enumerate(DEVICES[:4]):
+        update(c, d, [4, 4, 0, 0], 1.0 + 0.01 * i, class_grad_norms=(2.0, 0.5, 0.0, 0.0))
+    # d4 skips: its telemetry repeats the large norms of a round long past (an untrained model)
+    report(c, "d4", [4, 4, 0, 0], 1.1, class_grad_norms=(9.0, 9.0, 0.0, 0.0))
+    plugin(c)._candidates(sorted(DEVICES[:5]), set())
+    np.testing.assert_allclose(plugin(c).L, [2.0, 0.5, 1.0, 1.0])
+    update(c, "d4", [4, 4, 0, 0], 2.0, class_grad_norms=(3.0, 0.25, 0.0, 0.0))  # it trained again
+    plugin(c)._candidates(sorted(DEVICES[:5]), set())
+    np.testing.assert_allclose(plugin(c).L, [3.0, 0.25, 1.0, 1.0])
+
+
 def test_state_round_trips_and_malformed_state_is_refused():
     c = core()
     _first_round(c, {d: [4, 4, 0, 0] for d in DEVICES})

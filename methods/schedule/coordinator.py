@@ -4,9 +4,10 @@ of its baselines, ``streamfl.methods.schedule.policies``) and tells the others t
 The global model carries a ``ScheduleRequest``; devices then report their ``ScheduleStats`` with
 every update and, while skipping, in their telemetry (``on_report``). At each choice the plug-in
 builds the candidates from the online devices that reported, the per-class weights L (eq. 18: the
-largest per-class gradient norm among the reports since the last choice, else the last estimate,
-else 1; a skipping device's report repeats its last trained round's norms, so the estimate spans
-the fleet, not only the last round's chosen devices: an upper estimate, as eq. 18 intends),
+largest per-class gradient norm over the chosen set S, i.e. among the updates since the last
+choice, each measured at the model its device just trained; else the last estimate, else 1. A
+skipping device's telemetry repeats the norms of its last trained round, at an older model: they
+do not count, as eq. 18 takes its max over S only),
 sigma (the root of the mean reported gradient variance, Alg. 1 line 12, unless ``gradient_noise``
 is set),
 the round's place in its frame (k since the last device reported a new frame, out of
@@ -155,7 +156,9 @@ class _Device:
     latency_round: int = 0
     #: Bits of its last update's model (eq. 14's D_s).
     model_bits: Optional[float] = None
-    #: Its class norms arrived after the last choice (fresh for eq. 18).
+    #: Its class norms came with an update after the last choice: measured at the model it trained
+    #: for the current choice, so fresh for eq. 18 (norms a skipping device re-sends in its
+    #: telemetry are from an older round and never count).
     fresh_norms: bool = False
 
     @property
@@ -200,7 +203,8 @@ class SchedulePlugin(CoordinatorPlugin):
         c = self.fleet.num_classes
         return len(stats.counts) == c if c else len(stats.counts) > 0
 
-    def _observe(self, device_id: str, stats: Any) -> Optional[_Device]:
+    def _observe(self, device_id: str, stats: Any, trained: bool = False) -> Optional[_Device]:
+        """Keep ``stats`` as the device's newest report; ``trained``: it came with an update."""
         if not isinstance(stats, ScheduleStats):
             return self._devices.get(device_id)
         if not self._num_classes(stats):
@@ -213,7 +217,7 @@ class SchedulePlugin(CoordinatorPlugin):
         if known is None:
             known = self._devices[device_id] = _Device(stats)
         known.stats = stats
-        if stats.class_grad_norms:
+        if trained and stats.class_grad_norms:
             known.fresh_norms = True
         return known
 
@@ -231,7 +235,7 @@ class SchedulePlugin(CoordinatorPlugin):
     def on_update_admitted(self, update: Update, now: float) -> Verdict:
         # Judged now: a choice made when this update closes a round is for the next round.
         verdict = Verdict(fields={"scheduled": update.device_id in self._chosen_last})
-        known = self._observe(update.device_id, update.extras.get(ScheduleStats.KIND))
+        known = self._observe(update.device_id, update.extras.get(ScheduleStats.KIND), trained=True)
         if known is None:
             return verdict
         known.compute_s = max(0.0, update.seconds_per_sample * update.num_samples)
