@@ -53,6 +53,9 @@ class HParams:
     local_steps: int = bounded(20, 1, 100000)
     #: Dropout probability during local training, in [0, 1), sent with every global model.
     dropout: float = bounded(0.0, 0.0, 1.0, hi_open=True)
+    #: The learning rate sent with version v is ``lr * lr_decay_per_version ** v``: an exponential
+    #: decay per aggregation (FedTeddi trains at 0.01 x 0.9992 a round); 1 keeps ``lr``.
+    lr_decay_per_version: float = bounded(1.0, 0.0, 1.0, lo_open=True)
 
     def __post_init__(self) -> None:
         if not 0 < self.lr < float("inf"):
@@ -61,9 +64,15 @@ class HParams:
             raise ValueError("hparams.batch_size and hparams.local_steps must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError("hparams.dropout must be in [0, 1), got %r" % self.dropout)
+        if not 0.0 < self.lr_decay_per_version <= 1.0:
+            raise ValueError("hparams.lr_decay_per_version must be in (0, 1], got %r"
+                             % (self.lr_decay_per_version,))
 
-    def as_dict(self) -> Dict[str, float]:
-        return {"lr": self.lr, "batch_size": self.batch_size, "local_steps": self.local_steps,
+    def as_dict(self, version: int = 0) -> Dict[str, float]:
+        """What the devices get with global version ``version`` (the learning rate decayed to it)."""
+        lr = self.lr * self.lr_decay_per_version ** max(0, int(version)) if self.lr_decay_per_version != 1.0 \
+            else self.lr
+        return {"lr": lr, "batch_size": self.batch_size, "local_steps": self.local_steps,
                 "dropout": self.dropout}
 
 

@@ -295,7 +295,7 @@ class CoordinatorCore:
         if self.config.method_settings is not None:  # the named method's agent side
             extras[self.config.method_settings.KIND] = self.config.method_settings
         return GlobalModel(version=self.version, arch_id=self.arch_id, tensors=self._model,
-                           hparams=self.config.hparams.as_dict(), extras=extras, run_id=self.run_id)
+                           hparams=self.config.hparams.as_dict(self.version), extras=extras, run_id=self.run_id)
 
     @property
     def model(self) -> Tensors:

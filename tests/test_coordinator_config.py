@@ -36,6 +36,31 @@ def test_defaults():
     assert c.persist_interval_s == 0.5 and c.hparams.lr == 0.01 and c.hparams.local_steps == 20
 
 
+def test_the_learning_rate_sent_decays_per_version_where_asked():
+    from streamfl.coordinator.config import HParams
+    assert HParams(lr=0.01).as_dict(500)["lr"] == 0.01
+    decayed = HParams(lr=0.01, lr_decay_per_version=0.9992)
+    assert decayed.as_dict(0)["lr"] == 0.01
+    assert decayed.as_dict(1000)["lr"] == pytest.approx(0.01 * 0.9992 ** 1000)
+    assert "lr_decay_per_version" not in decayed.as_dict(3)      # the devices get the rate only
+
+
+def test_each_global_model_carries_the_rate_decayed_to_its_version():
+    from factories import UNBOUNDED_ADMISSION, make_hello, make_update
+    from streamfl.config import build
+    from streamfl.coordinator.core import CoordinatorCore
+    from streamfl.models import ModelSpec
+    spec = ModelSpec(name="mlp", in_channels=2, window_len=4, num_classes=2, hidden=4)
+    core = CoordinatorCore(build(CoordinatorConfig, {
+        "model": spec, "strategy": "fedasync", "admission": UNBOUNDED_ADMISSION,
+        "hparams": {"lr": 0.1, "lr_decay_per_version": 0.5}}, "test"))
+    core.on_message(make_hello("d0", spec), 0.0)
+    assert core.global_model().hparams["lr"] == 0.1
+    for t in (1.0, 2.0):
+        core.on_message(make_update(spec, device_id="d0", base_version=core.version), t)
+    assert core.version == 2 and core.global_model().hparams["lr"] == pytest.approx(0.025)
+
+
 def test_nested_values_and_overrides(tmp_path):
     path = write(tmp_path, "fleet: lab\nstrategy: fedavg\nfedavg: {deadline_s: 5}\n"
                            "model: {name: cnn1d}\nmqtt: {host: a, port: 1884}\n")
@@ -54,6 +79,9 @@ def test_nested_values_and_overrides(tmp_path):
     ("staleness: exponential\n", "staleness"),
     ("fleet: 'a/b'\n", "fleet"),
     ("hparams: {lr: 0}\n", "lr"),
+    ("hparams: {lr_decay_per_version: 0}\n", "lr_decay_per_version"),
+    ("hparams: {lr_decay_per_version: 1.5}\n", "lr_decay_per_version"),
+    ("hparams: {lr_decay_per_version: .nan}\n", "lr_decay_per_version"),
     ("mqtt: {port: 70000}\n", "port"),
     ("max_staleness: -1\n", "max_staleness"),
     ("- a list\n", "mapping"),
