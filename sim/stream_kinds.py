@@ -188,13 +188,19 @@ def _kind_new_class_frames(ctx: KindContext, params: Dict) -> Built:
     ``two_class_frac`` (1/3: 10 of 30 clients) two. From frame 1 a ``new_frac`` (0.4: 12 of 30) of
     devices each gain one class: the not yet introduced classes arrive in ``new_frames`` (2, as in
     CIFAR-100) blocks, later frames add introduced classes a device lacks. frame_s = duration_s / 3.
+    ``first_frame_s`` (default ``frame_s``) sets frame 0's length alone: the paper starts its new-class
+    frames from a model pre-trained on the initial classes, which a long frame 0 trains here (the
+    frames' figures are counted from frame 1's start, so frame 0 is a warm-up they exclude).
     """
     p = _take("new_class_frames", params, {"frame_s": ctx.duration_s / 3.0, "initial_frac": 0.6,
                                            "new_frac": 0.4, "two_class_frac": 1.0 / 3.0,
-                                           "new_frames": 2})
-    _positive("new_class_frames", p, "frame_s", "initial_frac", "new_frames")
+                                           "new_frames": 2, "first_frame_s": None})
+    if p["first_frame_s"] is None:
+        p["first_frame_s"] = p["frame_s"]
+    _positive("new_class_frames", p, "frame_s", "first_frame_s", "initial_frac", "new_frames")
     frames = Frames(ctx, p)
-    out = [Timeline(ctx.k, lambda i: i * p["frame_s"],
+    first_s, frame_s = float(p["first_frame_s"]), float(p["frame_s"])
+    out = [Timeline(ctx.k, lambda i: 0.0 if i == 0 else first_s + (i - 1) * frame_s,
                      lambda i, d=d: uniform_row(frames.classes(i, d), ctx.k), fix=ctx.fix(d))
            for d in range(ctx.n)]
     p["initial_classes"] = [int(c) for c in frames.initial]

@@ -191,7 +191,7 @@ def make_streams(ds: Dataset, parts: List[np.ndarray], kind: str, seed: int, win
     - non_extreme: as extreme, beta=0.2, shared=False
     - periodic: period_s=D/3, phases=K, beta=0.2 (None: one class per phase)
     - aperiodic_rare: as extreme, n_rare=1, rare_prob=0.01, burst_s=mu_s/10
-    - new_class_frames: frame_s=D/3, initial_frac=0.6, new_frac=0.4, two_class_frac=1/3, new_frames=2
+    - new_class_frames: frame_s=D/3, initial_frac=0.6, new_frac=0.4, two_class_frac=1/3, new_frames=2, first_frame_s=frame_s
     - sessions: session_s=D/5, label_overlap=0.2, dirichlet_alpha=0.3, labels_per_session=K//2,
       per_device=False
     - domain_incremental: num_periods=5, period_s=D/num_periods, mix="uniform" | "pool",

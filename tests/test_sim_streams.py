@@ -147,6 +147,18 @@ def test_new_class_frames_add_at_most_one_class_per_device_per_frame():
     np.testing.assert_allclose(dist[dist > 0], 1.0 / np.count_nonzero(dist))
 
 
+def test_a_long_first_frame_delays_every_later_frame_and_changes_nothing_else():
+    parts = partition(DS, 30, "iid", seed=0)
+    same = streams("new_class_frames", parts=parts, frame_s=50.0)
+    long_first = streams("new_class_frames", parts=parts, frame_s=50.0, first_frame_s=200.0)
+    for a, b in zip(same, long_first):
+        assert a.period(49.0) == b.period(199.0) == 0 and b.period(200.0) == 1 and b.period(250.0) == 2
+        for t_a, t_b in [(1.0, 1.0), (51.0, 201.0), (101.0, 251.0)]:
+            np.testing.assert_array_equal(a.class_distribution(t_a), b.class_distribution(t_b))
+    with pytest.raises(ConfigError, match="first_frame_s"):
+        streams("new_class_frames", parts=parts, frame_s=50.0, first_frame_s=0.0)
+
+
 @pytest.mark.parametrize("overlap", [0.0, 0.2, 0.8])
 @pytest.mark.parametrize("per_device", [False, True])
 def test_sessions_label_sets_overlap_as_configured(overlap, per_device):
