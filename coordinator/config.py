@@ -70,8 +70,7 @@ class HParams:
 
     def as_dict(self, version: int = 0) -> Dict[str, float]:
         """What the devices get with global version ``version`` (the learning rate decayed to it)."""
-        lr = self.lr * self.lr_decay_per_version ** max(0, int(version)) if self.lr_decay_per_version != 1.0 \
-            else self.lr
+        lr = self.lr * self.lr_decay_per_version ** max(0, int(version))  # exact lr at decay 1
         return {"lr": lr, "batch_size": self.batch_size, "local_steps": self.local_steps,
                 "dropout": self.dropout}
 
