@@ -36,6 +36,7 @@ IMPLEMENTATIONS = [
 ]
 
 SENTINEL = b"--sentinel--"
+PROBE = b"--probe-"  # each ready() probes with its own payload: an old probe must not pass for new
 
 
 class Peer:
@@ -63,7 +64,7 @@ class Peer:
     def got(self):
         """Messages received, sentinels and probes left out."""
         with self._lock:
-            return [m for m in self._got if m[1] not in (SENTINEL, b"probe")]
+            return [m for m in self._got if m[1] != SENTINEL and not m[1].startswith(PROBE)]
 
     @property
     def events(self):
@@ -88,6 +89,7 @@ class Harness:
 
     def __init__(self):
         self.peers = []
+        self._probes = 0
 
     def client(self, client_id, persistent=True) -> Peer:
         peer = Peer(self._transport(client_id, persistent), client_id)
@@ -100,10 +102,16 @@ class Harness:
         return peer
 
     def ready(self, sub, topic, pub):
-        """Return once ``sub``'s subscription covering ``topic`` is in place at the broker."""
+        """Return once ``sub``'s subscription covering ``topic`` is in place at the broker.
+
+        The probe payload is new on every call: a probe that arrived before a drop says nothing
+        about the subscription restored after it."""
+        self._probes += 1
+        payload = PROBE + str(self._probes).encode()
+
         def probe():
-            pub.t.publish(topic, b"probe", qos=1)
-            return wait_for(lambda: sub.received(topic, b"probe"), 0.2)
+            pub.t.publish(topic, payload, qos=1)
+            return wait_for(lambda: sub.received(topic, payload), 0.2)
         assert wait_for(probe, 10), "%s: subscription to %s never took effect" % (self.kind, topic)
 
     def flush(self, sub, pub, topic):
