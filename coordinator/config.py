@@ -174,6 +174,12 @@ class CoordinatorConfig:
     exclusive: ExclusiveConfig = field(default_factory=ExclusiveConfig)
     #: Seed of the version-0 model (same seed and model = the same initial weights everywhere).
     seed: int = bounded(0, 0, SEED_MAX)
+    #: Start a fresh run from a pre-trained model instead of the seed's random weights: a
+    #: safetensors file of ``model:``'s tensors (another run's ``model.safetensors``, an agent's
+    #: ``checkpoint.safetensors``), checked when the coordinator starts (architecture, tensor
+    #: names and shapes, finite values). A state folder that already holds a run keeps its own
+    #: model. null = the seed's weights.
+    initial_model_file: Optional[str] = None
     #: How published global models go on the wire (docs/deployment.md, "Smaller messages"):
     #: ``float32``; ``float16`` (half the bytes); ``int8``, blockwise int8 weights (about 3.2-3.8x
     #: fewer bytes; boards train from the rounded model, and their ``int8_delta`` updates are

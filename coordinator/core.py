@@ -12,13 +12,14 @@ import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from streamfl.coordinator.admission import UpdateAdmission
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.deltas import full_update
 from streamfl.coordinator.history import ModelHistory
-from streamfl.coordinator.persistence import PLUGIN_TENSORS
+from streamfl.coordinator.persistence import PLUGIN_TENSORS, read_initial_model
 from streamfl.coordinator.plugins import Addressed, Aggregation, CoordinatorPlugin, FleetView, make_plugins
 from streamfl.coordinator.plugins.base import Effects, Verdict
 from streamfl.coordinator.registry import DeviceRegistry
@@ -107,9 +108,14 @@ class Step:
 
 
 def initial_model(config: CoordinatorConfig) -> Tensors:
-    """The version-0 model: ``build_model(spec, seed=config.seed)`` as float32 arrays."""
+    """The version-0 model as float32 arrays: ``config.initial_model_file``'s tensors, checked
+    against ``config.model`` (ConfigError naming the file otherwise), or else
+    ``build_model(spec, seed=config.seed)``."""
     from streamfl.models import build_model, model_to_arrays
-    return model_to_arrays(build_model(config.model, seed=config.seed))
+    if config.initial_model_file is None:
+        return model_to_arrays(build_model(config.model, seed=config.seed))
+    return read_initial_model(Path(config.initial_model_file), config.model)
+
 
 
 class CoordinatorCore:

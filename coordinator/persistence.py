@@ -184,6 +184,35 @@ class StateStore:
                 tensors[name] = arr.astype(np.float32)
 
 
+def read_initial_model(path: Path, spec) -> Tensors:
+    """A pre-trained model file's tensors, refused with a ConfigError naming the file unless they
+    are exactly those of ``spec``, finite, and (where the file says) of its architecture."""
+    try:
+        tensors, meta = load_checkpoint(path)
+    except StorageError as exc:
+        raise ConfigError("initial_model_file: %s" % exc) from exc
+    arch_id = meta.get("arch_id") if isinstance(meta, dict) else None
+    if arch_id is not None and arch_id != spec.arch_id:
+        raise ConfigError("initial_model_file %s holds a model of architecture %s, not the "
+                          "configured %s" % (path, arch_id, spec.arch_id))
+    expected = tensor_spec(spec)
+    if set(tensors) != set(expected):
+        raise ConfigError("initial_model_file %s does not hold the tensors of %s (missing %s, "
+                          "unexpected %s)" % (path, spec.arch_id, sorted(set(expected) - set(tensors)),
+                                              sorted(set(tensors) - set(expected))))
+    out: Tensors = {}
+    for name, (shape, _dtype) in expected.items():
+        arr = tensors[name]
+        if tuple(arr.shape) != tuple(shape):
+            raise ConfigError("initial_model_file %s: tensor %s has shape %s, %s needs %s"
+                              % (path, name, tuple(arr.shape), spec.arch_id, tuple(shape)))
+        if not np.issubdtype(arr.dtype, np.floating) or not np.all(np.isfinite(arr)):
+            raise ConfigError("initial_model_file %s: tensor %s is not finite floats" % (path, name))
+        out[name] = np.ascontiguousarray(arr, dtype=np.float32)
+    log.info("version 0 is the pre-trained model in %s", path)
+    return out
+
+
 class Persister:
     """Saves the core's model and state, counting failures instead of raising (a full disk must
     not kill the coordinator; what was not saved is simply not published)."""

@@ -59,6 +59,8 @@ def run_one(scenario: Scenario, method: Method, seed: int, data: SimData, write:
     figures = run_figures(kept["eval"], kept["update"], totals, scenario.thresholds,
                           scenario.eval_every_s, kept["aggregate"])
     figures.update(seed=seed, wall_s=round(time.monotonic() - started, 2), devices=totals)
+    if run.pretrain_accuracy is not None:
+        figures["pretrain_accuracy"] = round(run.pretrain_accuracy, 4)
     return figures
 
 

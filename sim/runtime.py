@@ -33,7 +33,7 @@ from streamfl.dvfs.simulated import SimulatedBackend, SimulatedDomain
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.models.evaluation import Evaluator
 from streamfl.protocol.codec import Decoder, encode, encode_update
-from streamfl.protocol.messages import GlobalModel, Offline, Telemetry
+from streamfl.protocol.messages import GlobalModel, Offline, Telemetry, Tensors
 from streamfl.protocol.train import TrainRequest
 from streamfl.sensors.window import Window
 from streamfl.sim.device import DeviceModel, make_devices
@@ -110,8 +110,11 @@ class SimRun:
         admission = ccfg.setdefault("admission", {})     # (merge drops None values: set it here)
         admission.setdefault("max_updates_per_s", None)
         admission.setdefault("round_time_fraction", 0.0)
+        #: Version 0 trained beforehand (``scenario.pretrain``), and how well; None: built from
+        #: the coordinator's seed, as on a fleet without a shipped model.
+        initial, self.pretrain_accuracy = data.pretrained(int(seed), self.spec)
         self._start(build(CoordinatorConfig, ccfg, "%s: coordinator" % scenario.name), method, seed,
-                    emit, progress, rounds)
+                    emit, progress, rounds, initial)
         policy = method.dvfs_policy or scenario.dvfs_policy
         models = make_devices(device_specs(scenario), self.seed)
         streams = data.streams(self.seed, self.clock)
@@ -124,8 +127,9 @@ class SimRun:
 
     def _start(self, config: CoordinatorConfig, method: Method, seed: int, emit: Emit,
                progress: Optional[Callable[[float], None]] = None,
-               rounds: Optional[RoundRunner] = None) -> None:
-        """The coordinator side: its core behind the codec, the event queue, version 0 published."""
+               rounds: Optional[RoundRunner] = None, initial: Optional[Tensors] = None) -> None:
+        """The coordinator side: its core behind the codec, the event queue, version 0 (``initial``,
+        or built from the coordinator's seed) published."""
         self.method = method
         self.seed = int(seed)
         self._sink = emit
@@ -142,7 +146,7 @@ class SimRun:
         self.queue = EventQueue()
         #: When each version was made: streams whose periods count aggregations read it.
         self.clock = AggregationClock()
-        self.coordinator = CoordinatorCore(config)
+        self.coordinator = CoordinatorCore(config, tensors=initial)
         self.decoder = Decoder({config.model.arch_id: tensor_spec(config.model)})
         self.devices: List[DeviceState] = []
         self._index: Dict[str, int] = {}

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from streamfl.config import build, parse_value, read_yaml
 from streamfl.errors import ConfigError
+from streamfl.sim.pretrain import PretrainConfig
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class Scenario:
     dvfs_policy: str = "none"
     #: Virtual seconds between coordinator ticks (FedAvg's deadline checks, plug-ins' timers).
     tick_s: float = 1.0
+    #: Train version 0 beforehand on some classes, once per seed (``streamfl.sim.pretrain``):
+    #: a model shipped pre-trained, as FedTeddi's new-class frames start from.
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
 
     def __post_init__(self) -> None:
         if not self.duration_s > 0:

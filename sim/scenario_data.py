@@ -5,7 +5,7 @@ windows; the streams themselves are rebuilt per run (they carry their own random
 dataset itself comes from ``streamfl.sim.datasets``; the held-out windows are evaluated by
 ``streamfl.models.evaluation.Evaluator``, as the coordinator's are.
 """
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -24,6 +24,7 @@ class SimData:
         self._split_seed: Optional[int] = None
         self._split: Any = None
         self._streams: List[Any] = []
+        self._pretrained: Dict[int, Tuple[Any, Optional[float]]] = {}
 
     def _for_seed(self, seed: int):
         if self._split_seed != seed:
@@ -56,6 +57,31 @@ class SimData:
             pick = np.sort(np.random.default_rng(seed).choice(len(y), limit, replace=False))
             X, y = X[pick], y[pick]
         return X, y
+
+    def pretrained(self, seed: int, spec: Any) -> Tuple[Optional[Any], Optional[float]]:
+        """``(version-0 tensors, their accuracy on the held-out windows of the classes they were
+        trained on)`` per the scenario's ``pretrain`` section, trained once per seed; ``(None,
+        None)`` when it is off (the coordinator then builds version 0 from its seed)."""
+        config = self.scenario.pretrain
+        if not config.enabled:
+            return None, None
+        if seed not in self._pretrained:
+            from streamfl.errors import ConfigError
+            from streamfl.sim.pretrain import chosen_classes, held_out_accuracy, pretrain, select
+            from streamfl.sim.streams import make_streams
+            train, _, parts = self._for_seed(seed)
+            sc = self.scenario
+            meta = make_streams(train, parts, sc.stream.kind, seed, sc.stream.windows_per_s,
+                                sc.duration_s, **sc.stream.params)[0].meta
+            try:
+                classes = chosen_classes(config, meta, self.shape[2])
+                tensors = pretrain(spec, *select(train.X, train.y, classes), config, seed)
+            except ValueError as exc:
+                raise ConfigError("scenario %s: %s" % (sc.name, exc)) from exc
+            accuracy = held_out_accuracy(spec, tensors, *select(*self.eval_set(seed), classes))
+            self._pretrained[seed] = (tensors, accuracy)
+        tensors, accuracy = self._pretrained[seed]
+        return {k: v.copy() for k, v in tensors.items()}, accuracy
 
     def period(self, t_s: float) -> Optional[int]:
         """The streams' period at ``t_s`` (device 0's; None for streams without periods)."""
