@@ -6,7 +6,7 @@ import pytest
 from streamfl.cli import main
 from streamfl.errors import StreamflError
 from streamfl.methods.schedule.report import (
-    frame_rounds, frames_table, grid_for_runs, grid_table, overview_table,
+    frame_rounds, frames_for_run, frames_table, grid_for_runs, grid_table, overview_table,
 )
 from streamfl.sim.summary import period_figures, rounds_to
 
@@ -42,8 +42,10 @@ def test_the_table_compares_rounds_and_bounds_a_target_never_reached():
     table = frames_table(summary, ["0.7"], "random")
     lines = {line.split(" | ")[0]: line for line in table.splitlines()}
     assert "frame 2" not in table and "frame 0" not in table  # one evaluation; before the first new data
-    assert "11.0 ± 1.0" in lines["| `fedteddi`"] and "-45%" in lines["| `fedteddi`"]
-    assert "10.0 ± 0.0 (1/2)" in lines["| `slow`"] and "~+0%" in lines["| `slow`"]
+    # The change of the pooled rounds, and the spread of each seed's own change (-50%, -40%).
+    assert "11.0 ± 1.0" in lines["| `fedteddi`"] and "| -45% ± 5 |" in lines["| `fedteddi`"]
+    # A seed that never reached the target counts at the frame's 30 rounds: +50% and -50%.
+    assert "10.0 ± 0.0 (1/2)" in lines["| `slow`"] and "| ~+0% ± 50 |" in lines["| `slow`"]
     assert "2.0" in lines["| `random`"]  # training joules per round
     only = frames_table(dict(summary, duration_s=100.0), ["0.7"], "random", methods=["fedteddi"])
     rows = [line for line in only.splitlines() if line.startswith("| `")]
@@ -67,9 +69,9 @@ def test_the_grid_sets_runs_side_by_side_and_marks_a_missing_method(tmp_path):
     header, _, *rows = table.splitlines()
     assert header.count("vs `random`") == 2 and "T 0.8: to 0.7 (rounds)" in header
     lines = {line.split(" | ")[0]: line.split(" | ") for line in rows}
-    assert lines["| `fedteddi`"][1:4] == ["11.0 ± 1.0", "-45%", "4.0"]
-    assert lines["| `fedteddi`"][4:6] == ["10.0 ± 0.0 (1/2)", "~+0%"]
-    assert lines["| `fedcgd`"][1:4] == ["–", "–", "–"] and lines["| `fedcgd`"][5] == "+25%"
+    assert lines["| `fedteddi`"][1:4] == ["11.0 ± 1.0", "-45% ± 5", "4.0"]
+    assert lines["| `fedteddi`"][4:6] == ["10.0 ± 0.0 (1/2)", "~+0% ± 50"]
+    assert lines["| `fedcgd`"][1:4] == ["–", "–", "–"] and lines["| `fedcgd`"][5] == "+25% ± 0"
     for name, summary in (("a", fast), ("b", slow)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.json").write_text(json.dumps(summary))
@@ -87,8 +89,9 @@ def test_the_overview_keeps_each_settings_change_and_their_mean(tmp_path):
     b = _summary({"random": [20, 20], "fedteddi": [None, 10]})
     table = overview_table([("digits", a, ["0.7"]), ("watch", b, ["0.7"])], "random")
     lines = {line.split(" | ")[0]: line.split(" | ") for line in table.splitlines()[2:]}
-    assert lines["| `fedteddi`"][1:] == ["-45%", "~+0%", "~-22% |"]  # the mean, -22.5, to even
-    assert lines["| `fedcgd`"][1:] == ["+50%", "–", "+50% |"]
+    # Each setting's change with its spread over seeds; the mean over the settings (-22.5, to even).
+    assert lines["| `fedteddi`"][1:] == ["-45% ± 5", "~+0% ± 50", "~-22% |"]
+    assert lines["| `fedcgd`"][1:] == ["+50% ± 0", "–", "+50% |"]
     for name, summary in (("a", a), ("b", b)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.json").write_text(json.dumps(summary))
@@ -97,3 +100,32 @@ def test_the_overview_keeps_each_settings_change_and_their_mean(tmp_path):
                  "--reference", "random"]) == 0
     assert main(["report", *dirs, "--section", "frames", "--option", "0.7;0.7;0.7", "--overview"]) != 0
     assert main(["report", *dirs, "--section", "frames", "--option", "0.7;0.7"]) != 0  # per-folder targets: overview only
+
+
+def test_seeds_pair_by_their_number_and_one_seed_has_no_spread():
+    summary = _summary({"random": [20, 10], "fedteddi": [10, 10]})
+    runs = summary["methods"]["fedteddi"]["runs"]
+    runs[0]["seed"], runs[1]["seed"] = 1, 0                   # listed in another order
+    for k, run in enumerate(summary["methods"]["random"]["runs"]):
+        run["seed"] = k
+    row = [l for l in frames_table(summary, ["0.7"]).splitlines() if l.startswith("| `fedteddi`")][0]
+    # seed 0: 10 vs 20 (-50%), seed 1: 10 vs 10 (+0%): spread 25; unpaired, it would be 0.
+    assert "| -33% ± 25 |" in row
+    one = _summary({"random": [20], "fedteddi": [10]})
+    row = [l for l in frames_table(one, ["0.7"]).splitlines() if l.startswith("| `fedteddi`")][0]
+    assert "| -50% |" in row
+
+
+def test_the_table_of_a_run_folder_gives_eq17_sigma_and_L_of_the_methods_that_measure_them(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps(_summary({"random": [20], "fedteddi": [10]})))
+    lines = [{"event": "schedule", "method": "fedteddi", "frame": 0, "sigma": 9.0, "L_mean": 9.0},
+             {"event": "schedule", "method": "fedteddi", "frame": 1, "sigma": 1.0, "L_mean": 2.0},
+             {"event": "schedule", "method": "fedteddi", "frame": 1, "sigma": 2.0, "L_mean": 4.0},
+             {"event": "schedule", "method": "random", "frame": 1, "sigma": 1.0, "L_mean": 0},
+             {"event": "eval", "method": "fedteddi", "frame": 1, "sigma": 5.0, "L_mean": 5.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    table = frames_for_run(tmp_path, ["0.7"])
+    rows = {l.split(" | ")[0]: l for l in table.splitlines()}
+    assert "sigma / L (eq. 17)" in table
+    assert rows["| `fedteddi`"].endswith("| 1.50 / 3.00 |")    # frame 0 and other events left out
+    assert rows["| `random`"].endswith("| – |")                 # it measures no L

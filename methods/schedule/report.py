@@ -5,7 +5,10 @@ and what a round cost, from a run's ``summary.json`` (``streamfl report --sectio
 Rounds are counted at evaluations (every ``eval_every_s``), so they are resolved to the versions
 made between two evaluations. A seed that never reaches the target in a frame is left out of
 that frame's mean and counted in the ``(reached/seeds)`` note; the comparison with the reference
-counts it at the frame's length instead (a lower bound on its rounds).
+counts it at the frame's length instead (a lower bound on its rounds). The change comes with its
+spread: the std over seeds of each seed's change against the reference's run of the same seed.
+A run folder's table also gives eq. 17's sigma and eq. 18's L, averaged over the schedule lines
+of the frames shown, for the methods that measure them.
 """
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -71,20 +74,51 @@ def _selected(summary: Dict[str, Any], methods: Optional[Sequence[str]]) -> Dict
     return chosen
 
 
-Change = Tuple[Optional[float], bool]
+#: (change in percent against the reference, whether it is a bound, its spread over seeds or None)
+Change = Tuple[Optional[float], bool, Optional[float]]
 
 
 def _change_cell(change: Change) -> str:
-    """"-45%", "~+0%" (a bound), or "–" (no reference figure)."""
-    pct, bound = change
-    return "–" if pct is None else "%s%+.0f%%" % ("~" if bound else "", pct)
+    """"-45% ± 5" (the spread: std over seeds of each seed's own change), "~+0%" (a bound), or
+    "–" (no reference figure)."""
+    pct, bound, spread = change
+    if pct is None:
+        return "–"
+    return "%s%+.0f%%%s" % ("~" if bound else "", pct, "" if spread is None else " ± %.0f" % spread)
+
+
+def _seed_total(run: Dict[str, Any], frames: Sequence[int], targets: Sequence[str]) -> float:
+    """One run's rounds to every target in every frame, a target never reached counted at its
+    frame's length."""
+    total = 0.0
+    for p in run.get("periods", []):
+        if int(p["period"]) in frames:
+            for t in targets:
+                n = (p.get("rounds_to_seen") or {}).get(t)
+                total += n if n is not None else p.get("rounds", 0)
+    return total
+
+
+def _seed_spread(entry: Dict[str, Any], ref: Dict[str, Any], frames: Sequence[int],
+                 targets: Sequence[str]) -> Optional[float]:
+    """The std over seeds of each seed's change in percent against the reference's run of the
+    same seed (runs paired by ``seed``, else by order); None with fewer than two pairs."""
+    def by_seed(runs):
+        return {r.get("seed", k): r for k, r in enumerate(runs)}
+    mine, theirs = by_seed(entry.get("runs", [])), by_seed(ref.get("runs", []))
+    changes = []
+    for seed in sorted(set(mine) & set(theirs), key=str):
+        base = _seed_total(theirs[seed], frames, targets)
+        if base > 0:
+            changes.append(100.0 * (_seed_total(mine[seed], frames, targets) / base - 1.0))
+    return float(np.std(changes)) if len(changes) >= 2 else None
 
 
 def _rounds_cells(entry: Dict[str, Any], ref: Optional[Dict[str, Any]], frames: Sequence[int],
                   targets: Sequence[str]) -> Tuple[List[str], Optional[Change]]:
     """One cell per (target, frame): mean ± std rounds (reached/seeds); and the change in percent
-    of their sum against ``ref`` with whether it is a bound (some seed never reached a target),
-    None without ref."""
+    of their sum against ``ref``, whether it is a bound (some seed never reached a target) and
+    its spread over seeds, None without ref."""
     cells: List[str] = []
     total = ref_total = 0.0
     bound = False
@@ -105,15 +139,19 @@ def _rounds_cells(entry: Dict[str, Any], ref: Optional[Dict[str, Any]], frames: 
                 bound |= ref_got["reached"] < ref_got["seeds"]
     if ref is None:
         return cells, None
-    return cells, (None if ref_total <= 0 else 100.0 * (total / ref_total - 1.0), bound)
+    if ref_total <= 0:
+        return cells, (None, bound, None)
+    return cells, (100.0 * (total / ref_total - 1.0), bound, _seed_spread(entry, ref, frames, targets))
 
 
 def frames_table(summary: Dict[str, Any], targets: Sequence[str], reference: Optional[str] = "random",
-                 first_frame: int = 1, methods: Optional[Sequence[str]] = None) -> str:
+                 first_frame: int = 1, methods: Optional[Sequence[str]] = None,
+                 noise: Optional[Dict[str, Tuple[float, float]]] = None) -> str:
     """One row per method: rounds to each target in each frame from ``first_frame`` on; the change
     in their sum against ``reference`` ("~": some seed never reached a target, counted at its
-    frame's length, so the figure is a bound); devices per round, training joules per round and
-    final accuracy."""
+    frame's length, so the figure is a bound; "±": its spread over seeds); devices per round,
+    training joules per round and final accuracy; with ``noise`` (``schedule_noise``), eq. 17's
+    sigma and L per method that measures them."""
     chosen = _selected(summary, methods)
     frames = _frames_of(chosen, summary, first_frame)
     ref = (summary.get("methods") or {}).get(reference) if reference else None
@@ -123,6 +161,7 @@ def frames_table(summary: Dict[str, Any], targets: Sequence[str], reference: Opt
     if ref is not None:
         header.append("rounds vs `%s`" % reference)
     header += ["devices per round", "training J per round", "final accuracy"]
+    header += [] if noise is None else ["sigma / L (eq. 17)"]
     rows = []
     for name, entry in chosen.items():
         cells, vs = _rounds_cells(entry, ref, frames, targets)
@@ -132,7 +171,35 @@ def frames_table(summary: Dict[str, Any], targets: Sequence[str], reference: Opt
         rows.append(["`%s`" % name] + cells + ([] if vs is None else [_change_cell(vs)]) + [
             "–" if dpr is None else "%.1f" % dpr, "–" if jpr is None else "%.1f" % jpr,
             "–" if acc is None else "%.3f ± %.3f" % (acc, acc_std or 0.0)])
+        if noise is not None:
+            sl = noise.get(name)
+            rows[-1].append("–" if sl is None else "%.2f / %.2f" % sl)
     return markdown_rows(header, rows)
+
+
+def schedule_noise(metrics_path: Path, first_frame: int = 1) -> Dict[str, Tuple[float, float]]:
+    """Per method, the mean over its ``schedule`` lines from ``first_frame`` on of eq. 17's
+    gradient-noise scale sigma and eq. 18's L (``L_mean``), for the methods that measure L (the
+    others log none, or 0); {} without a metrics file."""
+    import json
+    sums: Dict[str, List[float]] = {}
+    try:
+        lines = Path(metrics_path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        if '"schedule"' not in line:
+            continue
+        e = json.loads(line)
+        if e.get("event") != "schedule" or int(e.get("frame") or 0) < first_frame:
+            continue
+        sigma, L = e.get("sigma"), e.get("L_mean")
+        if isinstance(sigma, (int, float)) and isinstance(L, (int, float)) and L > 0:
+            acc = sums.setdefault(e.get("method", ""), [0.0, 0.0, 0.0])
+            acc[0] += sigma
+            acc[1] += L
+            acc[2] += 1
+    return {m: (a[0] / a[2], a[1] / a[2]) for m, a in sums.items() if a[2]}
 
 
 def grid_table(runs: Sequence[Tuple[str, Dict[str, Any]]], targets: Sequence[str],
@@ -177,7 +244,7 @@ def frames_for_run(run_dir: Path, targets: Sequence[str], reference: Optional[st
                    methods: Optional[Sequence[str]] = None) -> str:
     """``frames_table`` of the run in ``run_dir`` (``methods``: those rows only, in that order)."""
     return frames_table(read_summary(Path(run_dir) / "summary.json"), targets, reference,
-                        methods=methods)
+                        methods=methods, noise=schedule_noise(Path(run_dir) / "metrics.jsonl"))
 
 
 def overview_table(runs: Sequence[Tuple[str, Dict[str, Any], Sequence[str]]],
@@ -204,7 +271,7 @@ def overview_table(runs: Sequence[Tuple[str, Dict[str, Any], Sequence[str]]],
             if vs[0] is not None:
                 bound |= vs[1]
                 values.append(vs[0])
-        row.append(_change_cell((float(np.mean(values)) if values else None, bound)))
+        row.append(_change_cell((float(np.mean(values)) if values else None, bound, None)))
         rows.append(row)
     return markdown_rows(header, rows)
 
