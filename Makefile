@@ -10,7 +10,7 @@ STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
 AGENT_SIDE := streamfl protocol sensors models agent dvfs methods
 
-.PHONY: demo test venv lint bench load capacity eval-adaclp eval-fedteddi eval-fedteddi-paper eval-stewc eval-sessions eval-sfedpo golden clean
+.PHONY: demo test venv lint bench load capacity eval-adaclp eval-fedteddi eval-fedteddi-paper eval-stewc eval-stewc-forget eval-sessions eval-sfedpo golden clean
 
 venv: $(STAMP)
 
@@ -215,6 +215,25 @@ eval-stewc: $(foreach d,$(STEWC_DATA),runs/eval/stewc-$(d)/periods.md runs/eval/
 	  runs/eval/stewc-$(d)-adaclp/periods.md runs/eval/stewc-$(d)-lam1/periods.md \
 	  runs/eval/stewc-$(d)-lam3/periods.md) runs/eval/stewc-mnist-sfdm10/periods.md
 	$(BIN)/python bench/bench_stewc.py > runs/eval/bench_stewc.json
+# ST-EWC where forgetting is real: a 40-window buffer (20 s of a 100 s period, so nothing of the
+# previous period is left to replay) and the paper's local update, one step over the whole buffer
+# (E = 1: local_steps 1, batch_size 40); FedAvg, FedCurv, TimeEWC and ST-EWC on both datasets
+# (runs/eval/stewc-forget/DATA), then FedCurv and ST-EWC with the spatial term's lambda2 at 0.1 and
+# 0.01 instead of 1 (runs/eval/stewc-forget/DATA-lam2-L). 3 seeds; about 40 minutes on 2 cores.
+STEWC_FORGET := --set agent.buffer_capacity=40 --set coordinator.hparams.local_steps=1 \
+	--set coordinator.hparams.batch_size=40
+STEWC_FORGET_OUT := $(foreach d,$(STEWC_DATA),runs/eval/stewc-forget/$(d) \
+	runs/eval/stewc-forget/$(d)-lam2-0.1 runs/eval/stewc-forget/$(d)-lam2-0.01)
+eval-stewc-forget: $(addsuffix /periods.md,$(STEWC_FORGET_OUT))
+stewc_data = $(word 1,$(subst -, ,$(1)))
+stewc_lam2 = $(word 3,$(subst -, ,$(1)))
+runs/eval/stewc-forget/%/periods.md: $(STAMP)
+	$(SIM) $(STEWC) --seeds 3 $(STEWC_FORGET) $(STEWC_SET_$(call stewc_data,$*)) \
+	  $(if $(call stewc_lam2,$*),--methods fedcurv$(comma)stewc \
+	    --set plugins.fedcurv.penalty_strength=$(call stewc_lam2,$*),--methods fedavg$(comma)fedcurv$(comma)timeewc$(comma)stewc) \
+	  --out $(@D)
+	$(BIN)/streamfl report $(@D) --section periods \
+	  --reference $(if $(call stewc_lam2,$*),fedcurv,fedavg) > $@
 # FedCurv's S-FDM estimated every 10 rounds instead of every round (its cost, bench_stewc.json).
 runs/eval/stewc-mnist-sfdm10/periods.md: $(STAMP)
 	$(SIM) $(STEWC) --seeds 3 --methods fedcurv,stewc --set plugins.fedcurv.fisher_every_rounds=10 --out $(@D)
