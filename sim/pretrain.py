@@ -54,8 +54,10 @@ def pretrain(spec: Any, X: np.ndarray, y: np.ndarray, config: PretrainConfig,
              seed: int) -> Tensors:
     """The version-0 model (``build_model(spec, seed)``) after ``config.epochs`` of SGD on ``X, y``.
 
-    Deterministic for a seed: the batch order and torch's own state (dropout is off) come from it,
-    inside a forked RNG, on however many threads torch has here (one in the simulator's workers).
+    Deterministic for a seed on any machine: the batch order and torch's own state come from it,
+    inside a forked RNG, and it trains on one torch thread (the thread count changes how sums are
+    split, so a serial run and a ``--jobs`` worker would otherwise start from models a few bits
+    apart); the caller's thread count is given back.
     """
     import torch  # here, not at import: scenarios are read without torch
     from streamfl.models import build_model, model_to_arrays
@@ -67,21 +69,33 @@ def pretrain(spec: Any, X: np.ndarray, y: np.ndarray, config: PretrainConfig,
     order_rng = np.random.default_rng([seed, 0x9E7A])
     Xt = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
     yt = torch.from_numpy(np.asarray(y, dtype=np.int64))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for _ in range(config.epochs):
-            perm = torch.from_numpy(order_rng.permutation(len(yt)))
-            for start in range(0, len(perm), config.batch_size):
-                idx = perm[start:start + config.batch_size]
-                opt.zero_grad()
-                loss = torch.nn.functional.cross_entropy(model(Xt[idx]), yt[idx])
-                loss.backward()
-                opt.step()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            _epochs(model, opt, Xt, yt, config, order_rng)
+    finally:
+        torch.set_num_threads(threads)
     model.eval()
     tensors = model_to_arrays(model)
     if not all(np.all(np.isfinite(a)) for a in tensors.values()):
         raise ValueError("pretrain: the model diverged (lr %g too high for this data?)" % config.lr)
     return tensors
+
+
+def _epochs(model: Any, opt: Any, Xt: Any, yt: Any, config: PretrainConfig,
+            order_rng: np.random.Generator) -> None:
+    """``config.epochs`` passes of SGD over ``Xt, yt`` in minibatches, a new order each pass."""
+    import torch
+    for _ in range(config.epochs):
+        perm = torch.from_numpy(order_rng.permutation(len(yt)))
+        for start in range(0, len(perm), config.batch_size):
+            idx = perm[start:start + config.batch_size]
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(Xt[idx]), yt[idx])
+            loss.backward()
+            opt.step()
 
 
 def held_out_accuracy(spec: Any, tensors: Tensors, X: np.ndarray, y: np.ndarray) -> Optional[float]:

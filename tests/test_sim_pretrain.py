@@ -59,9 +59,11 @@ def test_pretraining_is_deterministic_and_learns_the_chosen_classes():
 
 
 def test_every_method_of_a_seed_starts_from_the_model_trained_on_the_initial_classes(tmp_path):
+    """Serial and in worker processes alike (the same files)."""
+    from sim_grid import run_files
+    scenario = frames_scenario(duration_s=4.0)
     out = tmp_path / "run"
-    summary = run_sim(frames_scenario(), out, seeds=2,
-                      progress=Progress(1, stream=open("/dev/null", "w")))
+    summary = run_sim(scenario, out, seeds=2, progress=Progress(1, stream=open("/dev/null", "w")))
     events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     first = {}
     for e in events:
@@ -77,6 +79,9 @@ def test_every_method_of_a_seed_starts_from_the_model_trained_on_the_initial_cla
             assert run["pretrain_accuracy"] > 0.9
             assert 0.45 < first[(method, run["seed"])] < 0.65
     assert runs["fedavg"][0]["pretrain_accuracy"] == runs["random"][0]["pretrain_accuracy"]
+    run_sim(scenario, tmp_path / "jobs", seeds=2, jobs=2,
+            progress=Progress(1, stream=open("/dev/null", "w")))
+    assert run_files(out) == run_files(tmp_path / "jobs")
 
 
 def test_without_pretraining_version_0_is_the_coordinators_seeded_model(tmp_path):
@@ -90,3 +95,21 @@ def test_initial_classes_need_a_stream_that_has_them(tmp_path):
     scenario = frames_scenario(stream={"kind": "iid", "windows_per_s": 10.0}, methods=["fedavg"])
     with pytest.raises(ConfigError, match="initial needs a stream with initial classes"):
         run_sim(scenario, tmp_path / "run", progress=Progress(1, stream=open("/dev/null", "w")))
+
+
+def test_pretraining_is_the_same_on_any_thread_count_and_gives_the_count_back():
+    import torch
+    from streamfl.sim.datasets import load_dataset
+    ds = load_dataset("digits", seed=0)
+    spec = ModelSpec(name="cnn1d", in_channels=8, window_len=8, num_classes=10, hidden=8)
+    config = PretrainConfig(classes="all", epochs=2)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        two = pretrain(spec, ds.X[:600], ds.y[:600], config, seed=1)
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        one = pretrain(spec, ds.X[:600], ds.y[:600], config, seed=1)
+    finally:
+        torch.set_num_threads(before)
+    assert all(np.array_equal(one[k], two[k]) for k in one)
