@@ -190,6 +190,7 @@ eval-fedteddi-paper: $(addsuffix /frames.md,$(TEDDI_PAPER_OUT))
 	  --methods $(TEDDI_METHODS) > runs/eval/teddi-paper/overview.md
 runs/eval/teddi-paper/%/frames.md: $(STAMP)
 	$(TEDDI_PAPER_SIM) --methods $(TEDDI_METHODS) $(TEDDI_SET_$(call teddi_data,$*)) \
+	  --set "thresholds=[$(TEDDI_PAPER_T_$(call teddi_data,$*))]" \
 	  --set coordinator.fedavg.deadline_s=$(call teddi_part,$*) \
 	  --set plugins.schedule.deadline_s=$(call teddi_part,$*) --out $(@D)
 	$(BIN)/streamfl report $(@D) --section frames --option $(TEDDI_PAPER_T_$(call teddi_data,$*)) \

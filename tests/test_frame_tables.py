@@ -117,11 +117,16 @@ def test_seeds_pair_by_their_number_and_one_seed_has_no_spread():
 
 
 def test_the_table_of_a_run_folder_gives_eq17_sigma_and_L_of_the_methods_that_measure_them(tmp_path):
-    (tmp_path / "summary.json").write_text(json.dumps(_summary({"random": [20], "fedteddi": [10]})))
-    lines = [{"event": "schedule", "method": "fedteddi", "frame": 0, "sigma": 9.0, "L_mean": 9.0},
-             {"event": "schedule", "method": "fedteddi", "frame": 1, "sigma": 1.0, "L_mean": 2.0},
-             {"event": "schedule", "method": "fedteddi", "frame": 1, "sigma": 2.0, "L_mean": 4.0},
-             {"event": "schedule", "method": "random", "frame": 1, "sigma": 1.0, "L_mean": 0},
+    (tmp_path / "summary.json").write_text(json.dumps(_summary({"random": [20], "fedteddi": [10],
+                                                                 "fill": [10]})))
+    reports = {"event": "schedule", "sigma_from": "reports"}
+    lines = [dict(reports, method="fedteddi", frame=0, sigma=9.0, L_mean=9.0),
+             dict(reports, method="fedteddi", frame=1, sigma=1.0, L_mean=2.0),
+             dict(reports, method="fedteddi", frame=1, sigma=2.0, L_mean=4.0),
+             dict(reports, method="fedteddi", frame=1, sigma=1.0, L_mean=None),   # not asked for
+             dict(reports, method="fedteddi", frame=1, sigma=9.0, L_mean=9.0, sigma_from="default"),
+             dict(reports, method="random", frame=1, sigma=1.0, L_mean=None),
+             dict(reports, method="fill", frame=1, sigma=1e9, L_mean=3.0, sigma_from="set"),
              {"event": "eval", "method": "fedteddi", "frame": 1, "sigma": 5.0, "L_mean": 5.0}]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
     table = frames_for_run(tmp_path, ["0.7"])
@@ -129,3 +134,4 @@ def test_the_table_of_a_run_folder_gives_eq17_sigma_and_L_of_the_methods_that_me
     assert "sigma / L (eq. 17)" in table
     assert rows["| `fedteddi`"].endswith("| 1.50 / 3.00 |")    # frame 0 and other events left out
     assert rows["| `random`"].endswith("| – |")                 # it measures no L
+    assert rows["| `fill`"].endswith("| – |")                   # its sigma is set, not measured

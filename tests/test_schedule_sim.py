@@ -59,6 +59,11 @@ def test_scheduled_devices_train_once_per_choice_and_the_rest_skip(tmp_path):
                 first_round = False
             elif e["event"] == "aggregate" and chosen_at:
                 assert set(e["devices"]) <= last, (method, e)
+        # Eq. 17's sigma and eq. 18's L are logged as measured only where the devices report them.
+        if method == "fedteddi":
+            assert any(e["sigma_from"] == "reports" and e["L_mean"] > 0 for e in choices)
+        else:
+            assert all(e["sigma_from"] == "default" and e["L_mean"] is None for e in choices)
         updates = [e for e in events if e["event"] == "update" and e["method"] == method]
         assert updates and sum(not e["scheduled"] for e in updates) <= 8  # the first round only
         # Grants of the shared band set the uploads: none over the deadline's share.

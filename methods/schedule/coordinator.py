@@ -42,7 +42,7 @@ fleet (the drift term stays on); that is not guarded.
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Set
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 
@@ -309,10 +309,15 @@ class SchedulePlugin(CoordinatorPlugin):
                           busy=busy)
 
     def _sigma(self) -> float:
+        return self._sigma_and_source()[0]
+
+    def _sigma_and_source(self) -> Tuple[float, str]:
+        """Eq. 17's sigma and where it came from: "set" (``gradient_noise``), "reports" (the
+        devices' gradient variances) or "default" (no report yet)."""
         if self.config.gradient_noise is not None:
-            return float(self.config.gradient_noise)
+            return float(self.config.gradient_noise), "set"
         var = [r.stats.grad_var for r in self._devices.values() if r.stats.grad_var is not None]
-        return float(math.sqrt(np.mean(var))) if var else DEFAULT_SIGMA
+        return (float(math.sqrt(np.mean(var))), "reports") if var else (DEFAULT_SIGMA, "default")
 
     def _slow(self, device_id: str, waited_s: float) -> None:
         """``device_id`` was not back ``waited_s`` after its invitation: it takes at least this long."""
@@ -380,7 +385,9 @@ class SchedulePlugin(CoordinatorPlugin):
             "version": self.version,
             "frame": self.frame, "frame_round": round(self.frame_round, 3), "candidates": len(ids),
             "chosen": chosen, "in_flight": len(keep), "sigma": round(info.sigma, 6),
-            "L_mean": round(float(np.mean(cand.L)), 6) if cand.L.size else None,
+            "sigma_from": self._sigma_and_source()[1],
+            # eq. 18's L as the devices' class-gradient norms give it (None where not asked for)
+            "L_mean": round(float(np.mean(cand.L)), 6) if cand.L.size and self._gradients else None,
             "with_new_class": sum(self._devices[d].new_class for d in chosen)}
         self.rounds += 1
         self.frame_round += len(chosen_set) / len(in_set) if keep and in_set else 1.0

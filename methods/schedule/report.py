@@ -179,8 +179,9 @@ def frames_table(summary: Dict[str, Any], targets: Sequence[str], reference: Opt
 
 def schedule_noise(metrics_path: Path, first_frame: int = 1) -> Dict[str, Tuple[float, float]]:
     """Per method, the mean over its ``schedule`` lines from ``first_frame`` on of eq. 17's
-    gradient-noise scale sigma and eq. 18's L (``L_mean``), for the methods that measure L (the
-    others log none, or 0); {} without a metrics file."""
+    gradient-noise scale sigma and eq. 18's L (``L_mean``), for the methods that measure both
+    from the devices' reports (a sigma set in the config, or the default before any report, is
+    left out; so are methods that ask for no class gradients); {} without a metrics file."""
     import json
     sums: Dict[str, List[float]] = {}
     try:
@@ -194,7 +195,8 @@ def schedule_noise(metrics_path: Path, first_frame: int = 1) -> Dict[str, Tuple[
         if e.get("event") != "schedule" or int(e.get("frame") or 0) < first_frame:
             continue
         sigma, L = e.get("sigma"), e.get("L_mean")
-        if isinstance(sigma, (int, float)) and isinstance(L, (int, float)) and L > 0:
+        if e.get("sigma_from") == "reports" and isinstance(sigma, (int, float)) \
+                and isinstance(L, (int, float)) and L > 0:
             acc = sums.setdefault(e.get("method", ""), [0.0, 0.0, 0.0])
             acc[0] += sigma
             acc[1] += L
