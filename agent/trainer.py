@@ -3,7 +3,8 @@
 ``LocalTrainer.run`` takes minibatches already sampled from the buffer and returns what the round
 measured; penalty hooks add terms such as ST-EWC's spatial/temporal penalties (ST-EWC eq. 8 and 12): a
 ``QuadraticPull`` (``agent/quadratic.py``) straight to the gradients, merged and bounded for the
-round's lr (``quadratic.bound``: no pull may make SGD overshoot its target), any other penalty to
+round's lr (``quadratic.bound``: no pull may make SGD overshoot its target), a ``Distillation``
+(``agent/distillation.py``) to the loss with the batch's windows and logits, any other penalty to
 the loss.
 """
 import logging
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from streamfl.agent.distillation import Distillation
 from streamfl.agent.quadratic import Merged, QuadraticPull, bound, stability_of
 
 log = logging.getLogger(__name__)
@@ -96,9 +98,11 @@ class LocalTrainer:
             xb = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
             yb = torch.from_numpy(np.ascontiguousarray(y, dtype=np.int64))
             opt.zero_grad(set_to_none=True)
-            loss = self._loss_fn(model(xb), yb)
+            logits = model(xb)
+            loss = self._loss_fn(logits, yb)
             for penalty in terms:
-                loss = loss + penalty(model)
+                loss = loss + (penalty.on_batch(model, xb, logits) if isinstance(penalty, Distillation)
+                               else penalty(model))
             loss.backward()
             if pulls:
                 QuadraticPull.add_gradients(pulls)

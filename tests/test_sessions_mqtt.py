@@ -143,3 +143,48 @@ def test_agents_leave_and_join_and_each_new_session_starts_from_its_constructed_
                 assert aux.get(session) == aux_versions[session], (ids[i], aux, aux_versions)
     codes = {p.name: p.popen.returncode for p in run.procs}
     assert set(codes.values()) == {0}, (codes, run.diagnostics())
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(150)
+def test_continuous_by_name_distills_on_the_boards_from_the_next_session_on(fleet, mqtt_broker):
+    """``method: continuous`` on the coordinator alone: the boards get the distillation from the
+    global model's method settings, and after a boundary train toward session 1's start."""
+    coordinator = {"method": "continuous", "fedavg": {"deadline_s": 2.0}, "eval_every_versions": 1000,
+                   "plugins": {"sessions": dict(SESSIONS, init="previous")}}
+    run = fleet(opts=DemoOptions(seed=0, model="mlp"), agent_overrides=AGENT,
+                coordinator_overrides=coordinator)
+    ids = {i: run.device_id(i) for i in (A, B, C)}
+    status = {i: run.topics.device(ids[i], "status") for i in ids}
+    watcher = ModelWatcher(mqtt_broker.host, mqtt_broker.port, run.fleet, run.spec,
+                           extra_topics=tuple(status.values()))
+
+    def said_hello(i):
+        return any(isinstance(m, Hello) for _, m in watcher.on_topic(status[i]))
+
+    try:
+        run.start_agent(A)
+        run.start_agent(B)
+        run.wait_for(lambda: said_hello(A) and said_hello(B), 60, "the first two agents' Hellos")
+        run.start_coordinator()
+        run.wait_for(lambda: run.version() >= 3, 60, "a few FedAvg versions", poll_s=0.2)
+        assert "distilling" not in run.agents[A].log_text()        # session 0: nothing before it
+        run.start_agent(C)
+        run.wait_for(lambda: said_hello(C), 60, "agent C's Hello", poll_s=0.05)
+        run.agents[B].send_term()
+        assert run.agents[B].terminate(timeout_s=30) == 0, run.diagnostics()
+        run.wait_for(lambda: "session 1: distilling toward its starting model"
+                     in run.agents[A].log_text(), 60, "A distilling in session 1", poll_s=0.2)
+        start = run.version()
+        run.wait_for(lambda: run.version() >= start + 2, 60, "session 1 training on", poll_s=0.2)
+    finally:
+        watcher.close()
+        run.stop_all()
+    metrics = run.metrics()
+    assert [(e["session"], e["what"]) for e in metrics if e.get("event") == "session"][:2] == [
+        (0, "start"), (1, "boundary")]
+    # A's rounds with the distillation term reach FedAvg (buffered for a round, or the last one).
+    accepted = [m for m in metrics if m.get("event") == "update" and m.get("session") == 1
+                and m.get("device") == ids[A] and m.get("outcome") in ("buffered", "aggregated")]
+    assert accepted, [(m.get("device"), m.get("session"), m.get("outcome"))
+                      for m in metrics if m.get("event") == "update"][-8:]

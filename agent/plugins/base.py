@@ -27,7 +27,9 @@ from streamfl.protocol.messages import GlobalModel
 from streamfl.sensors.window import Window
 
 Tensors = Dict[str, np.ndarray]
-#: A loss term: ``penalty(model) -> scalar tensor``, added to the round's loss at every step.
+#: A loss term: ``penalty(model) -> scalar tensor``, added to the round's loss at every step; or
+#: one of the forms ``LocalTrainer`` applies its own way: a ``QuadraticPull`` (straight to the
+#: gradients) or a ``Distillation`` (given each batch's windows and logits).
 Penalty = Callable[[nn.Module], torch.Tensor]
 
 

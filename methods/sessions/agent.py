@@ -6,12 +6,24 @@ and, during an auxiliary round, trains the auxiliary model once and then waits f
 the coordinator takes only the first update each device trained from it (one local round from the
 pilot is what measures the session's gradient), so a second round would be energy spent for
 nothing. Dormant while the global model carries no ``session`` extra.
+
+With ``distill_weight`` above 0 (the session paper's Continuous baseline, ``continuous``), each
+round also distills toward the session's starting model: the first model of the session's own
+(not an auxiliary one) that the board received after the session changed, kept as a teacher
+(``agent/distillation.py``). Under ``init: previous`` that model is the last session's final
+model, which is what the paper's baseline anchors to. A board that joins in the middle of a
+session did not see its start and distills from the next session on.
 """
 import logging
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-from streamfl.agent.plugins.base import AgentPlugin, ModelDecision, RoundContext, Statistic
+import numpy as np
+from torch import nn
+
+from streamfl.agent.distillation import Distillation
+from streamfl.agent.plugins.base import AgentPlugin, ModelDecision, Penalty, RoundContext, Statistic
+from streamfl.config import bounded
 from streamfl.protocol.messages import GlobalModel
 from streamfl.methods.sessions.payloads import SessionTerms
 
@@ -26,10 +38,17 @@ class SessionsAgentConfig:
     default: where sessions change because boards come and go (the paper's setting), a board that
     stays keeps data that is still its own. On where the boards' own world changes with the
     session (a shift's tasks, a room's use): old windows would drag the new session's model back.
+    distill_weight, distill_temperature: the Continuous baseline's distillation toward the
+    session's starting model (weight 0: off). The session paper gives neither value (its baseline
+    cites class-semantic relation distillation); 1.0 weighs the teacher's soft predictions as
+    much as the labels, and T = 2 is the usual temperature of knowledge distillation, soft enough
+    that the teacher's second choices (the class relations) count.
     """
 
     once_per_aux_model: bool = True
     forget_on_new_session: bool = False
+    distill_weight: float = bounded(0.0, 0.0, 100.0)
+    distill_temperature: float = bounded(2.0, 0.1, 100.0)
 
 
 class SessionsAgentPlugin(AgentPlugin):
@@ -45,6 +64,10 @@ class SessionsAgentPlugin(AgentPlugin):
         #: The version of the auxiliary model in force (None when the model is the session's).
         self.aux_version: Optional[int] = None
         self.aux_trained = False
+        #: The session's starting model, distilled toward (None: not known, or distillation off).
+        self.teacher: Optional[Dict[str, np.ndarray]] = None
+        #: A new session began and its own starting model has not arrived yet.
+        self._awaiting_start = False
 
     def on_model_received(self, gm: GlobalModel, hparams: Dict[str, float]) -> ModelDecision:
         """Follows the session; forgets the windows at a new one when told to."""
@@ -60,7 +83,25 @@ class SessionsAgentPlugin(AgentPlugin):
         self.terms = terms
         self.aux_version = gm.version if terms.auxiliary else None
         self.aux_trained = False
+        if self.config.distill_weight > 0.0:
+            self._follow_teacher(old, terms, gm)
         return ModelDecision(hparams, forget_windows=forget)
+
+    def _follow_teacher(self, old: Optional[SessionTerms], terms: SessionTerms, gm: GlobalModel) -> None:
+        """Keep the first own model of each session this board saw begin as its teacher."""
+        if old is not None and terms.session != old.session:
+            self.teacher, self._awaiting_start = None, True
+        if self._awaiting_start and not terms.auxiliary:
+            self.teacher = {name: np.array(t, dtype=np.float32, copy=True) for name, t in gm.tensors.items()}
+            self._awaiting_start = False
+            log.info("session %d: distilling toward its starting model (version %d)", terms.session,
+                     gm.version)
+
+    def before_round(self, model: nn.Module) -> Optional[Penalty]:
+        """The distillation term toward the session's starting model, once it is known."""
+        if self.teacher is None or self.config.distill_weight <= 0.0:
+            return None
+        return Distillation(self.teacher, self.config.distill_weight, self.config.distill_temperature)
 
     @property
     def session(self) -> Optional[int]:

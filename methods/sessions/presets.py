@@ -15,6 +15,14 @@ PRESETS.append(Method("previous", "sessions that keep training the last session'
                       coordinator=_FEDAVG, plugins={"sessions": {"init": "previous"}},
                       when="boards come and go but most labels stay (overlap 0.8): the best session "
                            "accuracy there; the reference for the sessions methods"))
+PRESETS.append(Method("continuous", "sessions that keep training the last session's model while "
+                                    "every round distills toward it (the session paper's Continuous "
+                                    "baseline; its relation distillation read as knowledge distillation)",
+                      coordinator=_FEDAVG, plugins={"sessions": {"init": "previous"}},
+                      agent={"plugins": {"sessions": {"distill_weight": 1.0}}},
+                      when="not evaluated here yet: the paper's slowest baseline (150 rounds to its "
+                           "target where session-init needs 1); the reference for what "
+                           "carrying a session's knowledge forward costs"))
 PRESETS.append(Method("average", "each session starts from the mean of the saved session models (the "
                                  "session paper's Average baseline)",
                       coordinator=_FEDAVG, plugins={"sessions": {"init": "average"}},
