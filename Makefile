@@ -10,7 +10,7 @@ STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
 AGENT_SIDE := streamfl protocol sensors models agent dvfs methods
 
-.PHONY: demo test venv lint bench load capacity eval-adaclp eval-fedteddi eval-fedteddi-paper eval-stewc eval-stewc-forget eval-sessions eval-sfedpo golden clean
+.PHONY: demo test venv lint bench load capacity eval-adaclp eval-fedteddi eval-fedteddi-paper eval-stewc eval-stewc-forget eval-sessions eval-sessions-more eval-sfedpo golden clean
 
 venv: $(STAMP)
 
@@ -279,6 +279,28 @@ SESS_OUT := $(foreach d,$(SESS_DATA),$(foreach o,0 0.2 0.8,$(foreach a,0.3 0.7,r
 sess_word = $(patsubst $(3)%,%,$(word $(2),$(subst -, ,$(1))))
 eval-sessions: $(addsuffix /sessions.md,$(SESS_OUT)) $(foreach k,1 3,runs/eval/sessions-kappa$(k)/sessions.md)
 	$(BIN)/streamfl report $(SESS_OUT) --section sessions > runs/eval/sessions.md
+# The paper's Continuous baseline (continuous: previous, distilling toward the session's start)
+# beside previous and session-init, at overlap 0 (label sets come back) and 0.2 (shipped),
+# Dirichlet 0.3, on digits and MNIST-5k (runs/eval/sessions-more/continuous-DATA-oO); where
+# relearning is costly, lr 0.02 instead of 0.1, so a session's labels take five times the rounds
+# to learn again (runs/eval/sessions-more/costly-DATA-o0); and kappa 1 and 3 on MNIST-5k too
+# (sessions-more/kappaK-mnist; digits is in eval-sessions). 3 seeds; about 40 minutes on 2 cores.
+SESS_MORE_OUT := $(foreach d,digits mnist,$(foreach o,0 0.2,runs/eval/sessions-more/continuous-$(d)-o$(o)) \
+	runs/eval/sessions-more/costly-$(d)-o0) $(foreach k,1 3,runs/eval/sessions-more/kappa$(k)-mnist)
+eval-sessions-more: $(addsuffix /sessions.md,$(SESS_MORE_OUT))
+	$(BIN)/streamfl report $(SESS_MORE_OUT) --section sessions > runs/eval/sessions-more/sessions.md
+runs/eval/sessions-more/continuous-%/sessions.md: $(STAMP)
+	$(SIM) $(SESS) --seeds 3 --methods previous,continuous,session-init $(SESS_SET_$(call sess_word,$*,1,)) \
+	  --set stream.params.label_overlap=$(call sess_word,$*,2,o) --out $(@D)
+	$(BIN)/streamfl report $(@D) --section sessions > $@
+runs/eval/sessions-more/costly-%/sessions.md: $(STAMP)
+	$(SIM) $(SESS) --seeds 3 --methods previous,continuous,average,session-init $(SESS_SET_$(call sess_word,$*,1,)) \
+	  --set stream.params.label_overlap=$(call sess_word,$*,2,o) --set coordinator.hparams.lr=0.02 --out $(@D)
+	$(BIN)/streamfl report $(@D) --section sessions > $@
+runs/eval/sessions-more/kappa%-mnist/sessions.md: $(STAMP)
+	$(SIM) $(SESS) --seeds 3 --methods previous,session-init $(SESS_SET_mnist) \
+	  --set plugins.sessions.similarity_sharpness=$* --out $(@D)
+	$(BIN)/streamfl report $(@D) --section sessions > $@
 # kappa's sensitivity (the paper's Table VI): session-init at kappa 1 and 3 beside the default 10, on
 # digits at the shipped overlap 0.2 and Dirichlet 0.3.
 runs/eval/sessions-kappa%/sessions.md: $(STAMP)
