@@ -308,9 +308,6 @@ class SchedulePlugin(CoordinatorPlugin):
                           loss=column([r.stats.loss for r in rows]), snr_hz=snr, latency_s=latency,
                           busy=busy)
 
-    def _sigma(self) -> float:
-        return self._sigma_and_source()[0]
-
     def _sigma_and_source(self) -> Tuple[float, str]:
         """Eq. 17's sigma and where it came from: "set" (``gradient_noise``), "reports" (the
         devices' gradient variances) or "default" (no report yet)."""
@@ -344,7 +341,8 @@ class SchedulePlugin(CoordinatorPlugin):
         held_hz = sum(self._grants_hz.get(d, 0.0) for d in keep)
         budget = Budget(total=math.inf if total is None else max(0.0, float(total) - held_hz),
                         max_devices=None if cap is None else cap - len(keep))
-        info = RoundInfo(k=self.frame_round, K=self.config.frame_rounds, sigma=self._sigma(),
+        sigma, sigma_from = self._sigma_and_source()
+        info = RoundInfo(k=self.frame_round, K=self.config.frame_rounds, sigma=sigma,
                          batch=self.config.batch)
         picks = self.policy.select(cand, budget, info)
         grants = {ids[i]: float(cand.cost[i]) for i in range(len(ids))}
@@ -385,7 +383,7 @@ class SchedulePlugin(CoordinatorPlugin):
             "version": self.version,
             "frame": self.frame, "frame_round": round(self.frame_round, 3), "candidates": len(ids),
             "chosen": chosen, "in_flight": len(keep), "sigma": round(info.sigma, 6),
-            "sigma_from": self._sigma_and_source()[1],
+            "sigma_from": sigma_from,
             # eq. 18's L as the devices' class-gradient norms give it (None where not asked for)
             "L_mean": round(float(np.mean(cand.L)), 6) if cand.L.size and self._gradients else None,
             "with_new_class": sum(self._devices[d].new_class for d in chosen)}
