@@ -170,23 +170,40 @@ class StateStore:
         return state
 
     def _check_tensors(self, tensors: Tensors, spec) -> None:
-        expected = tensor_spec(spec)
-        if set(tensors) != set(expected):
-            raise StateFileError("%s does not hold the tensors of %s (missing %s, unexpected %s)" % (
-                self.model_path, spec.arch_id, sorted(set(expected) - set(tensors)),
-                sorted(set(tensors) - set(expected))))
-        for name, (shape, _dtype) in expected.items():
-            arr = tensors[name]
-            if tuple(arr.shape) != tuple(shape) or not np.all(np.isfinite(arr)):
-                raise StateFileError("%s: tensor %s is corrupt (shape %s, expected %s, or not finite)" % (
-                    self.model_path, name, tuple(arr.shape), tuple(shape)))
-            if arr.dtype != np.float32:
-                tensors[name] = arr.astype(np.float32)
+        problem = tensor_problem(tensors, spec)
+        if problem is not None:
+            raise StateFileError("%s: %s (corrupt)" % (self.model_path, problem))
+        _as_float32(tensors)
+
+
+def tensor_problem(tensors: Tensors, spec) -> Optional[str]:
+    """What keeps ``tensors`` from being a model of ``spec`` (tensor names, shapes, finite values),
+    or None: the one check of a model read from a file, a state folder's or a pre-trained one."""
+    expected = tensor_spec(spec)
+    if set(tensors) != set(expected):
+        return "does not hold the tensors of %s (missing %s, unexpected %s)" % (
+            spec.arch_id, sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected)))
+    for name, (shape, _dtype) in expected.items():
+        arr = tensors[name]
+        if tuple(arr.shape) != tuple(shape):
+            return "tensor %s has shape %s, %s needs %s" % (name, tuple(arr.shape), spec.arch_id,
+                                                            tuple(shape))
+        if not np.all(np.isfinite(arr)):
+            return "tensor %s is not finite" % name
+    return None
+
+
+def _as_float32(tensors: Tensors) -> None:
+    """Every tensor as float32, in place (the dtype the codec and the cores work in)."""
+    for name, arr in tensors.items():
+        if arr.dtype != np.float32:
+            tensors[name] = arr.astype(np.float32)
 
 
 def read_initial_model(path: Path, spec) -> Tensors:
     """A pre-trained model file's tensors, refused with a ConfigError naming the file unless they
-    are exactly those of ``spec``, finite, and (where the file says) of its architecture."""
+    are floats, exactly those of ``spec`` (``tensor_problem``) and, where the file says, of its
+    architecture."""
     try:
         tensors, meta = load_checkpoint(path)
     except StorageError as exc:
@@ -195,22 +212,14 @@ def read_initial_model(path: Path, spec) -> Tensors:
     if arch_id is not None and arch_id != spec.arch_id:
         raise ConfigError("initial_model_file %s holds a model of architecture %s, not the "
                           "configured %s" % (path, arch_id, spec.arch_id))
-    expected = tensor_spec(spec)
-    if set(tensors) != set(expected):
-        raise ConfigError("initial_model_file %s does not hold the tensors of %s (missing %s, "
-                          "unexpected %s)" % (path, spec.arch_id, sorted(set(expected) - set(tensors)),
-                                              sorted(set(tensors) - set(expected))))
-    out: Tensors = {}
-    for name, (shape, _dtype) in expected.items():
-        arr = tensors[name]
-        if tuple(arr.shape) != tuple(shape):
-            raise ConfigError("initial_model_file %s: tensor %s has shape %s, %s needs %s"
-                              % (path, name, tuple(arr.shape), spec.arch_id, tuple(shape)))
-        if not np.issubdtype(arr.dtype, np.floating) or not np.all(np.isfinite(arr)):
-            raise ConfigError("initial_model_file %s: tensor %s is not finite floats" % (path, name))
-        out[name] = np.ascontiguousarray(arr, dtype=np.float32)
+    ints = sorted(name for name, arr in tensors.items() if not np.issubdtype(arr.dtype, np.floating))
+    problem = tensor_problem(tensors, spec) or (
+        "tensors %s are not floats" % ints if ints else None)
+    if problem is not None:
+        raise ConfigError("initial_model_file %s: %s" % (path, problem))
+    _as_float32(tensors)
     log.info("version 0 is the pre-trained model in %s", path)
-    return out
+    return tensors
 
 
 class Persister:
