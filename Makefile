@@ -237,11 +237,15 @@ eval-stewc: $(foreach d,$(STEWC_DATA),runs/eval/stewc-$(d)/periods.md runs/eval/
 # previous period is left to replay) and the paper's local update, one step over the whole buffer
 # (E = 1: local_steps 1, batch_size 40); FedAvg, FedCurv, TimeEWC and ST-EWC on both datasets
 # (runs/eval/stewc-forget/DATA), then FedCurv and ST-EWC with the spatial term's lambda2 at 0.1 and
-# 0.01 instead of 1 (runs/eval/stewc-forget/DATA-lam2-L). 3 seeds; about 40 minutes on 2 cores.
+# 0.01 instead of 1 (runs/eval/stewc-forget/DATA-lam2-L), and FedCurv and ST-EWC with the boards'
+# Fisher diagonal estimated every 10 rounds instead of every round (runs/eval/stewc-forget/DATA-sfdm10:
+# beside one SGD step, the per-round estimate costs those methods rounds). 3 seeds; about 55
+# minutes on 2 cores.
 STEWC_FORGET := --set agent.buffer_capacity=40 --set coordinator.hparams.local_steps=1 \
 	--set coordinator.hparams.batch_size=40
 STEWC_FORGET_OUT := $(foreach d,$(STEWC_DATA),runs/eval/stewc-forget/$(d) \
-	runs/eval/stewc-forget/$(d)-lam2-0.1 runs/eval/stewc-forget/$(d)-lam2-0.01)
+	runs/eval/stewc-forget/$(d)-lam2-0.1 runs/eval/stewc-forget/$(d)-lam2-0.01 \
+	runs/eval/stewc-forget/$(d)-sfdm10)
 eval-stewc-forget: $(addsuffix /periods.md,$(STEWC_FORGET_OUT))
 stewc_data = $(word 1,$(subst -, ,$(1)))
 stewc_lam2 = $(word 3,$(subst -, ,$(1)))
@@ -252,6 +256,10 @@ runs/eval/stewc-forget/%/periods.md: $(STAMP)
 	  --out $(@D)
 	$(BIN)/streamfl report $(@D) --section periods \
 	  --reference $(if $(call stewc_lam2,$*),fedcurv,fedavg) > $@
+runs/eval/stewc-forget/%-sfdm10/periods.md: $(STAMP)
+	$(SIM) $(STEWC) --seeds 3 $(STEWC_FORGET) $(STEWC_SET_$*) --methods fedcurv,stewc \
+	  --set plugins.fedcurv.fisher_every_rounds=10 --out $(@D)
+	$(BIN)/streamfl report $(@D) --section periods --reference fedcurv > $@
 # FedCurv's S-FDM estimated every 10 rounds instead of every round (its cost, bench_stewc.json).
 runs/eval/stewc-mnist-sfdm10/periods.md: $(STAMP)
 	$(SIM) $(STEWC) --seeds 3 --methods fedcurv,stewc --set plugins.fedcurv.fisher_every_rounds=10 --out $(@D)
@@ -301,7 +309,7 @@ eval-sessions: $(addsuffix /sessions.md,$(SESS_OUT)) $(foreach k,1 3,runs/eval/s
 # Dirichlet 0.3, on digits and MNIST-5k (runs/eval/sessions-more/continuous-DATA-oO); where
 # relearning is costly, lr 0.02 instead of 0.1, so a session's labels take five times the rounds
 # to learn again (runs/eval/sessions-more/costly-DATA-o0); and kappa 1 and 3 on MNIST-5k too
-# (sessions-more/kappaK-mnist; digits is in eval-sessions). 3 seeds; about 40 minutes on 2 cores.
+# (sessions-more/kappaK-mnist; digits is in eval-sessions). 3 seeds; about 15 minutes on 2 cores.
 SESS_MORE_OUT := $(foreach d,digits mnist,$(foreach o,0 0.2,runs/eval/sessions-more/continuous-$(d)-o$(o)) \
 	runs/eval/sessions-more/costly-$(d)-o0) $(foreach k,1 3,runs/eval/sessions-more/kappa$(k)-mnist)
 eval-sessions-more: $(addsuffix /sessions.md,$(SESS_MORE_OUT))
