@@ -30,6 +30,25 @@ def test_mix_with_constant_staleness_is_exact():
     np.testing.assert_array_equal(model["w"], f32(1.0, 2.0))
 
 
+def test_the_block_by_block_mix_gives_the_whole_tensor_bits():
+    # Tensors across block edges (one element short of, at and past a block), a matrix, a scalar
+    # and a float64 update: each element is the three float32 operations of the whole-tensor mix.
+    from streamfl.coordinator.strategies.fedasync import MIX_BLOCK_ELEMENTS as B
+    rng = np.random.default_rng(7)
+    shapes = {"short": (B - 1,), "exact": (B,), "past": (2 * B + 7,), "matrix": (300, 517), "scalar": ()}
+    model = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    new = {k: (v + rng.standard_normal(v.shape)).astype(np.float64 if k == "matrix" else np.float32)
+           for k, v in model.items()}
+    for weight in (0.6, 1.0 / 3.0, 1e-7):
+        keep, take = np.float32(1.0 - weight), np.float32(weight)
+        got = FedAsyncAggregator(alpha=0.6).mix(model, new, weight)
+        for k, x in model.items():
+            want = np.multiply(x, keep, dtype=np.float32)
+            want += np.multiply(new[k].astype(np.float32), take, dtype=np.float32)
+            assert got[k].dtype == np.float32 and got[k].shape == x.shape
+            assert got[k].tobytes() == want.tobytes(), k
+
+
 def test_staleness_lowers_the_mixing_weight():
     agg = FedAsyncAggregator(alpha=0.5, staleness_fn=make_staleness("polynomial"))
     model = {"w": f32(1.0, 2.0)}

@@ -2,8 +2,13 @@
 
 ``x <- (1 - a_t) x + a_t x_new`` with ``a_t = alpha * s(t - tau)`` (FedAsync, Xie et al. 2019). One
 update = one aggregation = version + 1. The arithmetic is float32 numpy with one fresh output array
-per tensor (the old model stays intact for the history and the publisher) and a reused scratch
-buffer, so a 2 MB model aggregates in about a millisecond.
+per tensor (the old model stays intact for the history and the publisher).
+
+The mix runs block by block (``MIX_BLOCK_ELEMENTS``): each block's three passes (``x * keep`` into
+the output, ``x_new * take`` into a reused scratch block, their sum) touch memory that is still in
+the core's cache, where three passes over a whole 2 MB tensor read it from memory three times
+(``bench/bench_coordinator.py``: about 450 against 280 us at 2.1 MB). Every element is computed by
+the same three float32 operations in the same order, so the model is the same bit for bit.
 """
 import logging
 from typing import Any, Dict, Optional
@@ -18,6 +23,10 @@ log = logging.getLogger(__name__)
 
 #: Default mixing weight; public implementations use 0.6-0.9.
 DEFAULT_ALPHA = 0.6
+#: Elements mixed per block (256 KiB of float32 per operand: a block of the model, of the update,
+#: of the output and the scratch fit a core's L2 cache, 512 KiB to 2 MiB on the boards' and
+#: servers' CPUs, with room to spare; the loop's Python overhead stays under 1 us per 64 K elements).
+MIX_BLOCK_ELEMENTS = 65536
 
 
 class FedAsyncAggregator(Aggregator):
@@ -39,7 +48,7 @@ class FedAsyncAggregator(Aggregator):
         self.max_staleness = max_staleness
         #: The mixing weight a_t of the last aggregation: kept only for the saved state.
         self._last_weight = 0.0
-        self._scratch: Dict[str, np.ndarray] = {}
+        self._scratch = np.empty(MIX_BLOCK_ELEMENTS, dtype=np.float32)
 
     def mixing_weight(self, staleness: int) -> float:
         """a_t = alpha * s(t - tau)."""
@@ -58,7 +67,7 @@ class FedAsyncAggregator(Aggregator):
         return Outcome(AGGREGATED, self.mix(model, update.tensors, weight), (update,), float(weight))
 
     def mix(self, model: Tensors, new: Tensors, weight: float) -> Tensors:
-        """``(1 - weight) * model + weight * new`` in float32, into new arrays."""
+        """``(1 - weight) * model + weight * new`` in float32, into new arrays, block by block."""
         keep = np.float32(1.0 - weight)
         take = np.float32(weight)
         out: Tensors = {}
@@ -66,12 +75,15 @@ class FedAsyncAggregator(Aggregator):
             x_new = new[name]
             if x_new.dtype != np.float32:
                 x_new = x_new.astype(np.float32)
-            scratch = self._scratch.get(name)
-            if scratch is None or scratch.shape != x.shape:
-                scratch = self._scratch[name] = np.empty(x.shape, dtype=np.float32)
-            result = np.multiply(x, keep, dtype=np.float32)
-            np.multiply(x_new, take, out=scratch)
-            result += scratch
+            result = np.empty(x.shape, dtype=np.float32)
+            flat_x, flat_new, flat_out = x.reshape(-1), x_new.reshape(-1), result.reshape(-1)
+            for start in range(0, flat_out.size, MIX_BLOCK_ELEMENTS):
+                stop = min(start + MIX_BLOCK_ELEMENTS, flat_out.size)
+                block = flat_out[start:stop]
+                scratch = self._scratch[:stop - start]
+                np.multiply(flat_x[start:stop], keep, out=block, dtype=np.float32)
+                np.multiply(flat_new[start:stop], take, out=scratch, dtype=np.float32)
+                block += scratch
             out[name] = result
         return out
 
