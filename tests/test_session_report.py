@@ -54,6 +54,26 @@ def test_rounds_seconds_joules_and_gain_per_transition():
     assert table["session-init"]["0.95"]["within_2"] == 1.0 and table["previous"]["0.95"]["within_2"] == 0.0
 
 
+def test_spreads_are_over_seeds_and_absent_with_one_seed():
+    from streamfl.methods.sessions.report import sessions_table
+    one = _rows()
+    assert summarize(session_figures(one, targets=(0.95,)), targets=(0.95,))["previous"]["0.95"]["rounds_std"] is None
+    # seed 1: the same run, but previous reaches the target three evaluations (rounds) later
+    later = [dict(r, seed=1) for r in one]
+    for r in later:
+        if r["method"] == "previous" and r.get("event") == "eval" and r["period"] == 1:
+            r["accuracy_now"] = {0.95: 0.9, 0.96: 0.9}.get(r["accuracy_now"], r["accuracy_now"])
+    table = summarize(session_figures(one + later, targets=(0.95,)), targets=(0.95,))
+    prev = table["previous"]
+    assert prev["seeds"] == 2 and prev["0.95"]["rounds"] == pytest.approx(8.5)  # 7 and 10 (censored)
+    assert prev["0.95"]["rounds_std"] == pytest.approx(2.1213, abs=1e-3)  # std of 7 and 10, over seeds
+    assert prev["0.95"]["reached"] == 0.5
+    assert table["session-init"]["mean_accuracy_std"] == 0.0
+    cells = sessions_table(table, targets=(0.95,))[0]
+    assert cells[:4] == ["`previous`", "8.5 ± 2.1 (8)", "0% ± 0", "50%"]
+    assert cells[-1].count(" ± ") == 1 and cells[-2].startswith("+0.0 ± ")
+
+
 def test_table_over_folders_and_a_run_without_sessions(tmp_path):
     for name in ("a", "b"):
         (tmp_path / name).mkdir()

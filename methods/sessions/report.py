@@ -123,23 +123,45 @@ def _mean(values: Sequence[Optional[float]]) -> Optional[float]:
     return float(np.mean(got)) if got else None
 
 
+def _spread(per_seed: Dict[int, List[float]]) -> Optional[float]:
+    """The standard deviation over seeds of each seed's mean (None with fewer than 2 seeds)."""
+    means = [float(np.mean(v)) for v in per_seed.values() if v]
+    return float(np.std(means, ddof=1)) if len(means) >= 2 else None
+
+
+def _by_seed(ts: Sequence[Dict[str, Any]], value: Any) -> Dict[int, List[float]]:
+    """``value(t)`` of each transition, grouped by seed (None values left out)."""
+    out: Dict[int, List[float]] = {}
+    for t in ts:
+        v = value(t)
+        if v is not None:
+            out.setdefault(int(t["seed"]), []).append(float(v))
+    return out
+
+
 def summarize(figures: Dict[str, Any], targets: Sequence[float] = TARGETS,
               first_session: int = 1) -> Dict[str, Dict[str, Any]]:
     """Per method: mean rounds / seconds / joules to each target over every transition from
     ``first_session`` on and every seed (seconds and joules over the reached ones), the share
-    reached, the median rounds, and the mean accumulated gain and session accuracy."""
+    reached, the median rounds, and the mean accumulated gain and session accuracy. The spreads
+    (``*_std``) are the standard deviation over seeds of each seed's mean: boundaries of one seed
+    share its run, so the seeds, not the boundaries, are the independent repeats."""
     out: Dict[str, Dict[str, Any]] = {}
     for m, entry in figures.items():
         ts = [t for t in entry["transitions"] if t["session"] >= first_session]
-        row: Dict[str, Any] = {"transitions": len(ts),
+        row: Dict[str, Any] = {"transitions": len(ts), "seeds": len({t["seed"] for t in ts}),
                                "mean_accuracy": _mean([t["mean_accuracy"] for t in ts]),
-                               "gain_vs_baseline": _mean([t["gain_vs_baseline"] for t in ts])}
+                               "mean_accuracy_std": _spread(_by_seed(ts, lambda t: t["mean_accuracy"])),
+                               "gain_vs_baseline": _mean([t["gain_vs_baseline"] for t in ts]),
+                               "gain_vs_baseline_std": _spread(_by_seed(ts, lambda t: t["gain_vs_baseline"]))}
         for q in targets:
             key = "%g" % q
             got = [t[key] for t in ts]
             row[key] = {"rounds": _mean([g["rounds"] for g in got]),
+                        "rounds_std": _spread(_by_seed(ts, lambda t: t[key]["rounds"])),
                         "median_rounds": float(np.median([g["rounds"] for g in got])) if got else None,
                         "within_2": float(np.mean([g["reached"] and g["rounds"] <= 2 for g in got])) if got else None,
+                        "within_2_std": _spread(_by_seed(ts, lambda t: t[key]["reached"] and t[key]["rounds"] <= 2)),
                         "reached": float(np.mean([g["reached"] for g in got])) if got else None,
                         "seconds": _mean([g["seconds"] for g in got]),
                         "joules": _mean([g["joules"] for g in got])}
@@ -151,20 +173,31 @@ def _f(value: Optional[float], fmt: str) -> str:
     return "–" if value is None else fmt % value
 
 
+def _pm(value: Optional[float], spread: Optional[float], fmt: str, scale: float = 1.0) -> str:
+    """``value ± spread`` (the spread left out when there is none: one seed)."""
+    if value is None:
+        return "–"
+    text = fmt % (scale * value)
+    return text if spread is None else "%s ± %s" % (text, (fmt.replace("+", "") % (scale * spread)).rstrip("%"))
+
+
 def sessions_table(summary: Dict[str, Dict[str, Any]], targets: Sequence[float] = TARGETS,
                    label: str = "", group: str = "") -> List[List[str]]:
-    """Markdown rows: per method, each target's rounds (mean, median), share within 2 rounds,
-    share reached, seconds and joules; then accumulated gain over ``previous`` and accuracy."""
+    """Markdown rows: per method, each target's rounds (mean ± spread over seeds, median),
+    share within 2 rounds, share reached (below 100%: the rest are censored, counted at the
+    session's rounds plus one), seconds and joules (over the reached ones); then accumulated gain
+    over ``previous`` and session accuracy, each mean ± spread over seeds."""
     rows = []
     for m, row in summary.items():
         cells = ([label] if label else []) + ([group] if group else []) + ["`%s`" % m]
         for q in targets:
             g = row["%g" % q]
-            cells += ["%s (%s)" % (_f(g["rounds"], "%.1f"), _f(g["median_rounds"], "%.0f")),
-                      _f(None if g["within_2"] is None else 100 * g["within_2"], "%.0f%%"),
+            cells += ["%s (%s)" % (_pm(g["rounds"], g["rounds_std"], "%.1f"), _f(g["median_rounds"], "%.0f")),
+                      _pm(g["within_2"], g["within_2_std"], "%.0f%%", 100.0),
                       _f(None if g["reached"] is None else 100 * g["reached"], "%.0f%%"),
                       _f(g["seconds"], "%.1f"), _f(g["joules"], "%.0f")]
-        cells += [_f(row["gain_vs_baseline"], "%+.1f"), _f(row["mean_accuracy"], "%.3f")]
+        cells += [_pm(row["gain_vs_baseline"], row["gain_vs_baseline_std"], "%+.1f"),
+                  _pm(row["mean_accuracy"], row["mean_accuracy_std"], "%.3f")]
         rows.append(cells)
     return rows
 
