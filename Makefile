@@ -10,7 +10,7 @@ STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
 AGENT_SIDE := streamfl protocol sensors models agent dvfs methods
 
-.PHONY: demo test venv lint bench load capacity eval-adaclp eval-fedteddi eval-fedteddi-paper eval-stewc eval-stewc-forget eval-sessions eval-sessions-more eval-sfedpo eval-sfedpo-digits golden clean
+.PHONY: demo test venv lint bench load capacity eval-adaclp eval-fedteddi eval-fedteddi-paper eval-stewc eval-stewc-forget eval-sessions eval-sessions-more eval-sessions-beside eval-sfedpo eval-sfedpo-digits golden clean
 
 venv: $(STAMP)
 
@@ -328,6 +328,23 @@ runs/eval/sessions-more/kappa%-mnist/sessions.md: $(STAMP)
 	$(BIN)/streamfl report $(@D) --section sessions > $@
 # kappa's sensitivity (the paper's Table VI): session-init at kappa 1 and 3 beside the default 10, on
 # digits at the shipped overlap 0.2 and Dirichlet 0.3.
+# session-init with its auxiliary round beside the global model (session-init-beside, ours) against
+# the paper's, where the pilot is served as the global model, and previous: overlap 0.2 (shipped)
+# and 0.8 (where session-init loses to previous), Dirichlet 0.3, on digits, MNIST-5k and the
+# smartwatch data (runs/eval/sessions-beside/DATA-oO), and where relearning is costly (lr 0.02,
+# overlap 0: sessions-beside/costly-DATA). 3 seeds; about 25 minutes on 2 cores.
+SESS_BESIDE_OUT := $(foreach d,$(SESS_DATA),$(foreach o,0.2 0.8,runs/eval/sessions-beside/$(d)-o$(o))) \
+	$(foreach d,digits mnist,runs/eval/sessions-beside/costly-$(d))
+eval-sessions-beside: $(addsuffix /sessions.md,$(SESS_BESIDE_OUT))
+	$(BIN)/streamfl report $(SESS_BESIDE_OUT) --section sessions > runs/eval/sessions-beside/sessions.md
+runs/eval/sessions-beside/costly-%/sessions.md: $(STAMP)
+	$(SIM) $(SESS) --seeds 3 --methods previous,session-init,session-init-beside $(SESS_SET_$*) \
+	  --set stream.params.label_overlap=0 --set coordinator.hparams.lr=0.02 --out $(@D)
+	$(BIN)/streamfl report $(@D) --section sessions > $@
+runs/eval/sessions-beside/%/sessions.md: $(STAMP)
+	$(SIM) $(SESS) --seeds 3 --methods previous,session-init,session-init-beside $(SESS_SET_$(call sess_word,$*,1,)) \
+	  --set stream.params.label_overlap=$(call sess_word,$*,2,o) --out $(@D)
+	$(BIN)/streamfl report $(@D) --section sessions > $@
 runs/eval/sessions-kappa%/sessions.md: $(STAMP)
 	$(SIM) $(SESS) --seeds 3 --methods previous,session-init $(SESS_SET_digits) \
 	  --set plugins.sessions.similarity_sharpness=$* --out $(@D)

@@ -74,6 +74,9 @@ class RoundPlan:
     batch_size: int
     #: ``ModelGate.resyncs`` when the round began: a run change during the round drops it.
     run_generation: int = 0
+    #: True when a plug-in's weights, not the global model, are the start (``round_start_weights``):
+    #: the next round starts from the newest global model again.
+    side_start: bool = False
 
 
 @dataclass
@@ -328,6 +331,7 @@ class AgentCore:
         Start from the newest global model if it is newer than the one the previous round started
         from, else continue from the local model: FedAsync devices pull the latest global model,
         and restarting from the same global model again would throw the last round's work away.
+        A plug-in may name other start weights for this one round (``round_start_weights``).
         """
         if self.global_model is None or len(self.buffer) == 0:
             raise NotReadyError("no global model yet" if self.global_model is None
@@ -336,7 +340,11 @@ class AgentCore:
         gm = self.global_model
         start = gm.tensors if gm.version > self.base_version else None
         base = gm.version if start is not None else self.base_version
+        side = self.methods.round_start_weights()
+        if side is not None:
+            start, base = side, gm.version
         return RoundPlan(round_index=self.rounds, base_version=base, start_tensors=start,
+                         side_start=side is not None,
                          lr=float(self.hparams["lr"]), dropout=float(self.hparams["dropout"]),
                          local_steps=int(self.hparams["local_steps"]),
                          batch_size=int(self.hparams["batch_size"]),
@@ -391,7 +399,9 @@ class AgentCore:
         returns the named penalties and the global model the round trains with."""
         if plan.start_tensors is not None:
             arrays_to_model(self.model, plan.start_tensors)
-        self.base_version = plan.base_version
+        # After a round from a plug-in's weights the local model is not the fleet's: the next
+        # round starts from the newest global model, whatever its version.
+        self.base_version = -1 if plan.side_start else plan.base_version
         held = self.global_model  # the model whose pulls and lr this round trains with
         self.model.set_dropout(plan.dropout)
         penalties = self.methods.penalties(self.model)

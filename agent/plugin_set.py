@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+import numpy as np
 from torch import nn
 
 from streamfl.agent.buffer_policies import ReplacementPolicy
@@ -192,6 +193,14 @@ class DevicePlugins:
     def waits_for_newer_model(self) -> bool:
         """True if an active plug-in vetoes rounds until a newer global model arrives."""
         return any(plugin.waits_for_newer_model() for plugin in self.active)
+
+    def round_start_weights(self) -> Optional[Dict[str, np.ndarray]]:
+        """The first active plug-in's start weights for the round being planned, None if none asks."""
+        for plugin in self.active:
+            weights = plugin.round_start_weights()
+            if weights is not None:
+                return weights
+        return None
 
     def penalties(self, model: nn.Module) -> List[Tuple[str, Optional[Penalty]]]:
         """Each active plug-in's loss term for the round about to train (None: none), by name."""

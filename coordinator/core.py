@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from streamfl.coordinator.admission import UpdateAdmission
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.deltas import full_update
@@ -193,7 +195,8 @@ class CoordinatorCore:
             step.update = self._record(update, now, staleness, False, DUPLICATE)
             return self._step(step, now)
         self._remember(update.update_id)
-        update, refused = full_update(update, self.history)  # int8_delta: base + delta (deltas.py)
+        trained_from = self._trained_from(update)  # a model a plug-in publishes beside the global one
+        update, refused = full_update(update, self.history, trained_from)  # int8_delta: base + delta
         if refused is not None:
             return self._reject(update, now, staleness, refused)
         if update.arch_id != self.arch_id or set(update.tensors) != set(self._model):
@@ -209,8 +212,10 @@ class CoordinatorCore:
                         update.update_id, update.device_id, self.num_classes - 1)
             step.update = self._record(update, now, staleness, False, REJECTED, reason="classes")
             return self._step(step, now)
-        base = self.history.get(update.base_version)
-        verdict = self.admission.check(update, base.tensors if base is not None else self._model, greeted,
+        if trained_from is None:
+            base = self.history.get(update.base_version)
+            trained_from = base.tensors if base is not None else self._model
+        verdict = self.admission.check(update, trained_from, greeted,
                                         now, fleet_size=self.registry.online_count(),
                                         base_made_s=self.history.made_s(update.base_version))
         if verdict.update is None:
@@ -257,6 +262,20 @@ class CoordinatorCore:
         step.update = self._record(update, now, staleness, outcome.model is not None, outcome.kind,
                                    clipped=verdict.clipped, delta_norm=verdict.delta_norm, fields=fields)
         return self._step(step, now)
+
+    def _trained_from(self, update: Update) -> Optional[Tensors]:
+        """The model a plug-in says ``update`` trained from (``before_admission``), None for the
+        global version it names; checked like an update's tensors: the fleet's names and shapes."""
+        for plugin in self.plugins:
+            model = plugin.before_admission(update)
+            if model is None:
+                continue
+            if set(model) != set(self._model) or any(
+                    np.shape(model[k]) != np.shape(v) for k, v in self._model.items()):
+                raise ValueError("plug-in %s named a base for update %s that is not a model of the "
+                                 "fleet's architecture" % (plugin.name, update.update_id))
+            return model
+        return None
 
     def _reject(self, update: Update, now: float, staleness: int, verdict) -> Step:
         self.counters["rejected"] += 1

@@ -17,9 +17,9 @@ from typing import Optional, Tuple
 import numpy as np
 
 from streamfl.coordinator.admission import Verdict
-from streamfl.coordinator.history import ModelHistory
+from streamfl.coordinator.history import HistoryEntry, ModelHistory
 from streamfl.logs import RateLimitedLog
-from streamfl.protocol.messages import DeltaUpdate, Update
+from streamfl.protocol.messages import DeltaUpdate, Tensors, Update
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +31,15 @@ _UPDATE_FIELDS = tuple(f.name for f in fields(Update) if f.name != "tensors")
 _warnings = RateLimitedLog(log, WARN_INTERVAL_S)
 
 
-def full_update(update: Update, history: ModelHistory) -> Tuple[Update, Optional[Verdict]]:
+def full_update(update: Update, history: ModelHistory,
+                base: Optional[Tensors] = None) -> Tuple[Update, Optional[Verdict]]:
     """``(update, None)`` for a full update; a ``DeltaUpdate`` as the ``Update`` its base plus delta
-    make, or ``(update, Verdict(reason=DELTA_BASE))`` when the base is gone (or of other shapes)."""
+    make, or ``(update, Verdict(reason=DELTA_BASE))`` when the base is gone (or of other shapes).
+    The base is ``base`` where a plug-in named the model the update trained from, else global
+    version ``update.base_version`` from ``history``."""
     if not isinstance(update, DeltaUpdate):
         return update, None
-    entry = history.get(update.base_version)
+    entry = history.get(update.base_version) if base is None else HistoryEntry(update.base_version, base, 0.0)
     if entry is None or set(entry.tensors) != set(update.tensors) or any(
             np.shape(entry.tensors[k]) != np.shape(d) for k, d in update.tensors.items()):
         kept = history.versions()

@@ -27,7 +27,7 @@ from streamfl.methods.schedule.payloads import ScheduleRequest, ScheduleStats
 from streamfl.methods.stewc.payloads import DriftSignal, PeriodFisher, PeriodTerms
 from streamfl.methods.importance.payloads import ImportanceTerms
 from streamfl.methods.sfedpo.payloads import SfedpoReport, SfedpoTerms
-from streamfl.methods.sessions.payloads import SessionTerms
+from streamfl.methods.sessions.payloads import SessionAux, SessionTerms
 from streamfl.methods.agent_side import MethodSettings
 
 
@@ -52,7 +52,8 @@ SAMPLES = {
                             Q=_positive(5)), "model"),
     "period_fisher": (PeriodFisher(period=9, samples=100, F=_positive(6)), "update"),
     "drift": (DriftSignal(3, 1.25), "update"),
-    "session": (SessionTerms(session=5, aux_round=0, aux_rounds=64), "model"),
+    "session": (SessionTerms(session=5, aux_round=1, aux_rounds=64, aux=_positive(7)), "model"),
+    "session-aux": (SessionAux(session=5, aux_round=1), "update"),
     "sfedpo": (SfedpoTerms(states=(3, 7), weights=(0.25, 0.75)), "model"),
     "sfedpo_report": (SfedpoReport(score=1.5, availability=0.2, shared_ids=True, states=(3, 7), counts=(10, 20),
                                    admission_rate=0.4), "update"),
@@ -66,6 +67,8 @@ SAMPLES = {
 RELATED = {
     ("periods", "period"): {"consolidating": None},            # consolidating < period
     ("periods", "consolidating"): {"period": MAX_EXACT_INT},
+    ("session", "aux_round"): {"aux": None},                   # an auxiliary model needs a round
+    ("session", "aux_rounds"): {"aux_round": 0, "aux": None},  # aux_round <= aux_rounds
 }
 #: Values just outside a bound that ``parse`` refuses first for a relation (reason ``schema``):
 #: aux_round 65 is beyond aux_rounds (at most 64), consolidating 2**53 is not before any period.

@@ -23,7 +23,7 @@ from streamfl.errors import ProtocolError
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import Command, Offline
-from streamfl.methods.sessions.payloads import SessionTerms
+from streamfl.methods.sessions.payloads import SessionAux, SessionTerms
 
 SPEC = {"name": "mlp", "in_channels": 3, "window_len": 8, "num_classes": 3, "hidden": 8}
 MSPEC = ModelSpec(**SPEC)
@@ -146,7 +146,8 @@ def test_aux_round_takes_each_devices_first_update_from_its_model():
 
 def test_config_refuses_bad_values():
     for bad in ({"init": "nope"}, {"similarity_sharpness": float("nan")}, {"aux_rounds": 0}, {"aux_quorum": 0.0},
-                {"change_fraction": float("nan")}, {"distance": "cosine"}, {"settle_s": -1.0}):
+                {"change_fraction": float("nan")}, {"distance": "cosine"}, {"settle_s": -1.0},
+                {"aux_model": "served"}):
         with pytest.raises(ValueError):
             SessionsConfig(**bad)
 
@@ -220,6 +221,95 @@ def test_a_session_runs_its_aux_round_from_the_pilot_then_starts_from_the_neares
     _train(core, "abf", 3.1, 22.0)                      # a gradient close to session 1's
     assert plugin.aux is None and plugin.init.last_weights[1] == pytest.approx(1.0)
     assert np.allclose(next(iter(core.model.values())), next(iter(plugin.library.saved[1].model.values())))
+
+
+def _marked(core, device, value, session, aux_round=1, **fields):
+    return make_update(MSPEC, value, device_id=device, base_version=core.version,
+                       extras={"session-aux": SessionAux(session, aux_round)}, **fields)
+
+
+def test_beside_the_fleet_keeps_training_while_marked_updates_measure_the_gradient_from_the_pilot():
+    core = greet(_core("fedasync", aux_model="beside"), "a", "b", "c")
+    core.tick(0.0)
+    _train(core, "abc", 1.0, 1.0)
+    session0 = {k: v.copy() for k, v in core.model.items()}
+    _change(core, ["c"], ["d", "e"], 6.0)
+    core.tick(6.0)
+    step = core.tick(7.5)
+    plugin = core.plugin("sessions")
+    assert plugin.session == 1 and plugin.aux_round == 1
+    assert not step.aggregations and _equal(core.model, session0)   # no switch: the model stays
+    terms = _session(core)
+    assert terms == SessionTerms(1, 1, 1) and not terms.aux_served and _equal(terms.aux, plugin.library.pilot)
+    assert plugin.describe(7.5).fleet["phase"] == "auxiliary-beside"
+    # the fleet's own updates reach the strategy during the auxiliary round
+    version = core.version
+    own = _train(core, "ab", 2.0, 8.0)
+    assert [s.update.outcome for s in own] == ["aggregated", "aggregated"] and core.version == version + 2
+    trained = {k: v.copy() for k, v in core.model.items()}
+    # a mark of another round, or a forged one, is kept from the model and from the round
+    for mark in ((0, 1), (1, 2)):
+        wrong = core.on_update(_marked(core, "d", 9.0, *mark), 8.5)
+        assert wrong.update.outcome == WITHHELD and not plugin.aux.updates
+    # marked updates: measured against the pilot, withheld from the strategy, merged by the round
+    marked = [core.on_update(_marked(core, d, 3.0, 1), 9.0) for d in "abd"]
+    assert all(m.update.outcome == WITHHELD for m in marked) and _equal(core.model, trained)
+    pilot = plugin.library.pilot
+    norm = float(np.sqrt(sum(float(np.sum((3.0 - v.astype(np.float64)) ** 2)) for v in pilot.values())))
+    assert core.admission.state()["votes"]["a"][-1] == pytest.approx(norm, rel=1e-5)  # a's vote
+    step = core.on_update(_marked(core, "e", 3.0, 1), 9.5)    # the quorum: a, b, d, e
+    # nothing saved has a gradient yet: the fleet keeps the model it trained meanwhile, no switch
+    assert plugin.aux is None and plugin.aux_round == 0 and not step.aggregations
+    assert _equal(core.model, trained) and _session(core).aux is None
+    assert _equal(plugin.gradient, {k: np.full_like(v, 3.0) - pilot[k] for k, v in pilot.items()})
+    assert [e["what"] for e in step.events if e["event"] == "session"] == ["init"]
+    # nothing is fenced off: the fleet goes on
+    assert core.on_update(make_update(MSPEC, 4.0, device_id="a", base_version=core.version), 10.0).update.outcome \
+        == "aggregated"
+
+
+def test_beside_a_marked_int8_delta_is_added_to_the_auxiliary_model_it_trained_from():
+    core = greet(_core("fedasync", aux_model="beside", aux_quorum=0.5), "a", "b")
+    core.tick(0.0)
+    _train(core, "ab", 1.0, 1.0)
+    _change(core, ["b"], ["c"], 6.0)
+    core.tick(6.0)
+    core.tick(7.5)
+    plugin = core.plugin("sessions")
+    pilot = plugin.aux_model
+    assert pilot is not None and plugin.aux_round == 1
+    _train(core, "a", 2.0, 7.6)                           # the fleet's model moves away from the pilot
+    assert not _equal(core.model, pilot)
+    dec = Decoder({MSPEC.arch_id: tensor_spec(MSPEC)})
+    update = _marked(core, "a", None, 1, seed=4)
+    frame = encode(update, encoding="int8_delta", base=pilot)
+    decoded = dec.decode(frame)
+    assert decoded.extras["session-aux"] == SessionAux(1, 1)
+    core.on_update(decoded, 8.0)                          # a quorum of one: the round closes
+    assert plugin.gradient is not None
+    want = {k: update.tensors[k] - pilot[k] for k in pilot}
+    got = plugin.gradient
+    assert all(np.allclose(got[k], want[k], atol=0.02) for k in want)
+
+
+def test_beside_survives_a_restart_mid_aux_round(tmp_path):
+    core = greet(_core(aux_model="beside"), "a", "b")
+    core.tick(0.0)
+    _train(core, "ab", 1.0, 1.0)
+    _change(core, ["b"], ["c"], 6.0)
+    core.tick(6.0)
+    core.tick(7.5)
+    aux = core.plugin("sessions").aux_model
+    Persister(StateStore(tmp_path)).flush(core)
+    tensors, state = StateStore(tmp_path).load(MSPEC)
+    again = greet(_core(aux_model="beside"), "a", "c")
+    again.restore(tensors, state, now=0.0)
+    plugin = again.plugin("sessions")
+    assert plugin.aux_round == 1 and _equal(plugin.aux_model, aux) and _equal(_session(again).aux, aux)
+    again.tick(0.5)
+    for d in "ac":
+        again.on_update(_marked(again, d, 2.0, 1), 1.0)
+    assert plugin.aux_round == 0 and plugin.gradient is not None
 
 
 def test_previous_switches_nothing_and_average_switches_to_the_mean():
@@ -409,3 +499,41 @@ def test_an_agent_core_empties_its_buffer_when_a_new_session_is_announced():
     agent.on_global_model(GlobalModel(version=5, arch_id=MSPEC.arch_id, tensors=_model(0.1), hparams={"lr": 0.05}))
     assert agent.plugin("sessions").session is None       # ... sessions stop: the plug-in starts afresh
     assert may_train()
+
+
+def test_an_agent_core_trains_one_round_from_the_auxiliary_model_beside_then_the_global_one():
+    from streamfl.agent.config import AgentConfig
+    from streamfl.agent.core import AgentCore
+    from streamfl.protocol.messages import GlobalModel
+    from streamfl.sensors.window import Window
+    cfg = build(AgentConfig, {"device_id": "d1", "model": SPEC, "min_buffer": 4, "local_steps": 2,
+                              "batch_size": 4, "sensor": {"channels": 3, "window_len": 8, "num_classes": 3}},
+                "test")
+    agent = AgentCore(cfg, clock=lambda: 0.0, seed=3)
+    rng = np.random.default_rng(0)
+    for i in range(10):
+        agent.add_window(Window(rng.standard_normal((8, 3)).astype(np.float32), i % 3))
+    fleet, aux = _model(0.1), _model(-0.3)
+
+    def model(version, terms):
+        return GlobalModel(version=version, arch_id=MSPEC.arch_id, tensors=fleet, hparams={"lr": 0.05},
+                           extras={"session": terms})
+
+    agent.on_global_model(model(1, SessionTerms(0)))
+    agent.finish_round(agent.begin_round())
+    agent.on_global_model(model(2, SessionTerms(1, 1, 1, aux=aux)))
+    plan = agent.begin_round()
+    assert plan.side_start and plan.base_version == 2 and _equal(plan.start_tensors, aux)
+    update = agent.finish_round(plan)
+    assert update.extras["session-aux"] == SessionAux(1, 1) and update.base_version == 2
+    assert agent.ready(0.0) and agent.round_opportunity(0.0)    # no rest: the fleet's model waits
+    plan = agent.begin_round()                                   # back to the global model, once
+    assert not plan.side_start and plan.base_version == 2 and _equal(plan.start_tensors, fleet)
+    update = agent.finish_round(plan)
+    assert "session-aux" not in update.extras
+    agent.on_global_model(model(3, SessionTerms(1, 1, 1, aux=aux)))  # the same round: trained already
+    plan = agent.begin_round()
+    assert not plan.side_start and _equal(plan.start_tensors, fleet)
+    agent.finish_round(plan)
+    plan = agent.begin_round()                                   # FedAsync: continues its own model
+    assert plan.start_tensors is None and plan.base_version == 3

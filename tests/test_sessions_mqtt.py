@@ -188,3 +188,69 @@ def test_continuous_by_name_distills_on_the_boards_from_the_next_session_on(flee
                 and m.get("device") == ids[A] and m.get("outcome") in ("buffered", "aggregated")]
     assert accepted, [(m.get("device"), m.get("session"), m.get("outcome"))
                       for m in metrics if m.get("event") == "update"][-8:]
+
+
+BESIDE_LOG = re.compile(r"session (\d+): trained auxiliary round 1 beside the global model")
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(150)
+def test_beside_the_fleet_keeps_training_while_the_boards_answer_the_auxiliary_round(fleet, mqtt_broker):
+    """``aux_model: beside`` under FedAsync: at session 1's boundary no model is switched in; the
+    auxiliary model rides in the global models, each board trains one round from it and marks it,
+    those updates stay out of the model, and the fleet's own updates go on making versions."""
+    sessions = dict(SESSIONS, aux_model="beside")
+    coordinator = {"strategy": "fedasync", "eval_every_versions": 1000, "plugins": {"sessions": sessions}}
+    run = fleet(opts=DemoOptions(seed=0, model="mlp"), agent_overrides=AGENT,
+                coordinator_overrides=coordinator)
+    ids = {i: run.device_id(i) for i in (A, B, C)}
+    status = {i: run.topics.device(ids[i], "status") for i in ids}
+    watcher = ModelWatcher(mqtt_broker.host, mqtt_broker.port, run.fleet, run.spec,
+                           extra_topics=tuple(status.values()))
+
+    def said_hello(i):
+        return any(isinstance(m, Hello) for _, m in watcher.on_topic(status[i]))
+
+    def init_event():
+        return [m for m in run.metrics() if m.get("event") == "session" and m.get("what") == "init"]
+
+    try:
+        run.start_agent(A)
+        run.start_agent(B)
+        run.wait_for(lambda: said_hello(A) and said_hello(B), 60, "the first two agents' Hellos")
+        run.start_coordinator()
+        run.wait_for(lambda: run.version() >= 3, 60, "a few FedAsync versions", poll_s=0.2)
+        run.start_agent(C)
+        run.wait_for(lambda: said_hello(C), 60, "agent C's Hello", poll_s=0.05)
+        run.agents[B].send_term()
+        assert run.agents[B].terminate(timeout_s=30) == 0, run.diagnostics()
+        init = run.wait_for(init_event, 60, "session 1's auxiliary round closed", poll_s=0.2)[0]
+        start = run.version()
+        run.wait_for(lambda: run.version() >= start + 2, 60, "session 1 training on", poll_s=0.2)
+        models = watcher.models()
+    finally:
+        watcher.close()
+        run.stop_all()
+    metrics = run.metrics()
+    events = [(e["session"], e["what"]) for e in metrics if e.get("event") == "session"]
+    assert events[:4] == [(0, "start"), (1, "boundary"), (1, "aux"), (1, "init")], events
+    # Nothing saved has a gradient yet: the fleet keeps its model; no version was ever a switch.
+    assert init["answers"] >= 1 and init["weights"] == {}, init
+    updates = [m for m in metrics if m.get("event") == "update"]
+    made = {u["version"] for u in updates if u["aggregated"]}
+    assert set(range(1, max(made) + 1)) == made, sorted(set(range(1, max(made) + 1)) - made)
+    # The models of the auxiliary round carry the auxiliary model beside their own tensors.
+    beside = [gm for gm in models if _terms(gm) == (1, 1)]
+    assert beside and all(gm.extras[SessionTerms.KIND].aux is not None for gm in beside), \
+        [(gm.version, _terms(gm)) for gm in models]
+    assert all(gm.extras[SessionTerms.KIND].aux is None for gm in models if _terms(gm) != (1, 1))
+    # Marked updates stayed out of the model; the fleet's own updates made versions meanwhile.
+    aux_t = next(e["time_s"] for e in metrics if e.get("event") == "session" and e.get("what") == "aux")
+    init_t = init["time_s"]
+    marked = [u for u in updates if u.get("aux_round") == 1]
+    assert len({u["device"] for u in marked}) >= init["answers"], marked
+    assert all(u["outcome"] == "withheld" and u["session"] == 1 for u in marked), marked
+    during = [u for u in updates if aux_t <= u["time_s"] <= init_t and u.get("aux_round") is None]
+    assert any(u["outcome"] == "aggregated" for u in during), during
+    for i in (A, C):
+        assert BESIDE_LOG.search(run.agents[i].log_text()), (ids[i], run.agents[i].tail())

@@ -8,7 +8,8 @@ instance when it goes dormant, so no state of an earlier run survives. The hooks
 in the device's life: ``bind`` (once), ``on_window_arrived`` (every sensor window),
 ``on_model_received`` (each accepted global model: the round's hyper-parameters and what the
 buffer and clocks should do, as a ``ModelDecision``), ``on_round_opportunity`` (once per round
-opportunity, when a round is due and the core is ready: the plug-in may veto it), ``before_round`` (a loss term),
+opportunity, when a round is due and the core is ready: the plug-in may veto it),
+``round_start_weights`` (other start weights for this round), ``before_round`` (a loss term),
 ``after_round`` (statistics for the update) and ``before_telemetry`` (cheap reports while the
 device does not train). Hooks are called in the registry's order (``streamfl.methods``); all
 default to doing nothing. Hooks do no I/O.
@@ -151,6 +152,14 @@ class AgentPlugin(abc.ABC):
         board then listens for one; it otherwise fetches a model only when a round starts,
         agent/model_feed.py). A plug-in whose veto ends by itself (a rest, a count) answers False."""
         return False
+
+    def round_start_weights(self) -> Optional[Tensors]:
+        """A query when a round is planned, before ``before_round``: weights this round trains
+        from instead of the global model (a model a method measures beside it), or None. The
+        round's update names the global version held as its base (the plug-in marks it in
+        ``after_round``), and the next round starts from the newest global model again, so such
+        weights never replace the board's own model. The first active plug-in to answer wins."""
+        return None
 
     def before_round(self, model: nn.Module) -> Optional[Penalty]:
         """A term to add to the loss of the round about to train ``model``, or None."""

@@ -136,7 +136,8 @@ class CoordinatorPlugin(abc.ABC):
 
     Lifecycle, in order: ``on_start`` once the coordinator starts or resumes (after
     ``load_state``); then, as inputs come, ``on_device_report`` (a greeted device's telemetry
-    carried typed reports), ``on_update_admitted`` (an update passed admission: weigh, withhold,
+    carried typed reports), ``before_admission`` (the model an update trained from, where it is
+    not a global version), ``on_update_admitted`` (an update passed admission: weigh, withhold,
     describe), ``on_model_made`` (a new global version), ``on_tick`` (about once a second),
     ``on_operator_command``; ``before_publish`` gives the extras of each global model sent, and
     ``describe`` what the fleet view shows of the method (both queries).
@@ -166,6 +167,14 @@ class CoordinatorPlugin(abc.ABC):
         """A greeted device's telemetry carried typed reports (``extras``), e.g. its data's class
         distribution while it skips rounds; well-typed and bounded, not trusted beyond that."""
         return NOTHING
+
+    def before_admission(self, update: Update) -> Optional[Dict[str, np.ndarray]]:
+        """A query before an update is admitted: the model it trained from where that is not the
+        global version it names (a model the method publishes beside the global one, which the
+        update's extras say it trained), or None. Admission measures the update against it and
+        an ``int8_delta`` update is added to it; the first plug-in to answer wins. Whatever the
+        answer, the update still passes ``on_update_admitted``, where the method withholds it."""
+        return None
 
     def on_update_admitted(self, update: Update, now: float) -> Verdict:
         """An update passed admission (deduplicated, of the fleet's model, bounded), before the

@@ -7,6 +7,11 @@ the coordinator takes only the first update each device trained from it (one loc
 pilot is what measures the session's gradient), so a second round would be energy spent for
 nothing. Dormant while the global model carries no ``session`` extra.
 
+Where the auxiliary model rides beside the global one (``SessionTerms.aux``), the board trains its
+next round from it (``round_start_weights``), marks that update (``SessionAux``) and trains from
+the global model again after it; one round per auxiliary model, as above, and no rest: the global
+model is still the fleet's to train.
+
 With ``distill_weight`` above 0 (the session paper's Continuous baseline, ``continuous``), each
 round also distills toward the session's starting model: the first model of the session's own
 (not an auxiliary one) that the board received after the session changed, kept as a teacher
@@ -25,7 +30,7 @@ from streamfl.agent.distillation import Distillation
 from streamfl.agent.plugins.base import AgentPlugin, ModelDecision, Penalty, RoundContext, Statistic
 from streamfl.config import bounded
 from streamfl.protocol.messages import GlobalModel
-from streamfl.methods.sessions.payloads import SessionTerms
+from streamfl.methods.sessions.payloads import SessionAux, SessionTerms
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +73,11 @@ class SessionsAgentPlugin(AgentPlugin):
         self.teacher: Optional[Dict[str, np.ndarray]] = None
         #: A new session began and its own starting model has not arrived yet.
         self._awaiting_start = False
+        #: The auxiliary model sent beside the global one, while this board has not trained it:
+        #: ``((session, aux_round), tensors)``; and the auxiliary rounds it trained.
+        self._aux_pending: Optional[tuple] = None
+        self._aux_training: Optional[tuple] = None
+        self._aux_done: Optional[tuple] = None
 
     def on_model_received(self, gm: GlobalModel, hparams: Dict[str, float]) -> ModelDecision:
         """Follows the session; forgets the windows at a new one when told to."""
@@ -81,8 +91,10 @@ class SessionsAgentPlugin(AgentPlugin):
             else:
                 log.info("session %d: training the session's model (version %d)", terms.session, gm.version)
         self.terms = terms
-        self.aux_version = gm.version if terms.auxiliary else None
+        self.aux_version = gm.version if terms.aux_served else None
         self.aux_trained = False
+        key = (terms.session, terms.aux_round)
+        self._aux_pending = (key, terms.aux) if terms.aux is not None and key != self._aux_done else None
         if self.config.distill_weight > 0.0:
             self._follow_teacher(old, terms, gm)
         return ModelDecision(hparams, forget_windows=forget)
@@ -96,6 +108,14 @@ class SessionsAgentPlugin(AgentPlugin):
             self._awaiting_start = False
             log.info("session %d: distilling toward its starting model (version %d)", terms.session,
                      gm.version)
+
+    def round_start_weights(self) -> Optional[Dict[str, np.ndarray]]:
+        """The auxiliary model sent beside the global one, until this board trained a round from it."""
+        if self._aux_pending is None:
+            self._aux_training = None
+            return None
+        self._aux_training = self._aux_pending[0]
+        return self._aux_pending[1]
 
     def before_round(self, model: nn.Module) -> Optional[Penalty]:
         """The distillation term toward the session's starting model, once it is known."""
@@ -111,6 +131,11 @@ class SessionsAgentPlugin(AgentPlugin):
     def after_round(self, ctx: RoundContext) -> List[Statistic]:
         if self.aux_version is not None and ctx.base_version == self.aux_version:
             self.aux_trained = True
+        if self._aux_training is not None:  # this round trained the auxiliary model: mark it
+            session, aux_round = self._aux_training
+            self._aux_done, self._aux_training, self._aux_pending = self._aux_training, None, None
+            log.info("session %d: trained auxiliary round %d beside the global model", session, aux_round)
+            return [Statistic(SessionAux(session, aux_round))]
         return []
 
     def on_round_opportunity(self, now: float) -> bool:

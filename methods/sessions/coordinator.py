@@ -8,10 +8,20 @@ membership.py``); when it changes by more than ``change_fraction``, or an operat
 
 - ``previous``: nothing is built; the fleet keeps training the model it has;
 - ``average``: the mean of the saved session models;
-- ``session-init`` (Algorithm 1): the pilot becomes the global model for ``aux_rounds`` auxiliary
-  rounds (the strategy sees none of their updates: the plug-in merges each round itself), which
-  give the session's gradient ``g_s = w_aux - w_pilot``; the session then starts from the saved
-  models weighted by ``softmax(-kappa ||g_i - g_s||)`` (or, with none saved yet, from where it was).
+- ``session-init`` (Algorithm 1): devices train ``aux_rounds`` auxiliary rounds from the pilot
+  (the strategy sees none of their updates: the plug-in merges each round itself), which give the
+  session's gradient ``g_s = w_aux - w_pilot``; the session then starts from the saved models
+  weighted by ``softmax(-kappa ||g_i - g_s||)`` (or, with none saved yet, from where it was).
+
+Where the auxiliary model goes (``aux_model``): ``global`` serves it as the global model, as the
+paper's Algorithm 1 does before a session trains, so the fleet's model waits for the auxiliary
+rounds; ``beside`` leaves the global model the fleet's own and sends the auxiliary model with it
+(``SessionTerms.aux``): each board trains one round from it, marks that update (``SessionAux``),
+and goes back to the global model, so the fleet keeps training while the gradient is measured.
+Admission measures a marked update against the auxiliary model it trained from
+(``before_admission``), and only the marked ones of the running round are merged; the rest of
+the fleet's updates reach the strategy as at any time. With nothing saved to build from, the
+fleet then simply keeps the model it trained meanwhile.
 
 A switch is a new global version with nothing merged; updates trained from a model before it are
 withheld from the strategy (under FedAsync they would mix the old session back in; FedAvg drops
@@ -41,12 +51,15 @@ from streamfl.methods.sessions.initializers.membership import Membership
 from streamfl.methods.sessions.initializers.weighted import DISTANCES
 from streamfl.protocol.extras import Extra
 from streamfl.protocol.messages import Command, Tensors, Update
-from streamfl.methods.sessions.payloads import MAX_AUX_ROUNDS, SessionTerms
+from streamfl.methods.sessions.payloads import MAX_AUX_ROUNDS, SessionAux, SessionTerms
 
 log = logging.getLogger(__name__)
 
 #: The operator command kind that starts a new session at once.
 NEW_SESSION = "new-session"
+
+#: Where the auxiliary model goes (``SessionsConfig.aux_model``).
+AUX_MODELS = ("global", "beside")
 
 #: Phase changes (``(first version, session, aux_round)``) kept to tell which session an update's
 #: base model belonged to: a device more than this many phases behind shows none.
@@ -80,6 +93,12 @@ class SessionsConfig:
       will count). 60 s is twelve of the agent's 5 s telemetry intervals.
     aux_quorum, aux_wait_s: an auxiliary round closes when this share of the devices online at
       its start answered, or after this wait with at least one answer.
+    aux_model: "global" serves the auxiliary model as the global model during the auxiliary rounds
+      (the paper's Algorithm 1: the fleet's model waits); "beside" sends it beside the fleet's
+      global model, which keeps training (each model published during the round then carries the
+      auxiliary model too: twice the bytes for that time). The paper runs its auxiliary round
+      before the session trains, so it has no fleet model to keep; "global" stays the default so
+      that the paper's procedure is what runs unless asked.
     """
 
     #: Old key names (the paper's symbols) that files may still use.
@@ -98,10 +117,13 @@ class SessionsConfig:
     silence_s: float = bounded(60.0, 0.0, 86400.0)
     aux_quorum: float = bounded(1.0, 0.0, 1.0, lo_open=True)
     aux_wait_s: float = bounded(30.0, 0.0, 86400.0)
+    aux_model: str = "global"
 
     def __post_init__(self) -> None:
         if self.init not in INITS:
             raise ValueError("init must be one of %s, got %r" % (", ".join(INITS), self.init))
+        if self.aux_model not in AUX_MODELS:
+            raise ValueError("aux_model must be one of %s, got %r" % (", ".join(AUX_MODELS), self.aux_model))
         if self.distance not in DISTANCES:
             raise ValueError("distance must be one of %s, got %r" % (", ".join(DISTANCES), self.distance))
         if self.pilot_sessions < 1 or self.max_saved < 1 or not 1 <= self.aux_rounds <= MAX_AUX_ROUNDS:
@@ -134,6 +156,9 @@ class SessionsPlugin(CoordinatorPlugin):
         #: The auxiliary round in progress (1..V), 0 while the session trains its own model.
         self.aux_round = 0
         self.aux: Optional[AuxRound] = None
+        #: ``aux_model: beside``: the auxiliary round's model, sent beside the global one.
+        self.beside = config.aux_model == "beside"
+        self.aux_model: Optional[Tensors] = None
         #: This session's gradient from the pilot, once its auxiliary rounds are done.
         self.gradient: Optional[Tensors] = None
         #: The model the last session ended with (the start when nothing better is built).
@@ -204,17 +229,37 @@ class SessionsPlugin(CoordinatorPlugin):
             self._event("deferred", reason="operator")
         return self._decided()
 
+    def before_admission(self, update: Update) -> Optional[Tensors]:
+        """The auxiliary model of the running round for an update marked as trained from it."""
+        return self.aux_model if self._of_running_aux(update) else None
+
+    def _of_running_aux(self, update: Update) -> bool:
+        """True if ``update`` is marked as trained from the auxiliary model sent beside now."""
+        mark = update.extras.get(SessionAux.KIND)
+        return (isinstance(mark, SessionAux) and self.aux_model is not None
+                and (mark.session, mark.aux_round) == (self.session, self.aux_round))
+
     def on_update_admitted(self, update: Update, now: float) -> Verdict:
-        if self.aux is not None and not self._switch_pending and self.aux.offer(update) \
-                and self.aux.done(now):
+        marked = SessionAux.KIND in update.extras
+        if self.beside:
+            # Only marked updates answer the round; none of them is the fleet's model.
+            offered = self._of_running_aux(update) and not self._switch_pending
+            served = False
+        else:
+            offered = self.aux is not None and not self._switch_pending
+            served = self.aux_round > 0
+        if offered and self.aux.offer(update) and self.aux.done(now):
             self._close_aux_round(now)
         # A switch pending (this very update closed the aux round) replaces the model it trained from.
-        withhold = self.aux_round > 0 or self._switch_pending or update.base_version < self.fence_version
+        withhold = marked or served or self._switch_pending or update.base_version < self.fence_version
         session, auxiliary = self._phase_of(update.base_version)
+        auxiliary = auxiliary or marked
         self.last_updates[update.device_id] = (session, auxiliary, withhold)
         decided = self._decided()
-        return Verdict(withhold=withhold, fields={"session": self.session}, events=decided.events,
-                       switch_to=decided.switch_to)
+        fields = {"session": self.session}
+        if marked:  # which auxiliary round the device says it answered
+            fields["aux_round"] = update.extras[SessionAux.KIND].aux_round
+        return Verdict(withhold=withhold, fields=fields, events=decided.events, switch_to=decided.switch_to)
 
     def on_model_made(self, aggregation: Aggregation) -> Effects:
         if self._switch_pending and aggregation.switched_by == self.name:  # our switch is this version
@@ -222,7 +267,8 @@ class SessionsPlugin(CoordinatorPlugin):
             self.fence_version = aggregation.version
             if self.aux is not None:
                 self.aux.version = aggregation.version
-        phase = (max(0, self.session), self.aux_round)
+        # Beside, the versions of an auxiliary round are the fleet's own model, not auxiliary ones.
+        phase = (max(0, self.session), 0 if self.beside else self.aux_round)
         if self._phases[-1][1:] != phase:  # what this version's model carries (``before_publish``)
             self._phases.append((aggregation.version,) + phase)
         return NOTHING
@@ -243,6 +289,8 @@ class SessionsPlugin(CoordinatorPlugin):
         was trained in (None: too many phases ago), whether that was an auxiliary model and
         whether the update was withheld from the strategy."""
         phase = "waiting" if self.session < 0 else "auxiliary" if self.aux_round > 0 else "own"
+        if phase == "auxiliary" and self.beside:
+            phase = "auxiliary-beside"
         return MethodState(
             fleet={"session": self.session, "phase": phase, "aux_round": self.aux_round,
                    "saved_sessions": len(self.library.saved), "pilot": self.library.pilot is not None,
@@ -253,7 +301,8 @@ class SessionsPlugin(CoordinatorPlugin):
                      for d, (s, aux, w) in self.last_updates.items()})
 
     def before_publish(self) -> List[Extra]:
-        return [SessionTerms(max(0, self.session), self.aux_round, self.config.aux_rounds)]
+        aux = self.aux_model if self.aux_round > 0 else None
+        return [SessionTerms(max(0, self.session), self.aux_round, self.config.aux_rounds, aux=aux)]
 
     def _decided(self) -> Effects:
         """What the hook just run decided: its events and the model to switch to."""
@@ -293,7 +342,7 @@ class SessionsPlugin(CoordinatorPlugin):
             self._previous = final
         self.session += 1
         self.membership.start(now, present)
-        self.gradient, self.aux, self.aux_round = None, None, 0
+        self.gradient, self.aux, self.aux_round, self.aux_model = None, None, 0, None
         self._operator_pending = False
         self._own_since = now  # unless an auxiliary round starts below
         log.info("sessions: session %d begins (%s; %.0f%% of the devices changed, %d online)",
@@ -307,8 +356,12 @@ class SessionsPlugin(CoordinatorPlugin):
     def _start_aux_round(self, now: float, number: int, model: Tensors, present: List[str]) -> None:
         self.aux_round = number
         self._own_since = None
-        self.aux = AuxRound(-1, now, present, self.config.aux_quorum, self.config.aux_wait_s)
-        self._switch, self._switch_pending = model, True
+        if self.beside:  # the marks say which round an update answers: any base version will do
+            self.aux = AuxRound(0, now, present, self.config.aux_quorum, self.config.aux_wait_s)
+            self.aux_model = model
+        else:
+            self.aux = AuxRound(-1, now, present, self.config.aux_quorum, self.config.aux_wait_s)
+            self._switch, self._switch_pending = model, True
         self._event("aux", aux_round=number)
 
     def _close_aux_round(self, now: float) -> None:
@@ -318,12 +371,16 @@ class SessionsPlugin(CoordinatorPlugin):
             self._start_aux_round(now, self.aux_round + 1, merged, self._present(now))
             return
         self.gradient = difference(merged, self.library.pilot)
-        self.aux, self.aux_round = None, 0
+        self.aux, self.aux_round, self.aux_model = None, 0, None
         self._own_since = now
         built = self.init.build(self.library.saved, self.gradient)
         weights = self.init.last_weights
         log.info("sessions: session %d's gradient from %d device(s); starting from %s", self.session,
-                 answers, "saved sessions %s" % weights if built is not None else "the previous model")
+                 answers, "saved sessions %s" % weights if built is not None else
+                 "the model the fleet trained meanwhile" if self.beside else "the previous model")
+        if built is None and self.beside:  # the fleet's model never left: nothing to switch back to
+            self._event("init", weights=weights, answers=answers)
+            return
         self._switch_to(built if built is not None else self._previous, now, weights=weights,
                         answers=answers)
 
@@ -349,7 +406,8 @@ class SessionsPlugin(CoordinatorPlugin):
                 "fence_version": self.fence_version, "membership": self.membership.state(),
                 "operator_pending": self._operator_pending,
                 "library": self.library.state(), "gradient": self.gradient is not None,
-                "previous": self._previous is not None, "phases": [list(p) for p in self._phases]}
+                "previous": self._previous is not None, "aux_model": self.aux_model is not None,
+                "phases": [list(p) for p in self._phases]}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         session, aux_round = state.get("session", -1), state.get("aux_round", 0)
@@ -369,12 +427,13 @@ class SessionsPlugin(CoordinatorPlugin):
         self._own_since = None  # the session's clock starts again at the first tick
         self._loaded = dict(state)
         if aux_round:  # the round starts over from the restored (auxiliary) model
-            self.aux = AuxRound(int(state.get("aux_version") or 0), 0.0, self.fleet.online(),
-                                self.config.aux_quorum, self.config.aux_wait_s)
+            self.aux = AuxRound(0 if self.beside else int(state.get("aux_version") or 0), 0.0,
+                                self.fleet.online(), self.config.aux_quorum, self.config.aux_wait_s)
 
     def state_tensors(self) -> Optional[Dict[str, np.ndarray]]:
         out = self.library.arrays()
-        for key, tensors in (("gradient", self.gradient), ("previous", self._previous)):
+        for key, tensors in (("gradient", self.gradient), ("previous", self._previous),
+                             ("aux_model", self.aux_model)):
             if tensors is not None:
                 out.update(prefixed(key, tensors))
         return out or None
@@ -385,6 +444,11 @@ class SessionsPlugin(CoordinatorPlugin):
         self.library.load(dict(saved.get("library") or {}), tensors, spec)
         self.gradient = unprefixed(tensors, "gradient", spec) if saved.get("gradient") else None
         self._previous = unprefixed(tensors, "previous", spec) if saved.get("previous") else None
+        if self.beside and self.aux_round:  # the round starts over from its model, or from the pilot
+            self.aux_model = (unprefixed(tensors, "aux_model", spec) if saved.get("aux_model")
+                              else self.library.pilot)
+            if self.aux_model is None:  # nothing to measure from: the session trains its own model
+                self.aux, self.aux_round = None, 0
         log.info("sessions: session %d restored with %d saved session model(s)%s", self.session,
                  len(self.library.saved), "" if self.library.pilot is None else " and the pilot")
 

@@ -36,6 +36,12 @@ PRESETS.append(Method("session-init", "each session starts from the saved models
                       when="boards come and go and earlier label sets come back whole: 95% of its "
                            "peak within 2 rounds at 73-80% of the boundaries (previous: 7-27%); "
                            "worse than previous where most labels stay"))
+PRESETS.append(Method("session-init-beside", "session-init with its auxiliary round run beside the "
+                                             "global model (ours): the fleet keeps training its model "
+                                             "while each board trains one round from the pilot, where "
+                                             "the paper serves the pilot as the global model",
+                      coordinator=_FEDAVG, plugins={"sessions": {"init": "session-init", "aux_model": "beside"}},
+                      when="not evaluated yet"))
 PRESETS.append(Method("session-init+adaclp", "session-init's starting models composed with AdaCLP "
                                              "(FedAsync, CLP probe, CLP hyper-parameters and clocks)",
                       coordinator=_FEDASYNC, plugins={"clp": {}, "sessions": {"init": "session-init"}},

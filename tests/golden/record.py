@@ -35,7 +35,8 @@ RUNS: List[Tuple[str, str, float, Dict[str, Any]]] = [
 
 #: Methods recorded on the session-churn run only (elsewhere no device comes or goes: they would
 #: be FedAvg's figures again); the other methods are not recorded there.
-SESSION_METHODS = ("previous", "continuous", "average", "session-init", "session-init+adaclp")
+SESSION_METHODS = ("previous", "continuous", "average", "session-init", "session-init-beside",
+                   "session-init+adaclp")
 
 #: Methods recorded on the first scenario only, since the second one is the slow one (a third of
 #: the guard's time): it keeps the methods that read CLP (its point: class periods and CLP
