@@ -1,6 +1,6 @@
-"""Hostile values through the methods' side channels, over a real broker (five
+"""Hostile values through the methods' side channels, over a real broker (six
 attacks): a forged FedCurv diagonal, a forged SFedPO availability, a flood of bounded updates, a
-forged ST-EWC T-FDM and forged AdaCLP traces. Each is refused at decoding where it is out of its
+forged ST-EWC T-FDM, forged AdaCLP traces and forged marks of answers to a sessions auxiliary round. Each is refused at decoding where it is out of its
 declared range and bounded by its peers' median where it is in range; an attacked run ends within
 2 points of held-out accuracy of a clean run with the same seeds, and a flood locks nobody out,
 before or after a restart.
@@ -37,6 +37,7 @@ from streamfl.methods.fedcurv.payloads import CurvatureDiagonal, CurvatureTerms
 from streamfl.methods.clp.payloads import FisherTrace
 from streamfl.methods.stewc.payloads import PeriodFisher, PeriodTerms
 from streamfl.methods.sfedpo.payloads import MIN_AVAILABILITY, SfedpoReport
+from streamfl.methods.sessions.payloads import SessionAux
 from streamfl.sim.brokers import BrokerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -517,3 +518,90 @@ def test_forged_fisher_traces_move_f_g_and_the_clp_flag_by_a_bounded_factor(brok
     assert abs(in_clp[1] - in_clp[0]) <= 9, (in_clp, [(c.in_clp, a.in_clp) for c, a in states])
     honest_and_whole(attacked)
     within_two_points(clean, attacked, "clp")
+
+
+# ---- 6. Sessions beside the global model: forged auxiliary marks --------------------------------
+
+SESSIONS_BESIDE = {"sessions": {"init": "session-init", "aux_model": "beside", "change_fraction": 0.2,
+                                "settle_s": 0.0, "min_session_s": 0.0, "silence_s": 0.0,
+                                "aux_wait_s": 600.0}}
+
+
+def test_forged_session_aux_marks_are_refused_or_held_to_one_capped_answer_and_never_reach_the_model(
+        broker, tmp_path):
+    """Mallory marks updates as answers to the auxiliary round: out of range they are refused at
+    decoding; in range a flood of them with a claim of 10^6 samples each gives one answer, its
+    samples capped at admission's peer multiple, and none of them ever reaches the fleet's model,
+    while the honest devices answer the round and the fleet trains on."""
+    fleet = Fleet(broker, tmp_path, "sessions-beside", True, plugins=SESSIONS_BESIDE, strategy="fedasync")
+    plugin = fleet.server.core.plugin("sessions")
+    core = fleet.server.core
+
+    def honest(k):
+        """Device k trains from the newest model it holds and sends; waits for its record."""
+        dev, agent = fleet.devices[k], fleet.agents[k]
+        assert wait_for(lambda: dev.version() == core.version, timeout_s=10)
+        agent.on_global_model(dev.model)
+        update = agent.train_round()
+        received = core.counters["updates_received"]
+        dev.send("update", update, agent.device_id)
+        wait_until(lambda: core.counters["updates_received"] == received + 1, timeout_s=10,
+                   what="%s's update handled" % agent.device_id)
+        return update
+
+    try:
+        samples = []
+        for _ in range(4):                                  # session 0, past admission's warm-up
+            for k in range(HONEST):
+                samples.append(honest(k).num_samples)
+        cap = AdmissionConfig().samples_peer_multiple * float(np.median(samples))
+        assert plugin.session == 0
+        newcomer_agent = honest_agent(HONEST)
+        newcomer = Client(broker, "sessions-beside-%s" % newcomer_agent.device_id)
+        # A fourth device says Hello: 1 of 4 new, past change_fraction, so session 1 begins.
+        newcomer.send("status", make_hello(newcomer_agent.device_id, SPEC), newcomer_agent.device_id)
+        wait_until(lambda: plugin.aux_round == 1, timeout_s=10, what="session 1's auxiliary round")
+        honest(0)                                           # the next version carries the auxiliary model
+        base = fleet.newest()
+        terms = base.extras["session"]
+        assert terms.aux_round == 1 and terms.aux is not None
+        pilot = terms.aux
+        # Out of range: refused at decoding.
+        for mark in (SessionAux(1, 0), SessionAux(1, 65)):
+            fleet.refused(fleet.forge(base, tensors=pilot, extras={SessionAux.KIND: mark}))
+        # In range, a flood: one answer, its samples capped; the model never moves for them.
+        version, withheld = core.version, core.counters["withheld"]
+        far = {k: a + 0.05 for k, a in pilot.items()}
+        for _ in range(5):
+            fleet.mallory.send("update", fleet.forge(base, tensors=far, num_samples=10 ** 6,
+                                                     extras={SessionAux.KIND: SessionAux(1, 1)}), MALLORY)
+        wait_until(lambda: core.counters["withheld"] + core.counters["rejected"] >= withheld + 5,
+                   timeout_s=10, what="Mallory's five marked updates handled")
+        assert core.version == version
+        answers = plugin.aux.updates
+        assert list(answers) == [MALLORY], list(answers)
+        assert answers[MALLORY].num_samples <= cap, (answers[MALLORY].num_samples, cap)
+        # The honest devices answer the round from the auxiliary model (their agents mark it).
+        for k in range(HONEST):
+            update = honest(k)
+            assert update.extras[SessionAux.KIND] == SessionAux(1, 1), update.extras
+        assert core.version == version
+        newcomer_agent.on_global_model(fleet.newest())      # the fourth honest answer
+        update = newcomer_agent.train_round()
+        received = core.counters["updates_received"]
+        newcomer.send("update", update, newcomer_agent.device_id)
+        wait_until(lambda: core.counters["updates_received"] == received + 1, timeout_s=10,
+                   what="the newcomer's answer")
+        wait_until(lambda: plugin.aux is None, timeout_s=10, what="the auxiliary round closed")
+        assert plugin.gradient is not None and core.version == version
+        # The fleet trains on: its own updates reach the model again.
+        for k in range(HONEST):
+            honest(k)
+        assert core.version == version + HONEST
+        newcomer.close()
+    finally:
+        fleet.close()
+    records = [r for r in fleet.records if r.get("event") == "update" and r.get("device") == MALLORY]
+    assert records and all(not r["aggregated"] for r in records)
+    marked = [r for r in records if r.get("aux_round") == 1]
+    assert marked and all(r["num_samples"] <= cap for r in marked), (marked, cap)
