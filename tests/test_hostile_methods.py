@@ -561,8 +561,7 @@ def test_forged_session_aux_marks_are_refused_or_held_to_one_capped_answer_and_n
         # A fourth device says Hello: 1 of 4 new, past change_fraction, so session 1 begins.
         newcomer.send("status", make_hello(newcomer_agent.device_id, SPEC), newcomer_agent.device_id)
         wait_until(lambda: plugin.aux_round == 1, timeout_s=10, what="session 1's auxiliary round")
-        honest(0)                                           # the next version carries the auxiliary model
-        base = fleet.newest()
+        base = fleet.newest()                               # the version that announced it
         terms = base.extras["session"]
         assert terms.aux_round == 1 and terms.aux is not None
         pilot = terms.aux
@@ -579,7 +578,7 @@ def test_forged_session_aux_marks_are_refused_or_held_to_one_capped_answer_and_n
                    timeout_s=10, what="Mallory's five marked updates handled")
         assert core.version == version
         answers = plugin.aux.updates
-        assert list(answers) == [MALLORY], list(answers)
+        assert list(answers) == [MALLORY], list(answers)    # one answer for five
         assert answers[MALLORY].num_samples <= cap, (answers[MALLORY].num_samples, cap)
         # The honest devices answer the round from the auxiliary model (their agents mark it).
         for k in range(HONEST):

@@ -238,10 +238,16 @@ def test_beside_the_fleet_keeps_training_while_marked_updates_measure_the_gradie
     step = core.tick(7.5)
     plugin = core.plugin("sessions")
     assert plugin.session == 1 and plugin.aux_round == 1
-    assert not step.aggregations and _equal(core.model, session0)   # no switch: the model stays
+    # one version announces the auxiliary model: the fleet's own tensors, nothing merged
+    assert [a.merged for a in step.aggregations] == [()]
+    assert _equal(core.model, session0)
     terms = _session(core)
     assert terms == SessionTerms(1, 1, 1) and not terms.aux_served and _equal(terms.aux, plugin.library.pilot)
     assert plugin.describe(7.5).fleet["phase"] == "auxiliary-beside"
+    # nothing is fenced off by the announcement: an update trained from the version before it counts
+    version = core.version
+    late = core.on_update(make_update(MSPEC, 1.5, device_id="a", base_version=version - 1), 7.8)
+    assert late.update.outcome == "aggregated" and core.version == version + 1
     # the fleet's own updates reach the strategy during the auxiliary round
     version = core.version
     own = _train(core, "ab", 2.0, 8.0)

@@ -196,8 +196,9 @@ BESIDE_LOG = re.compile(r"session (\d+): trained auxiliary round 1 beside the gl
 @pytest.mark.integration
 @pytest.mark.timeout(150)
 def test_beside_the_fleet_keeps_training_while_the_boards_answer_the_auxiliary_round(fleet, mqtt_broker):
-    """``aux_model: beside`` under FedAsync: at session 1's boundary no model is switched in; the
-    auxiliary model rides in the global models, each board trains one round from it and marks it,
+    """``aux_model: beside`` under FedAsync: at session 1's boundary no other model is switched in
+    (one version of the fleet's own model announces the round); the auxiliary model rides in the
+    global models, each board trains one round from it and marks it,
     those updates stay out of the model, and the fleet's own updates go on making versions."""
     sessions = dict(SESSIONS, aux_model="beside")
     coordinator = {"strategy": "fedasync", "eval_every_versions": 1000, "plugins": {"sessions": sessions}}
@@ -234,11 +235,12 @@ def test_beside_the_fleet_keeps_training_while_the_boards_answer_the_auxiliary_r
     metrics = run.metrics()
     events = [(e["session"], e["what"]) for e in metrics if e.get("event") == "session"]
     assert events[:4] == [(0, "start"), (1, "boundary"), (1, "aux"), (1, "init")], events
-    # Nothing saved has a gradient yet: the fleet keeps its model; no version was ever a switch.
+    # Nothing saved has a gradient yet: the fleet keeps its model. Every version but one is an
+    # aggregation: the one that announced the auxiliary model (the fleet's model, nothing merged).
     assert init["answers"] >= 1 and init["weights"] == {}, init
     updates = [m for m in metrics if m.get("event") == "update"]
     made = {u["version"] for u in updates if u["aggregated"]}
-    assert set(range(1, max(made) + 1)) == made, sorted(set(range(1, max(made) + 1)) - made)
+    assert len(set(range(1, max(made) + 1)) - made) == 1, sorted(set(range(1, max(made) + 1)) - made)
     # The models of the auxiliary round carry the auxiliary model beside their own tensors.
     beside = [gm for gm in models if _terms(gm) == (1, 1)]
     assert beside and all(gm.extras[SessionTerms.KIND].aux is not None for gm in beside), \

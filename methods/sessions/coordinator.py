@@ -16,7 +16,8 @@ membership.py``); when it changes by more than ``change_fraction``, or an operat
 Where the auxiliary model goes (``aux_model``): ``global`` serves it as the global model, as the
 paper's Algorithm 1 does before a session trains, so the fleet's model waits for the auxiliary
 rounds; ``beside`` leaves the global model the fleet's own and sends the auxiliary model with it
-(``SessionTerms.aux``): each board trains one round from it, marks that update (``SessionAux``),
+(``SessionTerms.aux``; a version of the fleet's own model, nothing merged and nothing fenced off,
+announces it at once): each board trains one round from it, marks that update (``SessionAux``),
 and goes back to the global model, so the fleet keeps training while the gradient is measured.
 Admission measures a marked update against the auxiliary model it trained from
 (``before_admission``), and only the marked ones of the running round are merged; the rest of
@@ -359,6 +360,9 @@ class SessionsPlugin(CoordinatorPlugin):
         if self.beside:  # the marks say which round an update answers: any base version will do
             self.aux = AuxRound(0, now, present, self.config.aux_quorum, self.config.aux_wait_s)
             self.aux_model = model
+            # Announce it now: a version of the fleet's own model (nothing merged, nothing fenced
+            # off) carries the auxiliary model to the boards, as the pilot's switch does when served.
+            self._switch = self._current()
         else:
             self.aux = AuxRound(-1, now, present, self.config.aux_quorum, self.config.aux_wait_s)
             self._switch, self._switch_pending = model, True
