@@ -10,7 +10,7 @@ STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
 AGENT_SIDE := streamfl protocol sensors models agent dvfs methods
 
-.PHONY: demo test venv lint bench load capacity eval-adaclp eval-fedteddi eval-fedteddi-paper eval-stewc eval-stewc-forget eval-sessions eval-sessions-more eval-sessions-beside eval-sfedpo eval-sfedpo-digits golden clean
+.PHONY: demo test venv lint bench load capacity eval-adaclp eval-fedteddi eval-fedteddi-paper eval-stewc eval-stewc-forget eval-stewc-lambda1 eval-sessions eval-sessions-more eval-sessions-beside eval-sfedpo eval-sfedpo-digits golden clean
 
 venv: $(STAMP)
 
@@ -272,6 +272,19 @@ runs/eval/stewc-%-adaclp/periods.md: $(STAMP)
 	$(BIN)/streamfl report $(@D) --section periods --reference adaclp > $@
 # ST-EWC at smaller lambda1 than the default 10 (chosen on digits): how period 1 and the average
 # trade on the two datasets the results report.
+# lambda1 on digits, the dataset it was chosen on (neither of the results' two): TimeEWC and ST-EWC
+# at lambda1 1, 10, 30, 100 and 1000 beside FedAvg and FedCurv, 3 seeds
+# (runs/eval/stewc-lambda1-digits/lamL and .../base). About 12 minutes on 2 cores.
+STEWC_LAMBDA1 := 1 10 30 100 1000
+STEWC_L1_OUT := $(foreach l,$(STEWC_LAMBDA1),runs/eval/stewc-lambda1-digits/lam$(l)) runs/eval/stewc-lambda1-digits/base
+eval-stewc-lambda1: $(addsuffix /periods.md,$(STEWC_L1_OUT))
+runs/eval/stewc-lambda1-digits/base/periods.md: $(STAMP)
+	$(SIM) $(STEWC) --seeds 3 --methods fedavg,fedcurv --set data.dataset=digits --out $(@D)
+	$(BIN)/streamfl report $(@D) --section periods --reference fedavg > $@
+runs/eval/stewc-lambda1-digits/lam%/periods.md: $(STAMP)
+	$(SIM) $(STEWC) --seeds 3 --methods timeewc,stewc --set data.dataset=digits \
+	  --set plugins.stewc.temporal_strength=$* --out $(@D)
+	$(BIN)/streamfl report $(@D) --section periods --reference timeewc > $@
 runs/eval/stewc-%-lam1/periods.md: $(STAMP)
 	$(SIM) $(STEWC) --seeds 3 --methods stewc $(STEWC_SET_$*) --set plugins.stewc.temporal_strength=1 --out $(@D)
 	$(BIN)/streamfl report $(@D) --section periods --reference stewc > $@
