@@ -145,13 +145,9 @@ def test_agents_leave_and_join_and_each_new_session_starts_from_its_constructed_
     assert set(codes.values()) == {0}, (codes, run.diagnostics())
 
 
-@pytest.mark.integration
-@pytest.mark.timeout(150)
-def test_continuous_by_name_distills_on_the_boards_from_the_next_session_on(fleet, mqtt_broker):
-    """``method: continuous`` on the coordinator alone: the boards get the distillation from the
-    global model's method settings, and after a boundary train toward session 1's start."""
-    coordinator = {"method": "continuous", "fedavg": {"deadline_s": 2.0}, "eval_every_versions": 1000,
-                   "plugins": {"sessions": dict(SESSIONS, init="previous")}}
+def _three_agents(fleet, mqtt_broker, coordinator):
+    """A run of agents A and B, with C to swap in for B; a watcher of the models and the agents'
+    status topics; and ``said_hello(i)``."""
     run = fleet(opts=DemoOptions(seed=0, model="mlp"), agent_overrides=AGENT,
                 coordinator_overrides=coordinator)
     ids = {i: run.device_id(i) for i in (A, B, C)}
@@ -162,17 +158,38 @@ def test_continuous_by_name_distills_on_the_boards_from_the_next_session_on(flee
     def said_hello(i):
         return any(isinstance(m, Hello) for _, m in watcher.on_topic(status[i]))
 
-    try:
-        run.start_agent(A)
-        run.start_agent(B)
-        run.wait_for(lambda: said_hello(A) and said_hello(B), 60, "the first two agents' Hellos")
-        run.start_coordinator()
-        run.wait_for(lambda: run.version() >= 3, 60, "a few FedAvg versions", poll_s=0.2)
+    return run, ids, watcher, said_hello
+
+
+def _start_then_swap_b_for_c(run, said_hello, before_swap=lambda: None):
+    """A and B say Hello before the coordinator starts (one session); after a few versions and
+    ``before_swap()``, C joins and B leaves cleanly: session 1's boundary."""
+    run.start_agent(A)
+    run.start_agent(B)
+    run.wait_for(lambda: said_hello(A) and said_hello(B), 60, "the first two agents' Hellos")
+    run.start_coordinator()
+    run.wait_for(lambda: run.version() >= 3, 60, "a few versions", poll_s=0.2)
+    before_swap()
+    run.start_agent(C)
+    run.wait_for(lambda: said_hello(C), 60, "agent C's Hello", poll_s=0.05)
+    run.agents[B].send_term()
+    assert run.agents[B].terminate(timeout_s=30) == 0, run.diagnostics()
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(150)
+def test_continuous_by_name_distills_on_the_boards_from_the_next_session_on(fleet, mqtt_broker):
+    """``method: continuous`` on the coordinator alone: the boards get the distillation from the
+    global model's method settings, and after a boundary train toward session 1's start."""
+    coordinator = {"method": "continuous", "fedavg": {"deadline_s": 2.0}, "eval_every_versions": 1000,
+                   "plugins": {"sessions": dict(SESSIONS, init="previous")}}
+    run, ids, watcher, said_hello = _three_agents(fleet, mqtt_broker, coordinator)
+
+    def nothing_distilled_yet():
         assert "distilling" not in run.agents[A].log_text()        # session 0: nothing before it
-        run.start_agent(C)
-        run.wait_for(lambda: said_hello(C), 60, "agent C's Hello", poll_s=0.05)
-        run.agents[B].send_term()
-        assert run.agents[B].terminate(timeout_s=30) == 0, run.diagnostics()
+
+    try:
+        _start_then_swap_b_for_c(run, said_hello, nothing_distilled_yet)
         run.wait_for(lambda: "session 1: distilling toward its starting model"
                      in run.agents[A].log_text(), 60, "A distilling in session 1", poll_s=0.2)
         start = run.version()
@@ -202,29 +219,13 @@ def test_beside_the_fleet_keeps_training_while_the_boards_answer_the_auxiliary_r
     those updates stay out of the model, and the fleet's own updates go on making versions."""
     sessions = dict(SESSIONS, aux_model="beside")
     coordinator = {"strategy": "fedasync", "eval_every_versions": 1000, "plugins": {"sessions": sessions}}
-    run = fleet(opts=DemoOptions(seed=0, model="mlp"), agent_overrides=AGENT,
-                coordinator_overrides=coordinator)
-    ids = {i: run.device_id(i) for i in (A, B, C)}
-    status = {i: run.topics.device(ids[i], "status") for i in ids}
-    watcher = ModelWatcher(mqtt_broker.host, mqtt_broker.port, run.fleet, run.spec,
-                           extra_topics=tuple(status.values()))
-
-    def said_hello(i):
-        return any(isinstance(m, Hello) for _, m in watcher.on_topic(status[i]))
+    run, ids, watcher, said_hello = _three_agents(fleet, mqtt_broker, coordinator)
 
     def init_event():
         return [m for m in run.metrics() if m.get("event") == "session" and m.get("what") == "init"]
 
     try:
-        run.start_agent(A)
-        run.start_agent(B)
-        run.wait_for(lambda: said_hello(A) and said_hello(B), 60, "the first two agents' Hellos")
-        run.start_coordinator()
-        run.wait_for(lambda: run.version() >= 3, 60, "a few FedAsync versions", poll_s=0.2)
-        run.start_agent(C)
-        run.wait_for(lambda: said_hello(C), 60, "agent C's Hello", poll_s=0.05)
-        run.agents[B].send_term()
-        assert run.agents[B].terminate(timeout_s=30) == 0, run.diagnostics()
+        _start_then_swap_b_for_c(run, said_hello)
         init = run.wait_for(init_event, 60, "session 1's auxiliary round closed", poll_s=0.2)[0]
         start = run.version()
         run.wait_for(lambda: run.version() >= start + 2, 60, "session 1 training on", poll_s=0.2)
