@@ -37,8 +37,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SessionsAgentConfig:
-    """once_per_aux_model: after one round from an auxiliary model, skip rounds until a newer
-    model arrives (true: the coordinator uses no later round from it).
+    """once_per_aux_model: after one round from an auxiliary model served as the global model, skip
+    rounds until a newer model arrives (true: the coordinator uses no later round from it); one
+    sent beside the global model is trained once either way, and needs no rest.
     forget_on_new_session: empty the window buffer when a new session is announced. Off by
     default: where sessions change because boards come and go (the paper's setting), a board that
     stays keeps data that is still its own. On where the boards' own world changes with the
