@@ -18,7 +18,9 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 
 from streamfl.errors import ProtocolError
-from streamfl.protocol.extras import MAX_EXACT_INT, Bound, Extra, Tensors, check_keys, get_int, register_extra
+from streamfl.protocol.extras import (
+    MAX_EXACT_INT, Bound, Extra, Tensors, check_keys, get_int, no_tensors, register_extra,
+)
 
 #: Bound on the auxiliary rounds a model may announce (the paper uses 1).
 MAX_AUX_ROUNDS = 64
@@ -107,8 +109,7 @@ class SessionAux(Extra):
     def parse(cls, fields: Mapping[str, Any], groups: Mapping[str, Tensors]) -> "SessionAux":
         k = cls.KIND
         check_keys(k, fields, ("session", "aux_round"))
-        if groups:
-            raise ProtocolError("schema", "extras.%s: carries no tensors" % k)
+        no_tensors(k, groups)
         return cls(session=get_int(k, fields, "session"), aux_round=get_int(k, fields, "aux_round"))
 
 
