@@ -38,7 +38,7 @@ def tune_lr(scenario: Scenario, methods: Sequence[str], lrs: Sequence[float], ou
                           seeds=seeds, jobs=jobs, **run_options)
         for name, figures in summary["methods"].items():
             sweep[name]["%g" % lr] = {key: figures.get(key) for key in
-                                      (CRITERION, CRITERION + "_std", "final_accuracy", "energy_j")}
+                                      (CRITERION, CRITERION + "_std", "final_accuracy", "energy_j", "seeds")}
     result: Dict[str, Any] = {}
     for name, by_lr in sweep.items():
         scored = [(v[CRITERION], float(lr)) for lr, v in by_lr.items() if v[CRITERION] is not None]
@@ -70,15 +70,18 @@ def write_tuning(result: Dict[str, Any], out_dir: Path,
 
 
 def tuning_table(result: Dict[str, Any]) -> str:
-    """Markdown: mean accuracy over the run per method and rate, the chosen rate in bold."""
+    """Markdown: mean accuracy over the run per method and rate (``± std`` over the seeds where
+    the sweep ran more than one), the chosen rate in bold."""
     lrs: List[str] = sorted({lr for r in result.values() for lr in r["sweep"]}, key=float)
     lines = ["| method | " + " | ".join("lr %s" % lr for lr in lrs) + " | chosen |",
              "|---|" + "---|" * (len(lrs) + 1)]
     for name, r in result.items():
         cells = []
         for lr in lrs:
-            v = r["sweep"].get(lr, {}).get(CRITERION)
-            text = "-" if v is None else "%.3f" % v
+            figures = r["sweep"].get(lr, {})
+            v, std = figures.get(CRITERION), figures.get(CRITERION + "_std")
+            std = std if (figures.get("seeds") or 0) > 1 else None  # one seed has no spread
+            text = "-" if v is None else "%.3f" % v if std is None else "%.3f ± %.3f" % (v, std)
             cells.append("**%s**" % text if r["lr"] is not None and float(lr) == r["lr"] else text)
         lines.append("| `%s` | %s | %s |" % (name, " | ".join(cells), "-" if r["lr"] is None
                                                 else "%g" % r["lr"]))

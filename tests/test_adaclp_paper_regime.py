@@ -254,6 +254,10 @@ def test_tuned_flags_give_an_ablation_the_rate_of_the_method_it_varies(tmp_path)
     assert "| `adaclp` | 0.300 | **0.400** | 0.2 |" in tuning_table(result)
     with pytest.raises(ConfigError, match="not tuned"):
         write_tuning(result, tmp_path, {"x": "fedasync"})
+    # Swept over several seeds: each cell gives the spread too.
+    result["adaclp"]["sweep"]["0.2"].update(mean_accuracy_std=0.0125, seeds=3)
+    result["adaclp"]["sweep"]["0.1"].update(mean_accuracy_std=0.0, seeds=1)
+    assert "| `adaclp` | 0.300 | **0.400 ± 0.013** | 0.2 |" in tuning_table(result)
 
 
 def test_periods_can_count_merged_updates_so_a_fedavg_round_counts_its_updates():
