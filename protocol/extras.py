@@ -98,7 +98,10 @@ def check_bounds(extra: E) -> E:
                 a = np.asarray(arr)
                 if a.size == 0:
                     continue
-                low, high = np.min(a), np.max(a)  # NaN propagates into both: refused below
+                # As Python floats (exact for every float dtype): numpy would compare a float32
+                # with the bound rounded to float32, which lets a value past a bound that float32
+                # cannot hold through. NaN propagates into both: refused below.
+                low, high = float(np.min(a)), float(np.max(a))
                 if not low >= bound.lo:
                     raise _outside(cls.KIND, key, low, bound, " (tensor %s)" % name)
                 if not high <= bound.hi:

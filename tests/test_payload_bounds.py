@@ -19,7 +19,7 @@ from streamfl.errors import ProtocolError
 from streamfl.models import tensor_spec
 from streamfl.methods.adaptive_lr.payloads import AdaptiveLr
 from streamfl.protocol.codec import REASONS, Decoder, encode
-from streamfl.protocol.extras import EXTRA_TYPES, MAX_EXACT_INT, Bound, Extra, check_bounds, register_extra
+from streamfl.protocol.extras import EXTRA_TYPES, MAX_EXACT_INT, Bound, Extra, Tensors, check_bounds, register_extra
 from streamfl.protocol.messages import Telemetry
 from streamfl.methods.clp.payloads import ClpState, FisherTrace
 from streamfl.methods.fedcurv.payloads import CurvatureDiagonal, CurvatureTerms
@@ -166,6 +166,28 @@ def test_bounds_are_finite_ordered_and_name_a_field_or_group():
     with pytest.raises(ValueError, match="valeu"):
         register_extra(Typo)
     assert "test_typo_bound" not in EXTRA_TYPES
+
+
+def test_a_tensor_is_compared_with_the_bound_itself_not_its_float32_rounding():
+    @dataclass(frozen=True)
+    class Share(Extra):
+        KIND = "test_float32_bound"
+        GROUPS = ("w",)
+        BOUNDS = {"w": Bound(0.0, 0.1)}  # float32(0.1) is 0.10000000149..., past the bound
+        w: Tensors = None
+
+        def groups(self):
+            return {"w": self.w}
+
+        @classmethod
+        def parse(cls, fields, groups):
+            return cls(w=groups["w"])
+
+    inside = np.nextafter(np.float32(0.1), np.float32(0))
+    assert check_bounds(Share({"x": np.array([0.0, inside], np.float32)}))
+    with pytest.raises(ProtocolError) as err:
+        check_bounds(Share({"x": np.array([0.0, np.float32(0.1)], np.float32)}))
+    assert err.value.reason == "bounds"
 
 
 # ---- (b) the codec refuses a value just outside, and takes one at the bound ----------------------
