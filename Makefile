@@ -83,7 +83,7 @@ BASELINES := fedasync,fedavg,fedcurv,afedcurv,criticalfl,fedcurv+clp
 TUNED = $$(cat runs/eval/tune/tuned.flags)
 SIM = $(BIN)/streamfl sim --jobs $(JOBS)
 eval-adaclp: $(STAMP)
-	$(BIN)/streamfl tune $(PAPER_X) --methods $(TUNE_METHODS) --lrs 0.05,0.1,0.2,0.4 --also $(TUNE_ALSO) --jobs $(JOBS) --out runs/eval/tune
+	$(BIN)/streamfl tune $(PAPER_X) --methods $(TUNE_METHODS) --lrs 0.05,0.1,0.2,0.4 --seeds 3 --also $(TUNE_ALSO) --jobs $(JOBS) --out runs/eval/tune
 	$(SIM) $(PAPER_X) --seeds 3 --methods $(MAIN_METHODS) $(TUNED) --out runs/eval/paper-extreme-watch --report
 	$(SIM) $(PAPER_X) --seeds 3 --methods adaclp-efficient-dvfs $(TUNED) --out runs/eval/paper-extreme-watch-efficient
 	$(SIM) $(PAPER_X) --seeds 1 --methods $(BASELINES) --set stream.params.count=updates --out runs/eval/paper-extreme-watch-baselines
