@@ -58,3 +58,7 @@ def test_figures_compare_exactly_but_accuracy_within_a_few_predictions():
     assert "final_accuracy" in diff({"final_accuracy": 0.457}, {"final_accuracy": 0.44})
     assert "energy_j" in diff({"energy_j": 1.0}, {"energy_j": 1.001})             # everything else exact
     assert "versions" in diff({"versions": 12}, {"versions": 13})
+    # A crossing of an accuracy threshold may move by one round with a flipped prediction, no more.
+    assert diff({"rounds_to_seen": {"0.6": 12}}, {"rounds_to_seen": {"0.6": 11}}) == ""
+    assert "rounds_to_seen" in diff({"rounds_to_seen": {"0.6": 12}}, {"rounds_to_seen": {"0.6": 10}})
+    assert "rounds_to_seen" in diff({"rounds_to_seen": {"0.6": 12}}, {"rounds_to_seen": {"0.6": None}})

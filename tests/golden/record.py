@@ -86,6 +86,12 @@ WIRE_ATOL_S = 1e-3
 #: staleness, latency) stays exact and catches a change of behaviour.
 ACCURACY_ATOL = 0.01
 GAIN_ATOL = 0.1
+#: Rounds to an accuracy threshold (any figure under a ``rounds_to`` key) within this many rounds:
+#: a flipped prediction at the threshold moves the crossing by one. Seen 2026-11-28: `continuous`
+#: on session-churn reached 0.6 in period 1 after 12 rounds on the machine that recorded it and
+#: after 11 on another (final accuracy 0.479 against 0.478); every other figure of every other
+#: method matched to the digit. A missing crossing (None) stays exact.
+ROUNDS_TO_ATOL = 1
 
 
 def strip(value: Any) -> Any:
@@ -131,6 +137,8 @@ def first_difference(a: Any, b: Any, path: str = "") -> str:
     if path.rsplit("/", 1)[-1] in WIRE_SIZED and isinstance(a, float) and isinstance(b, float):
         close = abs(a - b) <= max(WIRE_ATOL_S, WIRE_RTOL * max(abs(a), abs(b)))
         return "" if close else "%s: golden %r, now %r" % (path, a, b)
+    if "/rounds_to" in path and type(a) is int and type(b) is int:
+        return "" if abs(a - b) <= ROUNDS_TO_ATOL else "%s: golden %r, now %r" % (path, a, b)
     key = path.rsplit("/", 1)[-1].split("[", 1)[0]
     atol = GAIN_ATOL if key == "accumulated_gain" else ACCURACY_ATOL if "accuracy" in key else None
     if atol is not None and isinstance(a, float) and isinstance(b, float):
