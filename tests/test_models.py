@@ -205,3 +205,20 @@ def test_checkpoint_round_trip_and_corrupt_file(tmp_path):
         load_checkpoint(path)
     with pytest.raises(StorageError):
         load_checkpoint(tmp_path / "missing.safetensors")
+
+
+def test_loading_keeps_the_parameters_and_casts_to_each_tensors_dtype():
+    """In place, as load_state_dict: an optimizer made before the load trains the loaded weights;
+    float64 sources and an integer buffer (a batch norm's count) are cast, not rejected."""
+    model = build_model(ModelSpec(**SMALL), seed=1)
+    params = list(model.parameters())
+    source = {k: v.astype(np.float64) for k, v in model_to_arrays(build_model(ModelSpec(**SMALL), seed=2)).items()}
+    arrays_to_model(model, source)
+    assert all(a is b for a, b in zip(params, model.parameters()))
+    for name, tensor in model.state_dict().items():
+        np.testing.assert_array_equal(tensor.numpy(), source[name].astype(np.float32))
+    norm = torch.nn.BatchNorm1d(3)
+    state = {k: np.full(tuple(t.shape), 2.0, np.float32) for k, t in norm.state_dict().items()}
+    arrays_to_model(norm, state)
+    assert norm.num_batches_tracked.dtype == torch.int64 and int(norm.num_batches_tracked) == 2
+    torch.testing.assert_close(norm.running_var, torch.full((3,), 2.0))

@@ -3,9 +3,10 @@
 The options a policy accepts are its constructor's keyword parameters, so the list in an error
 message is always the real one.
 """
+import functools
 import inspect
 import logging
-from typing import Dict, List, Type
+from typing import Dict, List, Tuple, Type
 
 from streamfl.dvfs.policies.base import DvfsPolicy
 from streamfl.dvfs.policies.clp_aware import ClpAwarePolicy
@@ -28,8 +29,15 @@ POLICIES: Dict[str, Type[DvfsPolicy]] = {
 
 def policy_options(name: str) -> List[str]:
     """The option names policy ``name`` accepts (its constructor's parameters)."""
-    params = inspect.signature(_policy_class(name).__init__).parameters
-    return [p for p in params if p != "self" and params[p].kind == params[p].POSITIONAL_OR_KEYWORD]
+    return list(_constructor_options(_policy_class(name)))
+
+
+@functools.lru_cache(maxsize=None)
+def _constructor_options(cls: Type[DvfsPolicy]) -> Tuple[str, ...]:
+    """A policy class's keyword parameters, read once per class (``inspect.signature`` of a
+    builtin ``__init__`` parses its text signature, about a millisecond each device)."""
+    params = inspect.signature(cls.__init__).parameters
+    return tuple(p for p in params if p != "self" and params[p].kind == params[p].POSITIONAL_OR_KEYWORD)
 
 
 def make_policy(name: str, **options) -> DvfsPolicy:
