@@ -93,7 +93,7 @@ eval-adaclp: $(STAMP)
 	  $(SIM) $(PAPER_X) --seeds 3 --methods adaclp-no-dvfs $(TUNED) --set agent.plugins.$$knob --out runs/eval/paper-ablation-$$knob; \
 	done
 	$(SIM) $(PAPER_X) --seeds 3 --methods adaclp $(TUNED) --set agent.plugins.clp.fisher_reference=warmup --out runs/eval/paper-extreme-warmup
-	$(SIM) $(PAPER_X) --seeds 1 --methods $(TUNE_METHODS),fedasync+balance-rest $(TUNED) --set model.name=lstm --duration 15 --out runs/eval/paper-extreme-lstm
+	$(SIM) $(PAPER_X) --seeds 3 --methods $(TUNE_METHODS),fedasync+balance-rest $(TUNED) --set model.name=lstm --duration 15 --out runs/eval/paper-extreme-lstm
 	for speed in 5 20; do \
 	  $(SIM) $(PAPER_X) --seeds 3 --methods $(TUNE_METHODS) $(TUNED) --set devices.3.speed=$$speed --out runs/eval/paper-fast-slow-$$speed; \
 	done
