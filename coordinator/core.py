@@ -132,7 +132,7 @@ class CoordinatorCore:
         self.arch_id = config.model.arch_id
         self.num_classes = config.model.num_classes
         self.registry = DeviceRegistry()
-        self.strategy = strategy if strategy is not None else make_strategy(config, self.registry.online)
+        self.strategy = strategy if strategy is not None else make_strategy(config, self.registry.online_ids)
         self.plugins = make_plugins(config.plugins, FleetView(
             self.registry.online, self.num_classes, lambda: self._model, self._last_seen_s,
             strategy=self.strategy.name, normalizes_weights=self.strategy.normalizes_weights,

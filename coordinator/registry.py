@@ -4,12 +4,29 @@ FedAvg asks it which devices to wait for; metrics report how many are online; av
 share of time a device has been online since first seen) feeds future schedulers.
 """
 import logging
+from collections.abc import Set as SetABC
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Set
+from typing import AbstractSet, Dict, Iterator, List, Optional, Set
 
 from streamfl.protocol.messages import Hello, Offline
 
 log = logging.getLogger(__name__)
+
+
+class _ReadOnlySet(SetABC):
+    """A set seen through a window that cannot change it (the registry's own stays its own)."""
+
+    def __init__(self, items: Set[str]) -> None:
+        self._items = items
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 @dataclass
@@ -43,8 +60,9 @@ class DeviceRegistry:
         self._devices: Dict[str, DeviceInfo] = {}
         #: Devices that ever said Hello to this state folder (persisted): only their updates count.
         self._greeted: Set[str] = set()
-        #: How many of ``_devices`` are online, kept as they change: admission asks it per update.
-        self._online = 0
+        #: The ids of ``_devices`` that are online, kept as they change: admission asks their
+        #: count per update, FedAvg whether one it waits for is online.
+        self._online_ids: Set[str] = set()
 
     def _get(self, device_id: str, now: float, online: bool) -> DeviceInfo:
         info = self._devices.get(device_id)
@@ -52,7 +70,8 @@ class DeviceRegistry:
             info = DeviceInfo(device_id=device_id, online=online, first_seen_s=now, last_seen_s=now,
                               since_s=now)
             self._devices[device_id] = info
-            self._online += online
+            if online:
+                self._online_ids.add(device_id)
             log.info("new device %s (%s)", device_id, "online" if online else "offline")
         return info
 
@@ -61,7 +80,10 @@ class DeviceRegistry:
             return
         if info.online:
             info.online_total_s += max(0.0, now - info.since_s)
-        self._online += 1 if online else -1
+        if online:
+            self._online_ids.add(info.device_id)
+        else:
+            self._online_ids.discard(info.device_id)
         info.online = online
         info.since_s = now
 
@@ -105,11 +127,16 @@ class DeviceRegistry:
 
     def online_count(self) -> int:
         """How many devices are online now, in constant time (``len(online())`` sorts them all)."""
-        return self._online
+        return len(self._online_ids)
 
     def online(self) -> List[str]:
         """Ids of the devices currently online, sorted."""
-        return sorted(d for d, info in self._devices.items() if info.online)
+        return sorted(self._online_ids)
+
+    def online_ids(self) -> AbstractSet[str]:
+        """The ids of the devices online now, unsorted, in constant time: a live read-only view
+        for membership tests per update (``online()`` sorts a copy of them all)."""
+        return _ReadOnlySet(self._online_ids)
 
     def devices(self) -> Dict[str, DeviceInfo]:
         """A snapshot copy of the whole table."""

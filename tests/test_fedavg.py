@@ -134,3 +134,41 @@ def test_invalid_parameters():
         FedAvgAggregator(deadline_s=0)
     with pytest.raises(ValueError):
         FedAvgAggregator(min_updates=0)
+
+
+class CountingOnline:
+    """A set of online devices that counts membership tests and devices listed (what a round costs
+    the coordinator)."""
+
+    def __init__(self, devices):
+        self.devices, self.tests = set(devices), 0
+
+    def __contains__(self, device):
+        self.tests += 1
+        return device in self.devices
+
+    def __iter__(self):
+        self.tests += len(self.devices)
+        return iter(self.devices)
+
+    def __len__(self):
+        return len(self.devices)
+
+
+def test_a_round_of_n_devices_costs_about_n_online_checks_not_n_squared():
+    """Each update asks whether a device the round waits for is still missing and online; the
+    check stops at the first such device, so a round's cost grows with n, not n^2 (which at
+    thousands of boards was seconds of the coordinator's time per round)."""
+    n = 2000
+    devices = ["dev%04d" % k for k in range(n)]
+    online = CountingOnline(devices)
+    agg = FedAvgAggregator(deadline_s=30.0, online_devices=lambda: online)
+    outcomes = [agg.on_update(MODEL, 0, update(d, 1.0), now=float(k)) for k, d in enumerate(devices)]
+    assert [o.kind for o in outcomes].count(AGGREGATED) == 1 and outcomes[-1].kind == AGGREGATED
+    assert online.tests <= 4 * n
+    # a missing device that went offline is no longer waited for, one still online is
+    agg.on_update(outcomes[-1].model, 1, update("dev0000", 1.0, base_version=1), now=1e4)
+    online.devices -= {"dev0001"}
+    for d in devices[2:]:
+        out = agg.on_update(outcomes[-1].model, 1, update(d, 1.0, base_version=1), now=1e4)
+    assert out.kind == AGGREGATED

@@ -84,3 +84,17 @@ def test_the_online_count_follows_every_transition():
             reg.seen(device, now=float(t))
         assert reg.online_count() == len(reg.online()), (t, kind, device)
     assert reg.online_count() == 2   # a and c; b said it is offline; d was offline when seen
+
+
+def test_online_ids_is_a_live_read_only_view_that_follows_every_transition():
+    reg = DeviceRegistry()
+    view = reg.online_ids()
+    reg.on_hello(hello("pi1"), now=0.0)
+    reg.on_hello(hello("pi2", online=False), now=0.0)
+    reg.seen("pi3", now=1.0)                # an unknown sender is registered online
+    assert set(view) == {"pi1", "pi3"} and "pi2" not in view and len(view) == reg.online_count() == 2
+    reg.on_offline(Offline(device_id="pi1", reason="lost"), now=2.0)
+    reg.on_hello(hello("pi2"), now=3.0)
+    assert sorted(view) == reg.online() == ["pi2", "pi3"]
+    with pytest.raises(AttributeError):
+        view.add("pi9")                     # no way to change the registry through it
