@@ -180,14 +180,16 @@ def _bare(jobs: int, out: Any) -> None:
 def bare_floor_s(rounds: int, processes: int) -> float:
     """Wall seconds of ``rounds`` bare training rounds split over ``processes`` processes."""
     ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
+    # A queue each: with one shared queue, the first answer could be the other process's, and
+    # waiting for the second then gave up 5 s after its own (finished) process had ended.
+    queues = [ctx.Queue() for _ in range(processes)]
     share = [rounds // processes + (k < rounds % processes) for k in range(processes)]
     t0 = time.perf_counter()
-    procs = [ctx.Process(target=_bare, args=(n, queue)) for n in share]
+    procs = [ctx.Process(target=_bare, args=(n, q)) for n, q in zip(share, queues)]
     for p in procs:
         p.start()
-    for p in procs:
-        _get(queue, p)
+    for q, p in zip(queues, procs):
+        _get(q, p)
     for p in procs:
         p.join()
     return time.perf_counter() - t0
