@@ -27,7 +27,13 @@ def model_to_arrays(model: torch.nn.Module) -> Tensors:
 
 def arrays_to_model(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> None:
     """Load ``arrays`` into ``model`` in place; names and shapes must match exactly."""
-    state = model.state_dict()
+    copy_into_state(model.state_dict(), arrays)
+
+
+def copy_into_state(state: Mapping[str, torch.Tensor], arrays: Mapping[str, np.ndarray]) -> None:
+    """``arrays_to_model`` on a model's state dict (its tensors share the model's storage), for a
+    caller that keeps one; ``ModelError`` naming the tensor if names or shapes differ, and then
+    nothing is written."""
     if set(state) != set(arrays):
         missing = sorted(set(state) - set(arrays))
         extra = sorted(set(arrays) - set(state))

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from streamfl.agent.trainer import LocalTrainer, TrainingJob, TrainResult, run_job
-from streamfl.models import ModelSpec, arrays_to_model, build_model
+from streamfl.models import ModelSpec, build_model
+from streamfl.models.serialize import copy_into_state
 from streamfl.models.base import HarModel
 
 #: Each model's state dict tensors (sharing the parameters' storage), made once per model.
@@ -29,14 +30,8 @@ def state_tensors(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
 
 
 def load_arrays(model: torch.nn.Module, arrays: Mapping[str, np.ndarray]) -> None:
-    """``arrays_to_model``, in place: each array copied into its tensor (the same values, cast as
-    that does); arrays of other names or shapes get its error."""
-    state = state_tensors(model)
-    if state.keys() != arrays.keys() or any(tuple(t.shape) != np.shape(arrays[n]) for n, t in state.items()):
-        arrays_to_model(model, arrays)  # raises ModelError, naming the tensor
-        return
-    for name, tensor in state.items():  # detached tensors: their numpy views are the weights
-        np.copyto(tensor.numpy(), arrays[name], casting="unsafe")
+    """``arrays_to_model`` through the model's kept state dict (``state_tensors``)."""
+    copy_into_state(state_tensors(model), arrays)
 
 
 class JobRunner:
