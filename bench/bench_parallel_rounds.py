@@ -11,9 +11,9 @@ each run in a child process of its own so that its time, CPU and memory are its 
   before the earliest outcome of the ones running (``overlapped_fraction``).
 
 For each: wall seconds, CPU seconds (the run's process and its workers), peak memory of the run's
-process tree sampled every 50 ms (the sum of resident sets, which counts the pages the workers
+process tree (the sum of resident sets, sampled every 50 ms, which counts the pages the workers
 share with each other, torch's libraries above all, once per process; and the sum of
-proportional sets, which splits them), the speedup (serial wall / parallel wall) and whether the
+proportional sets, which splits them, sampled once a second), the speedup (serial wall / parallel wall) and whether the
 two runs' summaries are identical (they must be). The floor is
 the same training as a bare loop (``LocalTrainer.run`` on the workload's batches, no simulator)
 split over N processes, timed in the same benchmark run: ``floor_ratio`` is the parallel run's
@@ -87,10 +87,8 @@ def _run(values: Dict[str, Any], workers: Optional[int], out: Any) -> None:
              "figures": json.dumps(figures, sort_keys=True)})
 
 
-def _tree_memory_mb(root: int) -> Dict[str, float]:
-    """Memory of ``root`` and every process below it, in MiB (Linux /proc): the sum of their
-    resident sets (``rss``: pages they share, torch's libraries above all, count once per
-    process) and of their proportional sets (``pss``: a shared page split between its sharers)."""
+def _tree_pids(root: int) -> List[int]:
+    """``root`` and every process below it (Linux /proc)."""
     children: Dict[int, List[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -100,21 +98,50 @@ def _tree_memory_mb(root: int) -> Dict[str, float]:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry))
-    rss_kb = pss_kb = 0
-    todo = [root]
+    pids, todo = [], [root]
     while todo:
         pid = todo.pop()
+        pids.append(pid)
         todo.extend(children.get(pid, []))
+    return pids
+
+
+def _rss_mb(pids: List[int]) -> float:
+    """The sum of the resident sets of ``pids``, in MiB (pages they share, torch's libraries
+    above all, count once per process), from ``statm``: a few microseconds a process."""
+    pages = 0
+    for pid in pids:
+        try:
+            with open("/proc/%d/statm" % pid) as f:
+                pages += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return pages * os.sysconf("SC_PAGE_SIZE") / 1048576.0
+
+
+def _pss_mb(pids: List[int]) -> float:
+    """The sum of the proportional sets of ``pids`` (a shared page split between its sharers), in
+    MiB, from ``smaps_rollup``, which walks each process's page tables."""
+    pss_kb = 0
+    for pid in pids:
         try:
             with open("/proc/%d/smaps_rollup" % pid) as f:
                 for line in f:
-                    if line.startswith("Rss:"):
-                        rss_kb += int(line.split()[1])
-                    elif line.startswith("Pss:"):
+                    if line.startswith("Pss:"):
                         pss_kb += int(line.split()[1])
         except OSError:
             pass
-    return {"rss": rss_kb / 1024.0, "pss": pss_kb / 1024.0}
+    return pss_kb / 1024.0
+
+
+#: Seconds between two samples of the run's resident sets (cheap: ``statm``).
+RSS_SAMPLE_INTERVAL_S = 0.05
+#: Seconds between two samples of its proportional sets and of its process tree. Reading every
+#: process's smaps_rollup costs about 15 ms of kernel CPU for three torch processes here; every
+#: 50 ms (as until 2026-11-28) that took about a fifth of a core from the run it measured, and
+#: only from the parallel run, whose two workers fill both cores while the serial run leaves one
+#: free. Once a second it is about 1.5% of a core.
+PSS_SAMPLE_INTERVAL_S = 1.0
 
 
 def measure(values: Dict[str, Any], workers: Optional[int]) -> Dict[str, Any]:
@@ -127,10 +154,15 @@ def measure(values: Dict[str, Any], workers: Optional[int]) -> Dict[str, Any]:
     done = threading.Event()
 
     def sample() -> None:
+        pids: List[int] = []
+        next_pss = 0.0
         while not done.is_set():
-            for key, mb in _tree_memory_mb(proc.pid).items():
-                peak[key] = max(peak[key], mb)
-            time.sleep(0.05)
+            if time.monotonic() >= next_pss:
+                pids = _tree_pids(proc.pid)
+                peak["pss"] = max(peak["pss"], _pss_mb(pids))
+                next_pss = time.monotonic() + PSS_SAMPLE_INTERVAL_S
+            peak["rss"] = max(peak["rss"], _rss_mb(pids))
+            done.wait(RSS_SAMPLE_INTERVAL_S)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
