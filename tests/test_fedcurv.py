@@ -1,6 +1,7 @@
 """FedCurv through the cores: the Fisher diagonal, the coordinator's U/V sums (and their survival of a
 restart), the device's penalty."""
 import json
+import logging
 import zlib
 
 import numpy as np
@@ -15,7 +16,7 @@ from streamfl.config import build
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
 from streamfl.coordinator.persistence import Persister, StateStore
-from streamfl.methods.fedcurv.coordinator import CurvatureSums
+from streamfl.methods.fedcurv.coordinator import CAPPED_WARN_INTERVAL_S, CurvatureSums
 from streamfl.models import ModelSpec, build_model, tensor_spec
 from streamfl.models.fisher import fisher_diagonal
 from streamfl.protocol.codec import Decoder, encode
@@ -83,6 +84,26 @@ def test_sums_keep_each_devices_latest_contribution_only():
     np.testing.assert_allclose(sums.sums()[0]["w"], f["b"][2]["w"] + f["c"][2]["w"], rtol=1e-6)
     assert not sums.on_update(_update("d", t["a"][0], {}))          # no Fisher: nothing folded in
     assert CurvatureSums().sums() == (None, None)                   # nobody reported yet
+
+
+def test_a_capped_diagonal_warns_at_most_once_a_minute_with_the_count_held_back(caplog):
+    now = [0.0]
+    sums = CurvatureSums(max_peer_multiple=4.0, clock=lambda: now[0])
+    w = {"w": np.ones(4, np.float32)}
+    for d in "abc":
+        sums.on_update(_update(d, w, {"w": np.full(4, 0.1, np.float32)}))
+    with caplog.at_level(logging.DEBUG, logger="streamfl.methods.fedcurv.coordinator"):
+        for r in range(50):  # its old diagonal is re-weighed on every update: capped each time
+            sums.on_update(_update("big", w, {"w": np.full(4, 100.0, np.float32)} if r == 0 else {}))
+            now[0] += 1.0
+        sums.on_update(_update("big", w, {}))  # 50 s on: still held back
+        now[0] = CAPPED_WARN_INTERVAL_S + 1.0
+        sums.on_update(_update("big", w, {}))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and all("'s Fisher diagonal" in m for m in warnings)
+    assert "more capped Fisher diagonals" not in warnings[0]
+    assert "(50 more capped Fisher diagonals since the last warning)" in warnings[1]
+    assert sums.scale("big") < 1.0
 
 
 def test_penalty_gradient_is_lambda2_times_peers_pull():
