@@ -18,6 +18,7 @@ value it replaces changes, or after the plug-in went dormant, never per round (a
 AdaCLP's eq. 4 moves the rate every model).
 """
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -30,11 +31,21 @@ from streamfl.agent.plugins import AgentPlugin, Penalty, ReportContext, RoundCon
 from streamfl.dvfs.config import DvfsConfig
 from streamfl.dvfs.policies.base import DvfsPolicy
 from streamfl.dvfs.policies.factory import make_policy
-from streamfl.protocol.extras import Extra
+from streamfl.errors import ProtocolError
+from streamfl.logs import RateLimitedLog
+from streamfl.protocol.extras import Extra, check_bounds
 from streamfl.protocol.messages import GlobalModel
 from streamfl.sensors.window import Window
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two warnings that a plug-in's extra was left out of a message because a value
+#: of it lay outside the bounds its kind declares (the rest go to DEBUG and are counted in the
+#: next). The coordinator's decoder refuses a whole message that carries such a value, so sending
+#: it would lose the update with it: an honest device whose training blew up (FedCurv's Fisher
+#: diagonal at lr 0.4 reached 1.4e5 against the declared 1e4) lost every update that way. A
+#: method's coordinator side already goes on without an extra (older agents send none).
+OUT_OF_BOUNDS_WARN_INTERVAL_S = 60.0
 
 #: Not a value (a hyper-parameter's replaced value may be anything else).
 _NOTHING = object()
@@ -75,6 +86,9 @@ class DevicePlugins:
         self._critical: Dict[str, bool] = {}
         #: ``(plug-in, hyper-parameter)`` -> the value it replaced when that was last logged.
         self._replaced: Dict[Tuple[str, str], Any] = {}
+        #: Extras left out of messages for a value outside their declared bounds, by kind.
+        self.out_of_bounds: Counter = Counter()
+        self._bounds_log = RateLimitedLog(log, OUT_OF_BOUNDS_WARN_INTERVAL_S)
 
     @property
     def active(self) -> List[AgentPlugin]:
@@ -216,10 +230,24 @@ class DevicePlugins:
                 for key, n in (("batched", stat.batched_windows), ("per_window", stat.per_window_windows)):
                     if n:
                         cost[key] = cost.get(key, 0) + n
-                if stat.extra is not None:
+                if stat.extra is not None and self._within_bounds(stat.extra):
                     extras[stat.extra.KIND] = stat.extra
         return extras, cost
 
     def reports(self, ctx: ReportContext) -> Dict[str, Extra]:
         """The active plug-ins' cheap reports for telemetry, by kind."""
-        return {extra.KIND: extra for plugin in self.active for extra in plugin.before_telemetry(ctx)}
+        return {extra.KIND: extra for plugin in self.active for extra in plugin.before_telemetry(ctx)
+                if self._within_bounds(extra)}
+
+    def _within_bounds(self, extra: Extra) -> bool:
+        """True if every value of ``extra`` is inside its kind's declared bounds; else it is
+        counted, logged (rate-limited) and left out of the message
+        (``OUT_OF_BOUNDS_WARN_INTERVAL_S`` says why)."""
+        try:
+            check_bounds(extra)
+        except ProtocolError as exc:
+            self.out_of_bounds[extra.KIND] += 1
+            self._bounds_log.event(extra.KIND, logging.WARNING, "%s left out of the message, which "
+                                   "goes without it: %s", extra.KIND, exc)
+            return False
+        return True

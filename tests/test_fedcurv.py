@@ -176,6 +176,32 @@ def test_fleet_through_the_codec_builds_sums_and_devices_train_with_them():
         np.testing.assert_allclose(gm.extras["curvature"].U[name], u, rtol=1e-5, atol=1e-12)
 
 
+def test_a_diagonal_outside_its_bounds_is_left_out_and_the_update_still_counts(monkeypatch, caplog):
+    # An honest board whose training blew up (lr 0.4 in the AdaCLP regime) measured Fisher
+    # elements of 1.4e5 against the declared 1e4: the coordinator's decoder refuses a whole update
+    # that carries one, so the agent sends the update without its diagonal.
+    import streamfl.methods.fedcurv.agent as fedcurv_agent
+    real = fedcurv_agent.fisher_diagonal
+    monkeypatch.setattr(fedcurv_agent, "fisher_diagonal",
+                        lambda *a, **k: {n: f + 1.4e5 for n, f in real(*a, **k).items()})
+    coord = greet(CoordinatorCore(build(CoordinatorConfig, {"model": SPEC, "plugins": {"fedcurv": {
+        "fisher_samples": 6}}, "admission": UNBOUNDED_ADMISSION}, "test")), "d1")
+    dec = Decoder({coord.arch_id: tensor_spec(ModelSpec(**SPEC))})
+    agent = _agent("d1")
+    with caplog.at_level(logging.WARNING, logger="streamfl.agent.plugin_set"):
+        for _ in range(3):
+            agent.on_global_model(dec.decode(encode(coord.global_model())))
+            update = dec.decode(encode(agent.train_round()))  # the codec takes it whole
+            assert "curvature_diagonal" not in update.extras
+            assert coord.on_update(update, 1.0).update.aggregated
+    assert agent.methods.out_of_bounds == {"curvature_diagonal": 3}
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelno == logging.WARNING and r.name == "streamfl.agent.plugin_set"]
+    assert len(warnings) == 1 and "curvature_diagonal left out of the message" in warnings[0]
+    assert "outside [0.0, 10000.0]" in warnings[0]
+    assert coord.version == 3 and len(coord.plugin("fedcurv").sums) == 0  # nothing folded in
+
+
 def test_fedcurv_off_sends_no_diagonal():
     coord = CoordinatorCore(build(CoordinatorConfig, {"model": SPEC}, "test"))
     agent = _agent("d1")
