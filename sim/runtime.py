@@ -401,7 +401,13 @@ class SimRun:
 
     def _arrive(self, t: float, i: int, frame: bytes, compute_s: float, upload_s: float,
                 train_j: float) -> None:
-        step = self.coordinator.on_update(self.decoder.decode(frame), t)
+        update = self.decoder.try_decode(frame, source=self.devices[i].agent.device_id)
+        if update is None:  # refused by the codec, as the coordinator's server refuses it: lost
+            self.emit({"event": "refused_frame", "method": self.method.name, "seed": self.seed,
+                       "time_s": round(t, 6), "device_id": self.devices[i].agent.device_id,
+                       "frame_bytes": len(frame)})
+            return
+        step = self.coordinator.on_update(update, t)
         event = step.update.as_event()
         event.update(event="update", method=self.method.name, seed=self.seed, time_s=round(t, 6),
                      train_s=round(compute_s, 6), upload_s=round(upload_s, 6), frame_bytes=len(frame))
@@ -457,8 +463,11 @@ class SimRun:
             self._next_round(i, max([t] + arrive_s[:1]))
 
     def _message(self, msg: Any, t: float) -> None:
-        """A status message from a device, through the codec like everything else."""
-        self._apply(self.coordinator.on_message(self.decoder.decode(encode(msg)), t), t)
+        """A status message from a device, through the codec like everything else (one the codec
+        refuses is counted and logged by it, and lost, as on the coordinator's server)."""
+        decoded = self.decoder.try_decode(encode(msg), source=getattr(msg, "device_id", ""))
+        if decoded is not None:
+            self._apply(self.coordinator.on_message(decoded, t), t)
 
     def _publish(self, t: float) -> None:
         frame = encode(self.coordinator.global_model(), encoding=self.coordinator.config.model_encoding)

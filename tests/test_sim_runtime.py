@@ -293,3 +293,21 @@ def test_a_round_that_diverges_is_counted_and_the_run_goes_on(tmp_path):
     assert all(np.isfinite(e["accuracy"]) for e in lines if e["event"] == "eval")
     # The diverged rounds' work is billed as any other round's.
     _check_top_level_billing(run)
+
+
+def test_an_update_the_codec_refuses_is_lost_and_the_run_goes_on(tmp_path, monkeypatch):
+    # An agent that sends a Fisher diagonal past its declared bounds (as one without the agent's
+    # own check would, its training blown up): the coordinator's codec refuses the whole update,
+    # in the simulator as on the coordinator's server, and the run goes on without it.
+    import streamfl.agent.plugin_set as plugin_set
+    import streamfl.methods.fedcurv.agent as fedcurv_agent
+    real = fedcurv_agent.fisher_diagonal
+    monkeypatch.setattr(fedcurv_agent, "fisher_diagonal",
+                        lambda *a, **k: {n: f + 1.4e5 for n, f in real(*a, **k).items()})
+    monkeypatch.setattr(plugin_set.DevicePlugins, "_within_bounds", lambda self, extra: True)
+    summary, lines = _run(tmp_path, "a", methods=["afedcurv"], duration_s=20.0)
+    refused = [e for e in lines if e["event"] == "refused_frame"]
+    assert refused and all(e["device_id"].startswith("dev-") for e in refused)
+    assert not any(e["event"] == "update" for e in lines)  # every update carried the diagonal
+    assert max(e["time_s"] for e in lines if e["event"] == "eval") == pytest.approx(20.0)
+    assert summary["methods"]["afedcurv"]["runs"][0]["versions"] == 0
