@@ -17,13 +17,14 @@ PRESETS.append(Method("fedcurv", "FedCurv: synchronous FedAvg whose devices trai
                            "ST-EWC's runs, for 31% more training energy"))
 PRESETS.append(Method("afedcurv", "AFedCurv: FedCurv's penalty under FedAsync aggregation",
                       coordinator=_FEDASYNC, plugins={"fedcurv": {}},
-                      when="a baseline: 4.3 points below FedAsync in the AdaCLP regime (one seed, "
-                           "untuned rate)"))
+                      when="a baseline: 4.6 points below FedAsync in the AdaCLP regime (3 seeds, "
+                           "each at its best rate)"))
 PRESETS.append(Method("fedcurv+clp", "FedCurv with the CLP regulator: synchronous FedCurv, devices refine "
                                      "lr, batch size and dropout from the CLP state (eq. 4-6)",
                       coordinator=_FEDAVG, plugins={"fedcurv": {}, "clp": {}},
-                      when="a baseline of AdaCLP's: 21.3 points below FedAsync in the 30 s "
-                           "AdaCLP-regime run (one seed, untuned, too few synchronous rounds)"))
+                      when="a baseline of AdaCLP's: 22.0 points below FedAsync in the 30 s "
+                           "AdaCLP-regime run (3 seeds, each at its best rate; too few "
+                           "synchronous rounds)"))
 
 
 PRESETS.append(Method("streamclp+fedcurv", "streamclp composed with FedCurv's penalty (a regularizer "
