@@ -401,11 +401,12 @@ class SimRun:
 
     def _arrive(self, t: float, i: int, frame: bytes, compute_s: float, upload_s: float,
                 train_j: float) -> None:
-        update = self.decoder.try_decode(frame, source=self.devices[i].agent.device_id)
+        # A replay (``sim/replay.py``) feeds recorded frames with no simulated devices behind them.
+        device_id = self.devices[i].agent.device_id if 0 <= i < len(self.devices) else ""
+        update = self.decoder.try_decode(frame, source=device_id)
         if update is None:  # refused by the codec, as the coordinator's server refuses it: lost
             self.emit({"event": "refused_frame", "method": self.method.name, "seed": self.seed,
-                       "time_s": round(t, 6), "device_id": self.devices[i].agent.device_id,
-                       "frame_bytes": len(frame)})
+                       "time_s": round(t, 6), "device_id": device_id, "frame_bytes": len(frame)})
             return
         step = self.coordinator.on_update(update, t)
         event = step.update.as_event()
