@@ -26,8 +26,16 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/vermin -t=3.8- --no-tips --violations --eval-annotations $(AGENT_SIDE)
 
+# The suite on every core (pytest-xdist), each test file in one worker process: a file's module
+# fixtures (a broker, a Ray instance) are built once and never shared between processes. Its
+# temporary folders go under a short folder of its own: xdist puts each worker's one level deeper
+# (popen-gwN/), which took an agent's predictions socket (state dir/predictions.sock) past the
+# 107 bytes a Unix socket path may hold under pytest's default /tmp/pytest-of-USER/pytest-N.
+TEST_WORKERS ?= auto
 test: lint
-	$(BIN)/pytest -q
+	@tmp=$$(mktemp -d /tmp/sfl-XXXXXX); \
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --basetemp=$$tmp; rc=$$?; \
+	rm -rf $$tmp; exit $$rc
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_codec.py

@@ -102,6 +102,8 @@ if __name__ == "__main__":
                 "matplotlib>=3.3",
                 "pytest>=7",
                 "pytest-timeout>=2",
+                # make test runs the suite on every core, one test file per worker process
+                "pytest-xdist>=3",
                 # property-based fuzzing of the decoder, the schema and the config loader
                 "hypothesis>=6",
                 "vermin>=1.5",
