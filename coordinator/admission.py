@@ -44,7 +44,8 @@ from typing import Any, Deque, Dict, FrozenSet, Mapping, Optional
 import numpy as np
 
 from streamfl.config import bounded
-from streamfl.coordinator.delta_norm import DeltaBuffers, norm_of, peak_unless_within
+from streamfl.coordinator.delta_norm import DeltaNorm, delta_of, norm_of, peak_unless_within
+from streamfl.coordinator.kernels import Kernels
 from streamfl.coordinator.rate_limit import DeviceRateLimit
 from streamfl.coordinator.sorted_votes import SortedVotes
 from streamfl.logs import RateLimitedLog
@@ -171,7 +172,8 @@ _norm = norm_of
 class UpdateAdmission:
     """Checks each update against the sender list, its rate, the value cap and the adaptive norm bound."""
 
-    def __init__(self, config: AdmissionConfig):
+    def __init__(self, config: AdmissionConfig, kernels: Optional[Kernels] = None):
+        """``kernels``: the loops that sum a delta's squares (None: ``default_kernels()``)."""
         self.config = config
         #: device -> its recent delta norms, least recently heard device first.
         self._votes: "OrderedDict[str, Deque[float]]" = OrderedDict()
@@ -196,8 +198,8 @@ class UpdateAdmission:
         self._samples = SortedVotes()
         self.counters: Counter = Counter()
         self._log = RateLimitedLog(log, WARN_INTERVAL_S)
-        #: ``update - base`` is computed into these, reused from update to update.
-        self._deltas = DeltaBuffers()
+        #: ``||update - base||`` in one pass where the kernels can (coordinator/delta_norm.py).
+        self._delta_norm = DeltaNorm(kernels)
 
     def known(self, device_id: str, said_hello: bool) -> bool:
         """True if updates of ``device_id`` may count at all."""
@@ -259,12 +261,9 @@ class UpdateAdmission:
         if peak is not None and peak > cfg.max_abs_value:
             return self._reject(MAGNITUDE, update, "a weight of %.3g exceeds max_abs_value %.3g"
                                 % (peak, cfg.max_abs_value))
-        measured = self._deltas.delta(update.tensors, base)  # reused buffers, the same bits
-        if measured is None:  # not float32 tensors shaped like the base's: the general path
-            delta = {k: np.subtract(a, base[k], dtype=np.float32) for k, a in update.tensors.items()}
-            norm = _norm(delta)
-        else:
-            delta, norm = measured
+        norm = self._delta_norm.norm(update.tensors, base)
+        if norm is None:  # not float32 tensors shaped like the base's: the general path
+            norm = _norm(delta_of(update.tensors, base))
         ref = self.reference()
         # Within the fleet's bound (the common case) the model-norm floor cannot matter: skip it.
         bound = limit = cfg.norm_multiplier * ref if ref is not None else 0.0
@@ -281,7 +280,7 @@ class UpdateAdmission:
         clipped = norm > bound
         if clipped:
             scale = np.float32(bound / norm)
-            tensors = {k: base[k] + d * scale for k, d in delta.items()}
+            tensors = {k: base[k] + d * scale for k, d in delta_of(update.tensors, base).items()}
             update = replace(update, tensors=tensors)
             self.counters["clipped"] += 1
             self._log.event("clipped", logging.INFO, "update %s from %s clipped: delta norm %.4g to "

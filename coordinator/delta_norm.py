@@ -1,16 +1,15 @@
-"""An update's delta from its base and the delta's norm, in reused buffers, with a magnitude check for free.
+"""An update's delta norm from its base, in one pass and no allocation, with a magnitude check for free.
 
-Admission needs, for every update, ``d = update - base`` (to clip it), ``||d||_2`` and whether any
-``|w| > max_abs_value``. Done plainly that is four passes over a 2 MB update plus a fresh 2 MB
-array per update (max, min, subtract, dot): half of what the coordinator spent on an update
-(``bench/bench_coordinator.py``). Here it is two passes and no allocation:
+Admission needs, for every update, ``||u - b||_2`` and whether any ``|w| > max_abs_value``; the
+delta ``d = u - b`` itself only to clip, which is rare. Done plainly that is four passes over a
+2 MB update plus a fresh 2 MB array per update (max, min, subtract, dot): half of what the
+coordinator spent on an update (``bench/bench_coordinator.py``). Here:
 
-* ``d`` is written into float32 buffers (``DeltaBuffers``) kept from one update to the next: one
-  model's worth, which the plain code allocated per update anyway; the same ``np.subtract``;
-* ``||d||`` is the same per-tensor ``np.dot(d, d)``, summed in the same order: the same bits as
-  before, so the bound, the votes and the clips do not move (the simulator's figures depend on
-  them). The delta is computed, never ``|u|^2 - 2 u.b + |b|^2``, which cancels catastrophically
-  for an update close to its base;
+* ``||d||`` is summed by the coordinator's kernels (``coordinator/kernels``: one compiled pass
+  with numba, a subtraction into a reused buffer and a dot product without it), per tensor, the
+  tensors' sums added in order. ``d`` is rounded to float32 as the clip's delta is. The delta is
+  computed, never ``|u|^2 - 2 u.b + |b|^2``, which cancels catastrophically for an update close
+  to its base. A clip computes ``d`` again (``delta_of``);
 * the magnitude check (``peak_unless_within``) starts from ``s = sum(u . u)``, which the decoder's
   finiteness check computed already (``DecodedTensors``; else one BLAS pass here). Since
   ``max|u_i| <= ||u||_2``, ``s <= max_abs_value^2 / 4`` proves every value within the cap. The
@@ -24,10 +23,11 @@ array per update (max, min, subtract, dot): half of what the coordinator spent o
 Tensors that are not float32 shaped like the base's take the caller's general path (None).
 """
 import math
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional
 
 import numpy as np
 
+from streamfl.coordinator.kernels import Kernels, default_kernels
 from streamfl.protocol.codec import DecodedTensors
 
 #: Most terms a float32 ``sum(u . u)`` may have and still prove the magnitude bound (see the docstring).
@@ -77,34 +77,26 @@ def _squares(update: Mapping[str, np.ndarray]) -> Optional[float]:
     return proof
 
 
-class DeltaBuffers:
-    """Float32 buffers for ``update - base``, reused from update to update (one model's worth)."""
+def delta_of(update: Mapping[str, np.ndarray], base: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """``update - base`` per tensor, float32 (as the norm rounds it): what a clip scales."""
+    return {k: np.subtract(a, base[k], dtype=np.float32) for k, a in update.items()}
 
-    def __init__(self) -> None:
-        self._buffers: Dict[str, np.ndarray] = {}
 
-    def delta(self, update: Mapping[str, np.ndarray],
-              base: Mapping[str, np.ndarray]) -> Optional[Tuple[Dict[str, np.ndarray], float]]:
-        """``(update - base, ||update - base||_2)``: the delta as views of the reused buffers (valid
-        until the next call), the norm bit for bit what ``norm_of`` gives on a fresh delta; None
-        unless every tensor is float32 with the name and shape of a float32 base tensor."""
+class DeltaNorm:
+    """``||update - base||_2`` through the coordinator's kernels, for float32 tensors shaped like the base's."""
+
+    def __init__(self, kernels: Optional[Kernels] = None) -> None:
+        self.kernels = kernels if kernels is not None else default_kernels()
+
+    def norm(self, update: Mapping[str, np.ndarray], base: Mapping[str, np.ndarray]) -> Optional[float]:
+        """The delta's norm (NaN or Inf if a value is), tensors' sums added in order; None unless
+        every tensor is float32 with the name and shape of a float32 base tensor."""
         pairs = []
         for name, u in update.items():
             b = base.get(name)
             if (type(u) is not np.ndarray or type(b) is not np.ndarray or u.dtype != _F32
                     or b.dtype != _F32 or u.shape != b.shape):
                 return None
-            pairs.append((name, u, b))
-        buffers = self._buffers
-        if buffers.keys() != update.keys() or any(buffers[n].shape != u.shape for n, u, _ in pairs):
-            # A new model layout: drop the old buffers, so that they hold one model at most.
-            buffers = self._buffers = {n: np.empty(u.shape, _F32) for n, u, _ in pairs}
-        delta: Dict[str, np.ndarray] = {}
-        squares: List[float] = []
-        for name, u, b in pairs:
-            d = buffers[name]
-            np.subtract(u, b, out=d)
-            flat = d.reshape(-1)
-            squares.append(float(np.dot(flat, flat)))
-            delta[name] = d
-        return delta, float(np.sqrt(sum(squares)))
+            pairs.append((u.reshape(-1), b.reshape(-1)))
+        squares = self.kernels.delta_squares
+        return float(np.sqrt(sum(squares(u, b) for u, b in pairs)))

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from streamfl.coordinator.kernels import available
 from streamfl.coordinator.strategies import AGGREGATED, STALE, FedAsyncAggregator, Outcome, make_staleness
 from streamfl.protocol.messages import Update
 
@@ -30,10 +31,11 @@ def test_mix_with_constant_staleness_is_exact():
     np.testing.assert_array_equal(model["w"], f32(1.0, 2.0))
 
 
-def test_the_block_by_block_mix_gives_the_whole_tensor_bits():
-    # Tensors across block edges (one element short of, at and past a block), a matrix, a scalar
-    # and a float64 update: each element is the three float32 operations of the whole-tensor mix.
-    from streamfl.coordinator.strategies.fedasync import MIX_BLOCK_ELEMENTS as B
+@pytest.mark.parametrize("kernels", sorted(available()))
+def test_the_mix_gives_the_whole_tensor_numpy_bits_with_every_kernel(kernels):
+    # Tensors across numpy's block edges (one element short of, at and past a block), a matrix, a
+    # scalar and a float64 update: each element is the three float32 operations of a plain mix.
+    from streamfl.coordinator.kernels.numpy_kernels import MIX_BLOCK_ELEMENTS as B
     rng = np.random.default_rng(7)
     shapes = {"short": (B - 1,), "exact": (B,), "past": (2 * B + 7,), "matrix": (300, 517), "scalar": ()}
     model = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
@@ -41,7 +43,7 @@ def test_the_block_by_block_mix_gives_the_whole_tensor_bits():
            for k, v in model.items()}
     for weight in (0.6, 1.0 / 3.0, 1e-7):
         keep, take = np.float32(1.0 - weight), np.float32(weight)
-        got = FedAsyncAggregator(alpha=0.6).mix(model, new, weight)
+        got = FedAsyncAggregator(alpha=0.6, kernels=available()[kernels]()).mix(model, new, weight)
         for k, x in model.items():
             want = np.multiply(x, keep, dtype=np.float32)
             want += np.multiply(new[k].astype(np.float32), take, dtype=np.float32)

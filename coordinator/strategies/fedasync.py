@@ -1,20 +1,20 @@
 """FedAsync (Xie et al. 2019): mix every update into the global model as it arrives.
 
 ``x <- (1 - a_t) x + a_t x_new`` with ``a_t = alpha * s(t - tau)`` (FedAsync, Xie et al. 2019). One
-update = one aggregation = version + 1. The arithmetic is float32 numpy with one fresh output array
+update = one aggregation = version + 1. The arithmetic is float32, with one fresh output array
 per tensor (the old model stays intact for the history and the publisher).
 
-The mix runs block by block (``MIX_BLOCK_ELEMENTS``): each block's three passes (``x * keep`` into
-the output, ``x_new * take`` into a reused scratch block, their sum) touch memory that is still in
-the core's cache, where three passes over a whole 2 MB tensor read it from memory three times
-(``bench/bench_coordinator.py``: about 450 against 280 us at 2.1 MB). Every element is computed by
-the same three float32 operations in the same order, so the model is the same bit for bit.
+The mix is one of the coordinator's kernels (``coordinator/kernels``): one compiled loop with numba,
+block-wise numpy passes without it. Either computes every element by the same three float32
+operations in the same order (two products, their sum; no fused multiply-add), so the model is
+the same bit for bit.
 """
 import logging
 from typing import Any, Dict, Optional
 
 import numpy as np
 
+from streamfl.coordinator.kernels import Kernels, default_kernels
 from streamfl.coordinator.strategies.base import AGGREGATED, STALE, Aggregator, Outcome
 from streamfl.coordinator.strategies.staleness import StalenessFn, constant, staleness_of
 from streamfl.protocol.messages import Tensors, Update
@@ -23,10 +23,6 @@ log = logging.getLogger(__name__)
 
 #: Default mixing weight; public implementations use 0.6-0.9.
 DEFAULT_ALPHA = 0.6
-#: Elements mixed per block (256 KiB of float32 per operand: a block of the model, of the update,
-#: of the output and the scratch fit a core's L2 cache, 512 KiB to 2 MiB on the boards' and
-#: servers' CPUs, with room to spare; the loop's Python overhead stays under 1 us per 64 K elements).
-MIX_BLOCK_ELEMENTS = 65536
 
 
 class FedAsyncAggregator(Aggregator):
@@ -37,7 +33,8 @@ class FedAsyncAggregator(Aggregator):
     name = "fedasync"
 
     def __init__(self, alpha: float = DEFAULT_ALPHA, staleness_fn: StalenessFn = constant,
-                 max_staleness: Optional[int] = None):
+                 max_staleness: Optional[int] = None, kernels: Optional[Kernels] = None):
+        """``kernels``: the loop that mixes (None: ``default_kernels()``)."""
         super().__init__()
         if not 0.0 < alpha <= 1.0:
             raise ValueError("fedasync alpha must be in (0, 1], got %r" % alpha)
@@ -48,7 +45,7 @@ class FedAsyncAggregator(Aggregator):
         self.max_staleness = max_staleness
         #: The mixing weight a_t of the last aggregation: kept only for the saved state.
         self._last_weight = 0.0
-        self._scratch = np.empty(MIX_BLOCK_ELEMENTS, dtype=np.float32)
+        self.kernels = kernels if kernels is not None else default_kernels()
 
     def mixing_weight(self, staleness: int) -> float:
         """a_t = alpha * s(t - tau)."""
@@ -67,7 +64,7 @@ class FedAsyncAggregator(Aggregator):
         return Outcome(AGGREGATED, self.mix(model, update.tensors, weight), (update,), float(weight))
 
     def mix(self, model: Tensors, new: Tensors, weight: float) -> Tensors:
-        """``(1 - weight) * model + weight * new`` in float32, into new arrays, block by block."""
+        """``(1 - weight) * model + weight * new`` in float32, into new arrays."""
         keep = np.float32(1.0 - weight)
         take = np.float32(weight)
         out: Tensors = {}
@@ -76,14 +73,7 @@ class FedAsyncAggregator(Aggregator):
             if x_new.dtype != np.float32:
                 x_new = x_new.astype(np.float32)
             result = np.empty(x.shape, dtype=np.float32)
-            flat_x, flat_new, flat_out = x.reshape(-1), x_new.reshape(-1), result.reshape(-1)
-            for start in range(0, flat_out.size, MIX_BLOCK_ELEMENTS):
-                stop = min(start + MIX_BLOCK_ELEMENTS, flat_out.size)
-                block = flat_out[start:stop]
-                scratch = self._scratch[:stop - start]
-                np.multiply(flat_x[start:stop], keep, out=block, dtype=np.float32)
-                np.multiply(flat_new[start:stop], take, out=scratch, dtype=np.float32)
-                block += scratch
+            self.kernels.mix_into(result.reshape(-1), x.reshape(-1), x_new.reshape(-1), keep, take)
             out[name] = result
         return out
 
