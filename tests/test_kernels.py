@@ -86,3 +86,28 @@ def test_the_numpy_kernels_reuse_one_buffer_that_grows_to_the_largest_tensor():
     k.delta_squares(large, large * 0)
     buffer = k._delta
     assert k.delta_squares(small, small * 0) == 10.0 and k._delta is buffer and buffer.size == 1000
+
+
+def test_numba_kernels_compile_without_a_writable_cache_folder(tmp_path):
+    # A read-only install under a sandboxed service: numba finds no folder to cache in and raises
+    # at decoration; the kernels compile without a cache instead, with a WARNING. Faked by leaving
+    # numba only its IPython cell locator (which declines a file), since this test's user may
+    # write anywhere.
+    import os
+    import subprocess
+    import sys
+    script = (
+        "import logging, numpy as np\n"
+        "logging.basicConfig(level=logging.WARNING)\n"
+        "from streamfl.coordinator.kernels.numba_kernels import NumbaKernels\n"
+        "x = np.arange(4, dtype=np.float32)\n"
+        "out = np.empty(4, np.float32)\n"
+        "NumbaKernels().mix_into(out, x, x, np.float32(0.5), np.float32(0.5))\n"
+        "assert (out == x).all() and NumbaKernels().delta_squares(x, x * 0) == 14.0\n"
+        "print('ok')\n")
+    env = dict(os.environ, NUMBA_CACHE_LOCATOR_CLASSES="_IPythonCacheLocator")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=str(tmp_path), env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+    assert done.stderr.count("numba cannot cache") == 2 and "NUMBA_CACHE_DIR" in done.stderr

@@ -49,6 +49,15 @@ def _service_values(name, key):
     return values
 
 
+def test_coordinator_unit_gives_numba_a_cache_folder_and_executable_memory():
+    # The update loops are compiled by numba (coordinator/kernels): their cache must lie in a
+    # folder the sandbox leaves writable, and a JIT needs memory it may write and then execute.
+    svc = _service("streamfl-coordinator.service")
+    env = dict(v.split("=", 1) for v in _service_values("streamfl-coordinator.service", "Environment"))
+    assert env["NUMBA_CACHE_DIR"] == "/var/cache/" + svc["CacheDirectory"]
+    assert svc.get("MemoryDenyWriteExecute", "no") == "no"
+
+
 def _rw_dirs():
     """The agent unit's ReadWritePaths, relative to /sys (each must carry "-": absent is fine)."""
     paths = _service_values("streamfl-agent.service", "ReadWritePaths")

@@ -1,18 +1,36 @@
 """The kernels as single compiled loops (numba): each reads its inputs once, where numpy passes over them several times.
 
-Compiled on first use (about half a second) and cached on disk (``cache=True``: beside the module,
-or in numba's cache folder where that is read-only), so a restarted coordinator does not compile
-again. Only the sum of squares may be reordered (``fastmath={"reassoc"}``, so that it vectorizes;
+Compiled on first use (about half a second) and cached on disk (beside the module, or in
+``NUMBA_CACHE_DIR``, or the user's cache folder), so a restarted coordinator does not compile
+again. Where no such folder is writable (a read-only install under a sandboxed service without
+``NUMBA_CACHE_DIR``: the shipped unit sets one) the loops compile at each start instead, with a
+WARNING, rather than the coordinator failing to start. Only the sum of squares may be reordered (``fastmath={"reassoc"}``, so that it vectorizes;
 in float64, where the float32 squares are exact); the mix is compiled without any fast-math flag,
 so no multiply-add is fused and its bits are numpy's.
 """
+import logging
+
 import numba
 import numpy as np
 
 from streamfl.coordinator.kernels.base import Kernels
 
+log = logging.getLogger(__name__)
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+
+def _compiled(**options):
+    """``numba.njit`` with an on-disk cache where numba finds a writable folder, else without one."""
+    def decorate(fn):
+        try:
+            return numba.njit(cache=True, **options)(fn)
+        except RuntimeError as exc:  # numba: "cannot cache function ...: no locator available"
+            log.warning("numba cannot cache %s (%s): it compiles at each start, about half a second; "
+                        "set NUMBA_CACHE_DIR to a writable folder", fn.__name__, exc)
+            return numba.njit(**options)(fn)
+    return decorate
+
+
+@_compiled(nogil=True, fastmath={"reassoc"})
 def _delta_squares(update, base):  # pragma: no cover - compiled; run by the contract suite
     total = 0.0
     for i in range(update.size):
@@ -21,7 +39,7 @@ def _delta_squares(update, base):  # pragma: no cover - compiled; run by the con
     return total
 
 
-@numba.njit(cache=True, nogil=True)
+@_compiled(nogil=True)
 def _mix_into(out, model, update, keep, take):  # pragma: no cover - compiled; run by the contract suite
     for i in range(out.size):
         out[i] = keep * model[i] + take * update[i]
