@@ -1,8 +1,9 @@
 """Coordinator throughput: FedAsync updates per second through the codec (decode + admit + aggregate).
 
-Each measured update is a pre-encoded Update frame decoded by the real ``Decoder`` and handed to
-``CoordinatorCore.on_message`` (admission's value cap and norm bound, FedAsync aggregation, version
-bump, history, dedup). ``updates_per_s_durable`` adds what durable publishing costs the worker
+Each measured update is a pre-encoded Update frame decoded by the real ``Decoder``, configured as
+the server's (it leaves the NaN/Inf check of an update's tensors to admission's pass over them),
+and handed to ``CoordinatorCore.on_message`` (admission's NaN check, value cap and norm bound,
+FedAsync aggregation, version bump, history, dedup). ``updates_per_s_durable`` adds what durable publishing costs the worker
 thread at most: a snapshot (``global_model()`` + ``state()``) after every aggregation; the save
 itself (write, fsync, rename: ``save_ms``) runs in the publisher thread, at most every
 ``persist_interval_s``, so it bounds how fresh the published model is, not the update rate.
@@ -111,7 +112,7 @@ def bench_case(label, spec):
                               arch_id=spec.arch_id, buffer_capacity=1), now=0.0)
     rng = np.random.default_rng(0)
     frames = make_frames(core, spec, rng)
-    decoder = Decoder({spec.arch_id: tensor_spec(spec)})
+    decoder = Decoder({spec.arch_id: tensor_spec(spec)}, receiver_checks_finite=(Update,))  # as the server's
     model_bytes = sum(v.nbytes for v in core.model.values())
 
     clock = itertools.count()   # one virtual second per update, increasing across the loops

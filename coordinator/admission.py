@@ -10,7 +10,9 @@ after decoding and before any plug-in or strategy sees it:
    ``device_id`` differs from their topic.)
 2. **Rate.** A device's updates count at most as fast as its own rounds could make them
    (``coordinator/rate_limit.py``); the excess is dropped (``rejected_rate``).
-3. **Magnitude.** Every value of the update must satisfy ``|w| <= max_abs_value``.
+3. **Magnitude.** Every value of the update must be finite and satisfy ``|w| <= max_abs_value``.
+   (The decoder rejects NaN and Inf, or, for the coordinator's updates, leaves that to this step,
+   whose pass over the update sums its squares beside the delta's: ``receiver_checks_finite``.)
 4. **Norm.** ``d = ||update - base||_2``, with ``base`` the global model of the update's base
    version (the current one if the history no longer holds it). The bound adapts to the fleet,
    one device one vote: each device's vote is the median of its own last ``device_norms`` delta
@@ -49,6 +51,7 @@ from streamfl.coordinator.kernels import Kernels
 from streamfl.coordinator.rate_limit import DeviceRateLimit
 from streamfl.coordinator.sorted_votes import SortedVotes
 from streamfl.logs import RateLimitedLog
+from streamfl.protocol.codec import DecodedTensors
 from streamfl.protocol.messages import Tensors, Update
 from streamfl.protocol.topics import NAME_RE
 
@@ -257,13 +260,23 @@ class UpdateAdmission:
             return self._reject(RATE, update, "device %s sends faster than its rounds (%.3g s "
                                 "claimed) or max_updates_per_s %s allow" % (device, round_s,
                                                                              cfg.max_updates_per_s))
-        peak = peak_unless_within(update.tensors, cfg.max_abs_value)  # None: proved within
+        tensors = update.tensors
+        measured = None  # (delta norm, sum of the update's squares) from one pass
+        if isinstance(tensors, DecodedTensors) and not tensors.finite:
+            # The decoder left the NaN/Inf check to this pass (receiver_checks_finite): the sums
+            # are finite only if every value is; else (or a float32 sum overflowed) look at each.
+            measured = self._delta_norm.norm_and_squares(tensors, base)
+            if ((measured is None or not (math.isfinite(measured[0]) and math.isfinite(measured[1])))
+                    and not all(np.isfinite(a).all() for a in tensors.values())):
+                return self._reject(MAGNITUDE, update, "a weight is NaN or infinite")
+        peak = peak_unless_within(tensors, cfg.max_abs_value,  # None: proved within
+                                  measured[1] if measured is not None else None)
         if peak is not None and peak > cfg.max_abs_value:
             return self._reject(MAGNITUDE, update, "a weight of %.3g exceeds max_abs_value %.3g"
                                 % (peak, cfg.max_abs_value))
-        norm = self._delta_norm.norm(update.tensors, base)
+        norm = measured[0] if measured is not None else self._delta_norm.norm(tensors, base)
         if norm is None:  # not float32 tensors shaped like the base's: the general path
-            norm = _norm(delta_of(update.tensors, base))
+            norm = _norm(delta_of(tensors, base))
         ref = self.reference()
         # Within the fleet's bound (the common case) the model-norm floor cannot matter: skip it.
         bound = limit = cfg.norm_multiplier * ref if ref is not None else 0.0

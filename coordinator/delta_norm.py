@@ -11,7 +11,9 @@ coordinator spent on an update (``bench/bench_coordinator.py``). Here:
   computed, never ``|u|^2 - 2 u.b + |b|^2``, which cancels catastrophically for an update close
   to its base. A clip computes ``d`` again (``delta_of``);
 * the magnitude check (``peak_unless_within``) starts from ``s = sum(u . u)``, which the decoder's
-  finiteness check computed already (``DecodedTensors``; else one BLAS pass here). Since
+  finiteness check computed already (``DecodedTensors``), or, where the decoder left that check
+  to admission (``Decoder(receiver_checks_finite=...)``), the kernels' pass sums beside the
+  delta's (``norm_and_squares``: finite only if every value is); else one BLAS pass here. Since
   ``max|u_i| <= ||u||_2``, ``s <= max_abs_value^2 / 4`` proves every value within the cap. The
   factor 4 covers float32 rounding: a sum of at most ``2^22`` squares, in any order, is at least
   2/3 of the true one (Higham, "Accuracy and Stability of Numerical Algorithms", eq. 3.5:
@@ -23,7 +25,7 @@ coordinator spent on an update (``bench/bench_coordinator.py``). Here:
 Tensors that are not float32 shaped like the base's take the caller's general path (None).
 """
 import math
-from typing import Dict, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -50,13 +52,18 @@ def norm_of(tensors: Mapping[str, np.ndarray]) -> float:
     return float(np.sqrt(sum(float(np.dot(a.reshape(-1), a.reshape(-1))) for a in tensors.values())))
 
 
-def peak_unless_within(update: Mapping[str, np.ndarray], max_abs_value: float) -> Optional[float]:
+def peak_unless_within(update: Mapping[str, np.ndarray], max_abs_value: float,
+                       squares: Optional[float] = None) -> Optional[float]:
     """None if ``sum(u . u)`` proves every ``|u_i| <= max_abs_value`` (see the module docstring),
-    else the exact ``peak_abs(update)``. Tensors fresh from the decoder bring the sum along."""
+    else the exact ``peak_abs(update)``. The sum: ``squares`` where the caller has it (the
+    kernels' pass), else what tensors fresh from the decoder bring along, else one pass here."""
     if max_abs_value >= MIN_PROOF_CAP:
         measured = update.measured_squares() if isinstance(update, DecodedTensors) else None
-        if measured is not None and measured[1] <= MAX_PROOF_ELEMENTS:
-            proof: Optional[float] = measured[0]
+        elements = sum(u.size for u in update.values()) if squares is not None else 0
+        if squares is not None and elements <= MAX_PROOF_ELEMENTS:
+            proof: Optional[float] = squares
+        elif measured is not None and measured[1] <= MAX_PROOF_ELEMENTS:
+            proof = measured[0]
         else:
             proof = _squares(update)
         if proof is not None and math.isfinite(proof) and proof <= PROOF_SHARE * max_abs_value * max_abs_value:
@@ -91,6 +98,16 @@ class DeltaNorm:
     def norm(self, update: Mapping[str, np.ndarray], base: Mapping[str, np.ndarray]) -> Optional[float]:
         """The delta's norm (NaN or Inf if a value is), tensors' sums added in order; None unless
         every tensor is float32 with the name and shape of a float32 base tensor."""
+        pairs = self._pairs(update, base)
+        if pairs is None:
+            return None
+        squares = self.kernels.delta_squares
+        return float(np.sqrt(sum(squares(u, b) for u, b in pairs)))
+
+    @staticmethod
+    def _pairs(update: Mapping[str, np.ndarray],
+               base: Mapping[str, np.ndarray]) -> Optional[List[Tuple[np.ndarray, np.ndarray]]]:
+        """Flat ``(u, b)`` per tensor, or None unless each is float32 shaped like the base's."""
         pairs = []
         for name, u in update.items():
             b = base.get(name)
@@ -98,5 +115,18 @@ class DeltaNorm:
                     or b.dtype != _F32 or u.shape != b.shape):
                 return None
             pairs.append((u.reshape(-1), b.reshape(-1)))
-        squares = self.kernels.delta_squares
-        return float(np.sqrt(sum(squares(u, b) for u, b in pairs)))
+        return pairs
+
+    def norm_and_squares(self, update: Mapping[str, np.ndarray],
+                         base: Mapping[str, np.ndarray]) -> Optional[Tuple[float, float]]:
+        """``(norm, sum(u^2))`` in the same pass (``Kernels.delta_and_update_squares``): both
+        finite only if every value of the update is; None as for ``norm``."""
+        pairs = self._pairs(update, base)
+        if pairs is None:
+            return None
+        delta = own = 0.0
+        for u, b in pairs:
+            d, o = self.kernels.delta_and_update_squares(u, b)
+            delta += d
+            own += o
+        return float(np.sqrt(delta)), own

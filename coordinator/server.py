@@ -94,8 +94,9 @@ class CoordinatorServer:
         self.metrics = MetricsWriter.in_run_dir(self.run_dir, tags={"method": self.method, "seed": config.seed})
         self.fleet = FleetTable(config.fleet_view, config.fleet, self.method, config.strategy,
                                 list(config.plugins))
+        # Admission's pass over an update checks it for NaN/Inf beside its delta's norm.
         self.decoder = Decoder({config.model.arch_id: tensor_spec(config.model)},
-                               max_frame_bytes=config.max_frame_bytes)
+                               max_frame_bytes=config.max_frame_bytes, receiver_checks_finite=(Update,))
         now = clock()
         self._t0 = now
         loaded = self.store.load(config.model)

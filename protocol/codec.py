@@ -20,7 +20,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import fields
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -267,18 +267,27 @@ class DecodedTensors(dict):
     and extras, ``elements`` terms), so at least the sum of these tensors' squares up to float32
     rounding; a receiver's magnitude check (the coordinator's admission) may reuse it instead of a
     pass of its own. Only read-only views carry it, and it holds only
-    while the dict still holds the decoded ``arrays`` (``measured_squares``)."""
+    while the dict still holds the decoded ``arrays`` (``measured_squares``).
 
-    __slots__ = ("squares", "elements", "arrays")
+    ``finite`` False: the decoder left the NaN/Inf check of these tensors to the receiver
+    (``Decoder(receiver_checks_finite=...)``) and ``squares`` is None; until the receiver has
+    checked them they may hold anything a float32 can.
+    """
 
-    def __init__(self, tensors: Dict[str, np.ndarray], squares: float, elements: int):
+    __slots__ = ("squares", "elements", "arrays", "finite")
+
+    def __init__(self, tensors: Dict[str, np.ndarray], squares: Optional[float], elements: int,
+                 finite: bool = True):
         super().__init__(tensors)
         self.squares = squares
         self.elements = elements
         self.arrays = tuple(tensors.values())
+        self.finite = finite
 
     def measured_squares(self) -> Optional[Tuple[float, int]]:
         """``(squares, elements)`` while the dict holds the arrays it was decoded with, else None."""
+        if self.squares is None:
+            return None
         if len(self) == len(self.arrays) and all(a is b for a, b in zip(self.values(), self.arrays)):
             return self.squares, self.elements
         return None
@@ -295,6 +304,12 @@ class Decoder:
     ``max_header_bytes`` (``oversize``) and the header to ``max_header_depth`` levels of nesting
     (``schema``), so decoding allocates about the frame's size plus a bounded amount, whatever
     the frame claims (``tests/test_fuzz.py``).
+
+    ``receiver_checks_finite``: message types (the coordinator passes ``Update``) whose float32
+    model tensors this decoder does not check for NaN/Inf, because the receiver checks them in a
+    pass it makes over them anyway (admission, with the delta's norm: one read of a 2 MB update
+    instead of two). They come as ``DecodedTensors`` with ``finite`` False; their extras, and
+    every tensor of a writable, float16 or int8 frame, are checked here as always.
     """
 
     def __init__(self, expected_specs: Mapping[str, TensorSpec],
@@ -302,7 +317,8 @@ class Decoder:
                  warn_interval_s: float = DEFAULT_WARN_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic,
                  max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
-                 max_header_depth: int = DEFAULT_MAX_HEADER_DEPTH):
+                 max_header_depth: int = DEFAULT_MAX_HEADER_DEPTH,
+                 receiver_checks_finite: Collection[type] = ()):
         if not warn_interval_s >= 0:
             raise ValueError("warn_interval_s must be >= 0, got %r" % (warn_interval_s,))
         self._shapes = {arch: {name: tuple(int(d) for d in shape) for name, (shape, _) in spec.items()}
@@ -311,6 +327,7 @@ class Decoder:
         self.max_header_bytes = int(max_header_bytes)
         self.max_header_depth = int(max_header_depth)
         self.writable = writable
+        self.receiver_checks_finite = frozenset(receiver_checks_finite)
         self.rejected: Counter = Counter()
         self.accepted = 0
         self.warn_interval_s = float(warn_interval_s)
@@ -405,7 +422,8 @@ class Decoder:
             if body.get("extras"):
                 body["extras"] = parse_extras(_with_methods(body["extras"]), {})
             return cls(**body)
-        tensors = self._materialize(buf, data_start, n - data_start, plan, WIRE_DTYPES[dtype_name])
+        tensors = self._materialize(buf, data_start, n - data_start, plan, WIRE_DTYPES[dtype_name],
+                                    cls in self.receiver_checks_finite)
         groups = tensors.pop(None, None) or {}
         if body["extras"] or groups:
             body["extras"] = parse_extras(_with_methods(body["extras"]), groups)
@@ -444,21 +462,27 @@ class Decoder:
         return plan
 
     def _materialize(self, buf: Any, data_start: int, data_len: int, plan: Sequence[Tuple],
-                     model_dtype: np.dtype) -> Dict[Any, Any]:
+                     model_dtype: np.dtype, receiver_checks: bool = False) -> Dict[Any, Any]:
         """Arrays for a checked plan after the finiteness check: ``{name: arr, None: extra groups}``
-        with the extra groups as ``{kind: {group: {name: arr}}}``."""
+        with the extra groups as ``{kind: {group: {name: arr}}}``. ``receiver_checks``: leave the
+        model tensors of a read-only float32 frame unchecked (``receiver_checks_finite``)."""
         tensors: Dict[Any, Any] = {}
         extras: Dict[str, Dict[str, Dict[str, np.ndarray]]] = {}
         if model_dtype is F32:  # every tensor is float32: one view, one finiteness pass, slices
             if self.writable:
                 buf, data_start = bytearray(memoryview(buf)[data_start:]), 0
             whole = np.frombuffer(buf, F32, count=data_len // 4, offset=data_start)
-            squares = _squares(whole) if data_len else 0.0
-            if data_len and not _all_finite(whole, squares):
-                raise ProtocolError("non_finite", "NaN or Inf in tensors")
+            deferred = receiver_checks and not whole.flags.writeable
+            squares: Optional[float] = None
+            if not deferred:
+                squares = _squares(whole) if data_len else 0.0
+                if data_len and not _all_finite(whole, squares):
+                    raise ProtocolError("non_finite", "NaN or Inf in tensors")
             for group, name, _, count, offset, shape in plan:
                 arr = whole[offset // 4:offset // 4 + count].reshape(shape)
                 if group:
+                    if deferred and not _all_finite(arr):  # extras are checked here always
+                        raise ProtocolError("non_finite", "NaN or Inf in tensor %s" % name)
                     extras.setdefault(group[0], {}).setdefault(group[1], {})[name] = arr
                 else:
                     tensors[name] = arr
@@ -472,7 +496,8 @@ class Decoder:
                 else:
                     tensors[name] = arr.reshape(shape)
         if model_dtype is F32 and not whole.flags.writeable and tensors:
-            tensors = DecodedTensors(tensors, squares, whole.size)  # read-only: the sum stays true
+            # read-only: the sum stays true, and unchecked tensors stay marked so
+            tensors = DecodedTensors(tensors, squares, whole.size, finite=not deferred)
         if extras:
             tensors[None] = extras
         return tensors

@@ -33,7 +33,7 @@ from streamfl.dvfs.simulated import SimulatedBackend, SimulatedDomain
 from streamfl.models import ModelSpec, tensor_spec
 from streamfl.models.evaluation import Evaluator
 from streamfl.protocol.codec import Decoder, encode, encode_update
-from streamfl.protocol.messages import GlobalModel, Offline, Telemetry, Tensors
+from streamfl.protocol.messages import GlobalModel, Offline, Telemetry, Tensors, Update
 from streamfl.protocol.train import TrainRequest
 from streamfl.sensors.window import Window
 from streamfl.sim.device import DeviceModel, make_devices
@@ -147,7 +147,9 @@ class SimRun:
         #: When each version was made: streams whose periods count aggregations read it.
         self.clock = AggregationClock()
         self.coordinator = CoordinatorCore(config, tensors=initial)
-        self.decoder = Decoder({config.model.arch_id: tensor_spec(config.model)})
+        # As the coordinator's server: admission checks an update for NaN/Inf in its own pass.
+        self.decoder = Decoder({config.model.arch_id: tensor_spec(config.model)},
+                               receiver_checks_finite=(Update,))
         self.devices: List[DeviceState] = []
         self._index: Dict[str, int] = {}
         self.published: List[Tuple[float, GlobalModel, int]] = []

@@ -71,7 +71,7 @@ def test_non_finite_and_huge_tensors_take_the_exact_check():
 
 def _general_path(monkeypatch):
     """Make admission compute as it did before the fast path: fresh deltas, max/min always."""
-    monkeypatch.setattr(admission_module, "peak_unless_within", lambda tensors, cap: peak_abs(tensors))
+    monkeypatch.setattr(admission_module, "peak_unless_within", lambda tensors, cap, squares=None: peak_abs(tensors))
     monkeypatch.setattr(DeltaNorm, "norm", lambda self, update, base: None)
 
 
@@ -113,11 +113,14 @@ def test_admission_decides_as_the_general_path_does(monkeypatch):
             assert all(np.allclose(a.update.tensors[k], b.update.tensors[k], rtol=1e-5, atol=1e-6) for k in base)
 
 
-def _decoded(tensors, writable=False, **fields):
+def _decoded(tensors, writable=False, deferred=False, **fields):
     from streamfl.protocol.codec import Decoder, encode
-    update = make_update(tensors, device_id="d1", tensors=tensors, **fields)
+    from streamfl.protocol.messages import Update
+    fields.setdefault("device_id", "d1")
+    update = make_update(tensors, tensors=tensors, **fields)
     spec = {k: (v.shape, "float32") for k, v in tensors.items()}
-    return Decoder({update.arch_id: spec}, writable=writable).decode(encode(update))
+    return Decoder({update.arch_id: spec}, writable=writable,
+                   receiver_checks_finite=(Update,) if deferred else ()).decode(encode(update))
 
 
 def test_decoded_tensors_bring_the_finiteness_checks_sum_of_squares_while_they_are_the_decoded_ones():
@@ -143,3 +146,88 @@ def test_a_decoded_value_over_the_cap_is_still_rejected():
         assert verdict.reason == "magnitude"
     admission = UpdateAdmission(AdmissionConfig(max_abs_value=5.0, max_updates_per_s=None))
     assert admission.check(_decoded(base), base, True).update is not None
+
+
+def test_a_decoder_that_leaves_the_finiteness_check_to_admission_marks_the_tensors_it_left():
+    from streamfl.protocol.codec import DecodedTensors, Decoder, encode
+    from streamfl.errors import ProtocolError
+    from streamfl.protocol.messages import GlobalModel, Update
+    tensors = model(np.random.default_rng(6))
+    tensors["w"][3, 4] = np.nan
+    got = _decoded(tensors, deferred=True).tensors                   # decoded, NaN and all
+    assert isinstance(got, DecodedTensors) and not got.finite and got.measured_squares() is None
+    assert np.isnan(got["w"][3, 4])
+    with pytest.raises(ProtocolError) as err:                         # a decoder that checks
+        _decoded(tensors)
+    assert err.value.reason == "non_finite"
+    with pytest.raises(ProtocolError):                                # a writable frame is checked
+        _decoded(tensors, writable=True, deferred=True)
+    assert _decoded(model(np.random.default_rng(6)), deferred=True).tensors.finite is False
+    assert _decoded(model(np.random.default_rng(6))).tensors.finite is True
+    spec = {k: (v.shape, "float32") for k, v in tensors.items()}
+    deferring = Decoder({"test-arch": spec}, receiver_checks_finite=(Update,))
+    with pytest.raises(ProtocolError):                                # other types are checked
+        deferring.decode(encode(GlobalModel(version=1, arch_id="test-arch", tensors=tensors)))
+
+
+def test_a_deferring_decoder_still_checks_an_updates_extras():
+    from streamfl.errors import ProtocolError
+    from streamfl.protocol.codec import Decoder, encode
+    from streamfl.methods.fedcurv.payloads import CurvatureDiagonal
+    from streamfl.protocol.messages import Update
+    tensors = model(np.random.default_rng(7))
+    fisher = {k: np.abs(v) for k, v in tensors.items()}
+    fisher["b"][0] = np.inf
+    update = make_update(tensors, tensors=tensors, extras={CurvatureDiagonal.KIND: CurvatureDiagonal(fisher)})
+    spec = {k: (v.shape, "float32") for k, v in tensors.items()}
+    with pytest.raises(ProtocolError) as err:
+        Decoder({update.arch_id: spec}, receiver_checks_finite=(Update,)).decode(encode(update))
+    assert err.value.reason == "non_finite"
+
+
+@pytest.mark.parametrize("kernels", sorted(available()))
+def test_admission_rejects_a_non_finite_update_the_decoder_left_to_it_before_it_votes(kernels):
+    from streamfl.coordinator.kernels import available as found
+    base = model(np.random.default_rng(8))
+    for bad in (np.nan, np.inf, -np.inf):
+        tensors = {k: v.copy() for k, v in base.items()}
+        tensors["u"][5, 6] = np.float32(bad)
+        admission = UpdateAdmission(AdmissionConfig(max_updates_per_s=None), kernels=found()[kernels]())
+        verdict = admission.check(_decoded(tensors, deferred=True), base, True)
+        assert verdict.update is None and verdict.reason == "magnitude" and verdict.delta_norm is None
+        assert admission.counters["rejected_magnitude"] == 1 and admission.state()["votes"] == {}
+    for value in (5.0001, -7.0, 3e38):                                # finite, over the cap
+        tensors = {k: v.copy() for k, v in base.items()}
+        tensors["u"][1, 2] = np.float32(value)
+        admission = UpdateAdmission(AdmissionConfig(max_abs_value=5.0, max_updates_per_s=None),
+                                    kernels=found()[kernels]())
+        verdict = admission.check(_decoded(tensors, deferred=True), base, True)
+        assert verdict.reason == "magnitude"
+
+
+@pytest.mark.parametrize("kernels", sorted(available()))
+def test_admission_decides_the_same_whether_the_decoder_or_its_own_pass_checked_finiteness(kernels):
+    from streamfl.coordinator.kernels import available as found
+    rng = np.random.default_rng(9)
+    base = model(rng)
+    runs = []
+    for deferred in (False, True):
+        admission = UpdateAdmission(AdmissionConfig(warmup_updates=3, min_norm_ratio=1e-3, max_abs_value=5.0,
+                                                    max_updates_per_s=None), kernels=found()[kernels]())
+        draws = np.random.default_rng(10)
+        verdicts = []
+        for i in range(40):
+            scale = [1e-3, 1e-2, 0.3, 3.0][i % 4] if i > 6 else 1e-3
+            tensors = {k: v + (draws.standard_normal(v.shape) * scale).astype(np.float32) for k, v in base.items()}
+            if i % 11 == 5:
+                tensors["w"][0, 0] = np.float32(50.0)
+            update = _decoded(tensors, deferred=deferred, device_id="d%d" % (i % 4), num_samples=100 + i)
+            verdicts.append(admission.check(update, base, True, float(i), fleet_size=4))
+        runs.append((verdicts, admission))
+    (checked, a), (deferred, b) = runs
+    assert a.counters == b.counters and {"clipped", "rejected_norm", "rejected_magnitude"} <= set(a.counters)
+    assert a.state() == b.state()
+    for x, y in zip(checked, deferred):
+        assert replace(x, update=None) == replace(y, update=None)
+        if x.update is not None:
+            assert all(np.array_equal(x.update.tensors[k], y.update.tensors[k]) for k in base)

@@ -175,7 +175,7 @@ def test_bad_frames_are_rejected_and_counted_while_training_goes_on(fleet, mqtt_
         to_coordinator = [
             b"\x00\x01definitely not a frame",                             # malformed
             good + bytes(2 * MIB),                                         # oversize (limit 1 MiB)
-            encode(_update(spec, victim, tensors=nan_tensors)),            # non_finite
+            encode(_update(spec, victim, tensors=nan_tensors)),            # NaN: admission's
             encode(_update(spec, victim, arch_id="mlp-c6-w50-k6-h16")),    # arch_mismatch
             encode(_update(spec, victim, tensors=wrong_shape)),            # arch_mismatch (shape)
             bytes(bad_version),                                            # bad_version
@@ -183,8 +183,11 @@ def test_bad_frames_are_rejected_and_counted_while_training_goes_on(fleet, mqtt_
         before = server.counters()
         for frame in to_coordinator:
             raw.send(update_topic, frame)
-        expected = {"rejected_malformed": 1, "rejected_oversize": 1, "rejected_non_finite": 1,
-                    "rejected_arch_mismatch": 2, "rejected_bad_version": 1}
+        # The NaN update decodes (the coordinator's decoder leaves an update's NaN/Inf check to
+        # admission's own pass over it) and admission rejects it as beyond every magnitude.
+        expected = {"rejected_malformed": 1, "rejected_oversize": 1, "rejected_non_finite": 0,
+                    "admission_rejected_magnitude": 1, "rejected_arch_mismatch": 2,
+                    "rejected_bad_version": 1}
 
         def counted():
             now = server.counters()
@@ -235,7 +238,9 @@ def test_bad_frames_are_rejected_and_counted_while_training_goes_on(fleet, mqtt_
         assert server.healthy() and agent_thread.is_alive()
         counters = server.counters()
         assert counters["worker_errors"] == 0, counters
-        assert counters["rejected"] == 0, counters      # nothing bad got past the decoder
+        # Nothing bad got past the decoder but the NaN update, which admission rejected.
+        assert counters["rejected"] == 1 and counters["admission_rejected_magnitude"] == 1, counters
+        assert all(np.isfinite(v).all() for v in server.core.model.values())
         assert daemon.counters["round_errors"] == 0, daemon.counters
         run.check_alive()
     finally:

@@ -54,6 +54,25 @@ def test_delta_squares_is_the_float32_deltas_sum_of_squares(kernels, size):
     assert kernels.delta_squares(u, b) == pytest.approx(exact, rel=1e-5)
 
 
+@pytest.mark.parametrize("size", SIZES)
+def test_delta_and_update_squares_add_the_updates_own_to_the_same_delta(kernels, size):
+    rng = np.random.default_rng(size + 2)
+    b = rng.standard_normal(size).astype(np.float32)
+    u = (b + rng.standard_normal(size) * 1e-2).astype(np.float32)
+    delta, own = kernels.delta_and_update_squares(u, b)
+    assert delta == kernels.delta_squares(u, b)
+    assert own == pytest.approx(float(np.sum(u.astype(np.float64) ** 2)), rel=1e-5)
+
+
+def test_delta_and_update_squares_are_finite_only_for_a_finite_update(kernels):
+    b = np.zeros(100, dtype=np.float32)
+    for bad in (np.nan, np.inf, -np.inf):
+        u = b.copy()
+        u[17] = bad
+        assert not all(np.isfinite(kernels.delta_and_update_squares(u, b)))
+    assert all(np.isfinite(kernels.delta_and_update_squares(b + 1, b)))
+
+
 def test_delta_squares_of_an_update_equal_to_its_base_is_zero(kernels):
     b = np.random.default_rng(3).standard_normal(1000).astype(np.float32)
     assert kernels.delta_squares(b.copy(), b) == 0.0
@@ -104,10 +123,11 @@ def test_numba_kernels_compile_without_a_writable_cache_folder(tmp_path):
         "out = np.empty(4, np.float32)\n"
         "NumbaKernels().mix_into(out, x, x, np.float32(0.5), np.float32(0.5))\n"
         "assert (out == x).all() and NumbaKernels().delta_squares(x, x * 0) == 14.0\n"
+        "assert NumbaKernels().delta_and_update_squares(x, x * 0) == (14.0, 14.0)\n"
         "print('ok')\n")
     env = dict(os.environ, NUMBA_CACHE_LOCATOR_CLASSES="_IPythonCacheLocator")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           cwd=str(tmp_path), env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
-    assert done.stderr.count("numba cannot cache") == 2 and "NUMBA_CACHE_DIR" in done.stderr
+    assert done.stderr.count("numba cannot cache") == 3 and "NUMBA_CACHE_DIR" in done.stderr

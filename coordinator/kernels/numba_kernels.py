@@ -9,6 +9,7 @@ in float64, where the float32 squares are exact); the mix is compiled without an
 so no multiply-add is fused and its bits are numpy's.
 """
 import logging
+from typing import Tuple
 
 import numba
 import numpy as np
@@ -39,6 +40,18 @@ def _delta_squares(update, base):  # pragma: no cover - compiled; run by the con
     return total
 
 
+@_compiled(nogil=True, fastmath={"reassoc"})
+def _delta_and_update_squares(update, base):  # pragma: no cover - compiled; run by the contract suite
+    delta = 0.0
+    own = 0.0
+    for i in range(update.size):
+        u = update[i]
+        d = np.float32(u - base[i])
+        delta += np.float64(d) * np.float64(d)
+        own += np.float64(u) * np.float64(u)
+    return delta, own
+
+
 @_compiled(nogil=True)
 def _mix_into(out, model, update, keep, take):  # pragma: no cover - compiled; run by the contract suite
     for i in range(out.size):
@@ -52,6 +65,10 @@ class NumbaKernels(Kernels):
 
     def delta_squares(self, update: np.ndarray, base: np.ndarray) -> float:
         return float(_delta_squares(update, base))
+
+    def delta_and_update_squares(self, update: np.ndarray, base: np.ndarray) -> Tuple[float, float]:
+        delta, own = _delta_and_update_squares(update, base)
+        return float(delta), float(own)
 
     def mix_into(self, out: np.ndarray, model: np.ndarray, update: np.ndarray,
                  keep: np.float32, take: np.float32) -> None:

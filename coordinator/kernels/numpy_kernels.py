@@ -1,4 +1,6 @@
 """The kernels in plain numpy: what runs where numba is not installed, with the same mix bit for bit."""
+from typing import Tuple
+
 import numpy as np
 
 from streamfl.coordinator.kernels.base import Kernels
@@ -25,6 +27,11 @@ class NumpyKernels(Kernels):
         with np.errstate(over="ignore", invalid="ignore"):  # a NaN or Inf result says so
             np.subtract(update, base, out=delta)
             return float(np.dot(delta, delta))
+
+    def delta_and_update_squares(self, update: np.ndarray, base: np.ndarray) -> Tuple[float, float]:
+        delta = self.delta_squares(update, base)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return delta, float(np.dot(update, update))
 
     def mix_into(self, out: np.ndarray, model: np.ndarray, update: np.ndarray,
                  keep: np.float32, take: np.float32) -> None:

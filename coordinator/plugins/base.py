@@ -173,7 +173,9 @@ class CoordinatorPlugin(abc.ABC):
         global version it names (a model the method publishes beside the global one, which the
         update's extras say it trained), or None. Admission measures the update against it and
         an ``int8_delta`` update is added to it; the first plug-in to answer wins. Whatever the
-        answer, the update still passes ``on_update_admitted``, where the method withholds it."""
+        answer, the update still passes ``on_update_admitted``, where the method withholds it.
+        The update's tensors are not yet checked for NaN/Inf here (admission does that, in its
+        own pass over them): read its extras, which the decoder has checked."""
         return None
 
     def on_update_admitted(self, update: Update, now: float) -> Verdict:
