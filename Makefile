@@ -108,6 +108,12 @@ eval-adaclp: $(STAMP)
 	  $(SIM) $(PAPER_X) --seeds 3 --methods $(TUNE_METHODS) $(TUNED) --set devices.3.speed=$$speed --out runs/eval/paper-fast-slow-$$speed; \
 	done
 	$(BIN)/python bench/bench_dvfs_oracle.py > runs/eval/bench_dvfs_oracle.json
+	for clp in 0.1 0.3 0.5; do \
+	  $(BIN)/python bench/bench_dvfs_oracle.py --seeds 5 --clp-fraction $$clp > runs/eval/bench_dvfs_oracle-clp$$clp.json; \
+	done
+	for noise in 0.2 0.5; do \
+	  $(BIN)/python bench/bench_dvfs_oracle.py --seeds 5 --noise-scale $$noise > runs/eval/bench_dvfs_oracle-noise$$noise.json; \
+	done
 
 # FedTeddi (FedTeddi paper, sec. V): its CIFAR-10 frames (classes 0-5, then 12 of 30 devices
 # gain one of 6-9), 3 seeds. The grid: every scheduling method on digits, MNIST-5k and the

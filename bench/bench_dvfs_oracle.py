@@ -20,8 +20,14 @@ adds), and train-only, what training adds above idle (``(train_w - idle_w)`` x r
 has its own oracle. Goal: clp-aware's total energy at most 1.10 x the total oracle's on every board,
 checked per policy setting (``SETTINGS``); the JSON says which settings meet it.
 
+With ``--seeds N`` the whole comparison runs for seeds ``seed .. seed+N-1`` (the noise draws of
+the timings; the clp-aware policy reacts to them, the oracle's level may move): ``over_seeds``
+gives each setting's ratio per board as mean, population standard deviation, min and max, and a
+setting meets the goal only if it does on every board for every seed. ``boards`` details the
+first seed.
+
 Prints one JSON document; exit 1 if no setting meets the goal on every board.
-Usage: python bench/bench_dvfs_oracle.py [--samples 51200] [--clp-fraction 0.3] [--boards a,b]
+Usage: python bench/bench_dvfs_oracle.py [--samples 51200] [--clp-fraction 0.3] [--seeds 1] [--boards a,b]
 """
 import argparse
 import json
@@ -240,26 +246,44 @@ def main(argv=None) -> int:
     parser.add_argument("--noise-scale", type=float, default=DeviceSpec.noise_scale,
                         help="FedTeddi eq. 4 noise of DeviceSpec (exponential mean / shift)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="run seeds seed .. seed+N-1 and report each ratio's spread over them")
     parser.add_argument("--boards", default=None,
                         help="comma-separated profiles (default: every one with a power model)")
     args = parser.parse_args(argv)
-    if args.samples < 1 or args.round_samples < 1 or not 0.0 <= args.clp_fraction <= 1.0:
-        parser.error("--samples and --round-samples must be >= 1, --clp-fraction within [0, 1]")
+    if (args.samples < 1 or args.round_samples < 1 or args.seeds < 1
+            or not 0.0 <= args.clp_fraction <= 1.0):
+        parser.error("--samples, --round-samples and --seeds must be >= 1, --clp-fraction within [0, 1]")
     boards = args.boards.split(",") if args.boards else boards_with_power_model()
     logging.basicConfig(level=logging.ERROR)
     started = time.monotonic()
-    rows = [bench_board(b, args.samples, args.round_samples, args.clp_fraction, args.seed,
-                        args.noise_scale) for b in boards]
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    runs = [[bench_board(b, args.samples, args.round_samples, args.clp_fraction, seed,
+                         args.noise_scale) for b in boards] for seed in seeds]
+    rows = runs[0]
+    for run in runs:
+        for row in run:
+            for setting in row["settings"].values():
+                setting["why_missed"] = diagnose(row, setting)
     goals = {}
-    for row in rows:
-        for setting in row["settings"].values():
-            setting["why_missed"] = diagnose(row, setting)
+    over_seeds: Dict[str, Dict[str, Dict[str, float]]] = {}
     for name, (what, _) in SETTINGS.items():
         ratios = {r["board"]: r["settings"][name]["ratio_total"] for r in rows}
         goals[name] = {"what": what, "ratio_total": ratios,
-                       "worst": max(ratios.values()),
-                       "boards_meeting": sum(r["settings"][name]["meets_goal"] for r in rows),
-                       "pass": all(r["settings"][name]["meets_goal"] for r in rows)}
+                       "worst": max(r["settings"][name]["ratio_total"] for run in runs for r in run),
+                       "boards_meeting": sum(all(run[i]["settings"][name]["meets_goal"] for run in runs)
+                                             for i in range(len(boards))),
+                       "pass": all(r["settings"][name]["meets_goal"] for run in runs for r in run)}
+        over_seeds[name] = {}
+        for i, board in enumerate(boards):
+            values = [run[i]["settings"][name]["ratio_total"] for run in runs]
+            mean = sum(values) / len(values)
+            over_seeds[name][board] = {
+                "mean": round(mean, 4),
+                "std": round(math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)), 4),
+                "min": min(values), "max": max(values)}
+    oracle_levels = {board: sorted({run[i]["oracle"]["total"]["level"] for run in runs})
+                     for i, board in enumerate(boards)}
     meeting = [name for name, g in goals.items() if g["pass"]]
     notes = [
         "Every figure is the simulator's model, not a measurement [U]: per-level watts from the "
@@ -290,9 +314,11 @@ def main(argv=None) -> int:
         "method": [line.strip() for line in __doc__.strip().splitlines()[2:-3]],
         "parameters": {"samples": args.samples, "round_samples": args.round_samples,
                        "clp_fraction": args.clp_fraction, "noise_scale": args.noise_scale,
-                       "seed": args.seed, "goal_ratio_total": GOAL_RATIO},
+                       "seed": args.seed, "seeds": seeds, "goal_ratio_total": GOAL_RATIO},
         "boards": rows,
         "goals": goals,
+        "over_seeds": over_seeds,
+        "oracle_levels_over_seeds": oracle_levels,
         "settings_meeting_goal": meeting,
         "notes": notes,
         "pass": bool(meeting),

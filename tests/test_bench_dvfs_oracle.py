@@ -87,3 +87,19 @@ def test_schedule_splits_the_work_and_the_clp():
     assert all(not c for _, c in bench.schedule(100, 10, 0.0))
     assert bench.boards_with_power_model()[0] == "jetson-nano"
     assert "generic-linux" not in bench.boards_with_power_model()
+
+
+def test_seeds_give_each_ratio_its_spread_and_the_goal_holds_only_on_every_seed(capsys):
+    _, rc, one = _run(capsys, "--seed", "3")
+    bench, rc3, over = _run(capsys, "--seeds", "3", "--seed", "1")
+    assert over["parameters"]["seeds"] == [1, 2, 3]
+    assert over["oracle_levels_over_seeds"][BOARD]                    # a level per seed, deduplicated
+    for name in bench.SETTINGS:
+        spread = over["over_seeds"][name][BOARD]
+        assert spread["min"] <= spread["mean"] <= spread["max"] and spread["std"] >= 0.0
+        # the last seed's run alone is one of the three, so within their range
+        assert spread["min"] <= one["goals"][name]["ratio_total"][BOARD] <= spread["max"]
+        assert over["goals"][name]["worst"] == spread["max"]          # one board: its worst seed
+        assert over["goals"][name]["pass"] == (spread["max"] <= bench.GOAL_RATIO)
+    with pytest.raises(SystemExit):
+        bench.main(["--seeds", "0"])
