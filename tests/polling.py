@@ -17,3 +17,13 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float = 20.0, what: str 
     """``wait_for`` that fails the test with ``what`` on timeout."""
     if not wait_for(predicate, timeout_s, poll_s=0.02):
         raise AssertionError("timed out waiting for %s" % what)
+
+
+#: A coordinator core's counters of an update's outcome: each update the worker has finished with
+#: moves exactly one (``updates_received`` moves as it starts one, before the outcome exists).
+OUTCOME_COUNTERS = ("aggregated", "withheld", "rejected", "duplicates", "stale_dropped")
+
+
+def updates_handled(core: Any) -> int:
+    """Updates a ``CoordinatorCore`` has finished with: wait on this, not ``updates_received``."""
+    return sum(core.counters[k] for k in OUTCOME_COUNTERS)

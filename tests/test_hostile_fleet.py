@@ -11,7 +11,7 @@ import numpy as np
 
 from factories import make_global_model, make_hello, make_update
 from hostile import FAST, FLEET, SPEC, TOPICS, Client, coordinator, honest_agent
-from polling import wait_for, wait_until
+from polling import updates_handled, wait_for, wait_until
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.daemon import AgentDaemon
 from streamfl.config import build
@@ -21,12 +21,6 @@ from streamfl.protocol.messages import Command
 from streamfl.protocol.signing import Ed25519Signer, generate_key_pair
 from streamfl.protocol.transport.paho import PahoTransport
 from streamfl.sensors import make_source
-
-
-def _handled(core):
-    """Updates the coordinator's worker has finished with (``updates_received`` counts one as it starts)."""
-    c = core.counters
-    return sum(c[k] for k in ("aggregated", "withheld", "rejected", "duplicates", "stale_dropped"))
 
 
 def run_fleet(broker, tmp_path, name, attack):
@@ -55,14 +49,14 @@ def run_fleet(broker, tmp_path, name, attack):
                 assert wait_for(lambda: server.core.version == version + 1, timeout_s=10)
                 if attack and rnd in (2, 6) and k == 0:
                     base = dev.model
-                    done = _handled(server.core)
+                    done = updates_handled(server.core)
                     mallory.send("update", make_update(SPEC, 1e30, device_id="mallory",
                                                        base_version=base.version), "mallory")
                     scaled = {n: t * np.float32(1000) for n, t in base.tensors.items()}
                     mallory.send("update", make_update(SPEC, device_id="mallory", tensors=scaled,
                                                        base_version=base.version), "mallory")
                     ghost.send("update", make_update(SPEC, 1e30, device_id="ghost"), "ghost")
-                    assert wait_for(lambda: _handled(server.core) == done + 3)
+                    assert wait_for(lambda: updates_handled(server.core) == done + 3)
         accuracy, _ = server.evaluator.evaluate(server.core.model)
         return accuracy, server.counters()
     finally:

@@ -21,7 +21,7 @@ import pytest
 
 from factories import make_hello, make_tensors, make_update
 from hostile import SPEC, Client, coordinator, honest_agent
-from polling import wait_for, wait_until
+from polling import updates_handled, wait_for, wait_until
 from streamfl.methods.clp.hparams import ClpHparamsConfig
 from streamfl.agent.core import RoundMeasurement
 from streamfl.coordinator.admission import AdmissionConfig
@@ -537,20 +537,15 @@ def test_forged_session_aux_marks_are_refused_or_held_to_one_capped_answer_and_n
     plugin = fleet.server.core.plugin("sessions")
     core = fleet.server.core
 
-    def handled():
-        """Updates the worker has finished with (``updates_received`` counts one as it starts)."""
-        c = core.counters
-        return sum(c[k] for k in ("aggregated", "withheld", "rejected", "duplicates", "stale_dropped"))
-
     def honest(k):
         """Device k trains from the newest model it holds and sends; waits until it is handled."""
         dev, agent = fleet.devices[k], fleet.agents[k]
         assert wait_for(lambda: dev.version() == core.version, timeout_s=10)
         agent.on_global_model(dev.model)
         update = agent.train_round()
-        done = handled()
+        done = updates_handled(core)
         dev.send("update", update, agent.device_id)
-        wait_until(lambda: handled() == done + 1, timeout_s=10,
+        wait_until(lambda: updates_handled(core) == done + 1, timeout_s=10,
                    what="%s's update handled" % agent.device_id)
         return update
 
@@ -592,9 +587,9 @@ def test_forged_session_aux_marks_are_refused_or_held_to_one_capped_answer_and_n
         assert core.version == version
         newcomer_agent.on_global_model(fleet.newest())      # the fourth honest answer
         update = newcomer_agent.train_round()
-        done = handled()
+        done = updates_handled(core)
         newcomer.send("update", update, newcomer_agent.device_id)
-        wait_until(lambda: handled() == done + 1, timeout_s=10, what="the newcomer's answer")
+        wait_until(lambda: updates_handled(core) == done + 1, timeout_s=10, what="the newcomer's answer")
         wait_until(lambda: plugin.aux is None, timeout_s=10, what="the auxiliary round closed")
         assert plugin.gradient is not None and core.version == version
         # The fleet trains on: its own updates reach the model again.
