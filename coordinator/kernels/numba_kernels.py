@@ -4,9 +4,13 @@ Compiled on first use (about half a second) and cached on disk (beside the modul
 ``NUMBA_CACHE_DIR``, or the user's cache folder), so a restarted coordinator does not compile
 again. Where no such folder is writable (a read-only install under a sandboxed service without
 ``NUMBA_CACHE_DIR``: the shipped unit sets one) the loops compile at each start instead, with a
-WARNING, rather than the coordinator failing to start. Only the sum of squares may be reordered (``fastmath={"reassoc"}``, so that it vectorizes;
-in float64, where the float32 squares are exact); the mix is compiled without any fast-math flag,
-so no multiply-add is fused and its bits are numpy's.
+WARNING, rather than the coordinator failing to start.
+
+Only the sums of squares may be reordered (``fastmath={"reassoc"}``, so that they vectorize; in
+float64, where the float32 squares are exact); the mix is compiled without any fast-math flag, so
+no multiply-add is fused and its bits are numpy's. One loop sums the delta's squares and the
+update's own: the second costs nothing in a pass bound by memory, so ``delta_squares`` is its
+first half.
 """
 import logging
 from typing import Tuple
@@ -29,15 +33,6 @@ def _compiled(**options):
                         "set NUMBA_CACHE_DIR to a writable folder", fn.__name__, exc)
             return numba.njit(**options)(fn)
     return decorate
-
-
-@_compiled(nogil=True, fastmath={"reassoc"})
-def _delta_squares(update, base):  # pragma: no cover - compiled; run by the contract suite
-    total = 0.0
-    for i in range(update.size):
-        d = np.float32(update[i] - base[i])
-        total += np.float64(d) * np.float64(d)
-    return total
 
 
 @_compiled(nogil=True, fastmath={"reassoc"})
@@ -64,7 +59,7 @@ class NumbaKernels(Kernels):
     name = "numba"
 
     def delta_squares(self, update: np.ndarray, base: np.ndarray) -> float:
-        return float(_delta_squares(update, base))
+        return float(_delta_and_update_squares(update, base)[0])
 
     def delta_and_update_squares(self, update: np.ndarray, base: np.ndarray) -> Tuple[float, float]:
         delta, own = _delta_and_update_squares(update, base)
