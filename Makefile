@@ -48,7 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_scheduler.py
 	$(BIN)/python bench/bench_inference.py
 	$(BIN)/python bench/sim.py
-	$(BIN)/python bench/bench_parallel_rounds.py
+	$(BIN)/python bench/bench_parallel_rounds.py --repeats 3
 
 # Load and soak (bench/load.py): 300 paho agents against the real coordinator for 4 minutes, then
 # again restarting the broker and the coordinator; minutes each, so not part of `make bench`.
