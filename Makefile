@@ -86,7 +86,8 @@ TUNE_METHODS := fedasync,adaclp,streamclp
 # Ablations and clock variants take the rate of the method they vary.
 # Ours with class-balanced mixing takes the rate of what it adds the mixing to.
 TUNE_ALSO := adaclp-no-dvfs=adaclp,adaclp-fixed-low=adaclp,adaclp-efficient-dvfs=adaclp,streamclp-dvfs=streamclp,fedasync+balance=fedasync,fedasync+balance-rest=fedasync,streamclp+balance=streamclp
-MAIN_METHODS := fedasync,adaclp,streamclp,adaclp-no-dvfs,adaclp-fixed-low,streamclp-dvfs,fedasync+balance,fedasync+balance-rest,streamclp+balance
+# The main table: every row in one run, so that one table holds them all.
+MAIN_METHODS := fedasync,adaclp,streamclp,adaclp-no-dvfs,adaclp-fixed-low,adaclp-efficient-dvfs,streamclp-dvfs,fedasync+balance,fedasync+balance-rest,streamclp+balance
 # Ours with class-balanced mixing, also run on the non-extreme and synthetic settings.
 OURS := fedasync+balance-rest,streamclp+balance
 BASELINES := fedavg,fedcurv,afedcurv,criticalfl,fedcurv+clp
@@ -95,7 +96,6 @@ SIM = $(BIN)/streamfl sim --jobs $(JOBS)
 eval-adaclp: $(STAMP)
 	$(BIN)/streamfl tune $(PAPER_X) --methods $(TUNE_METHODS) --lrs 0.05,0.1,0.2,0.4 --seeds 3 --also $(TUNE_ALSO) --jobs $(JOBS) --out runs/eval/tune
 	$(SIM) $(PAPER_X) --seeds 3 --methods $(MAIN_METHODS) $(TUNED) --out runs/eval/paper-extreme-watch --report
-	$(SIM) $(PAPER_X) --seeds 3 --methods adaclp-efficient-dvfs $(TUNED) --out runs/eval/paper-extreme-watch-efficient
 	$(BIN)/streamfl tune $(PAPER_X) --methods $(BASELINES) --lrs 0.05,0.1,0.2,0.4 --seeds 3 --set stream.params.count=updates --jobs $(JOBS) --out runs/eval/tune-baselines
 	$(SIM) $(PAPER_N) --seeds 3 --methods $(TUNE_METHODS),$(OURS) $(TUNED) --out runs/eval/paper-nonextreme-watch --report
 	$(SIM) $(PAPER_X) --seeds 3 --methods $(TUNE_METHODS),$(OURS) $(TUNED) --set data.dataset=synthetic --out runs/eval/paper-extreme-synthetic
