@@ -13,15 +13,15 @@ PRESETS.append(Method("adaclp", "AdaCLP: FedAsync with the staleness-decayed CLP
                                 "hyper-parameters on the devices (eq. 4-6) and CLP-aware DVFS (sec. 4.2)",
                       coordinator=_FEDASYNC, plugins={"clp": {}}, dvfs_policy="clp-aware",
                       when="only where energy matters far more than accuracy: its lowest-level CLP "
-                           "clocks cost 13.0 points of mean accuracy for 41% less energy than "
+                           "clocks cost 19.1 points of mean accuracy for 47% less energy than "
                            "FedAsync (extreme setting, 3 seeds)"))
 PRESETS.append(Method("adaclp-no-dvfs", "AdaCLP without DVFS: clocks left where they are (Table 4)",
                       coordinator=_FEDASYNC, plugins={"clp": {}}, dvfs_policy="none",
-                      when="an ablation: within the spread of FedAsync (-0.3 points) at the same "
+                      when="an ablation: within the spread of FedAsync (-1.0 points) at the same "
                            "energy, so it buys nothing measured"))
 PRESETS.append(Method("adaclp-fixed-low", "AdaCLP at the lowest clock level throughout (Table 4)",
                       coordinator=_FEDASYNC, plugins={"clp": {}}, dvfs_policy="powersave",
-                      when="an ablation, not for use: 20.8 points below FedAsync at 40% of its "
+                      when="an ablation, not for use: 21.1 points below FedAsync at 40% of its "
                            "energy"))
 
 
@@ -35,8 +35,8 @@ PRESETS.append(Method("streamclp", "streamfl's CLP regulator (ours): AdaCLP's pr
                                    "but devices rest once their own data is learned instead of eq. 4's "
                                    "lower rate while it is learned",
                       coordinator=_FEDASYNC, plugins={"clp": {}}, agent=_LEARNED, dvfs_policy="none",
-                      when="to save energy at FedAsync's accuracy where boards' data gets learned: "
-                           "+0.1 points at 87% of its energy (extreme), +1.1 at 96% (Dirichlet "
+                      when="to save energy near FedAsync's accuracy where boards' data gets learned: "
+                           "-1.8 points at 85% of its energy (extreme), +1.1 at 96% (Dirichlet "
                            "mixes), -1.6 at 55% (synthetic)"))
 # The clocks: AdaCLP's clp-aware policy, but the CLP at the board's most energy-efficient level
 # and the climb after it capped at 10% over that level's joules per sample (the options
@@ -47,10 +47,10 @@ PRESETS.append(Method("streamclp-dvfs", "streamclp with CLP-aware clocks at the 
                                         "level (clp_level efficient, climb capped at 1.10x its energy)",
                       coordinator=_FEDASYNC, plugins={"clp": {}},
                       agent=dict(_LEARNED, **_EFFICIENT_CLOCKS), dvfs_policy="clp-aware",
-                      when="energy first, on boards with a profile: 2.0 points below FedAsync at "
-                           "76% of its energy (extreme setting, 3 seeds)"))
+                      when="energy first, on boards with a profile: 4.4 points below FedAsync at "
+                           "73% of its energy (extreme setting, 3 seeds)"))
 PRESETS.append(Method("adaclp-efficient-dvfs", "AdaCLP with the same energy-efficient CLP-aware clocks",
                       coordinator=_FEDASYNC, plugins={"clp": {}}, agent=_EFFICIENT_CLOCKS,
                       dvfs_policy="clp-aware",
-                      when="AdaCLP with clocks that do not starve it: 0.9 points below FedAsync at "
-                           "91% of its energy (its own run, 3 seeds)"))
+                      when="AdaCLP with clocks that do not starve it: 2.3 points below FedAsync at "
+                           "87% of its energy (extreme setting, 3 seeds)"))
