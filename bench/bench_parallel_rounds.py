@@ -238,7 +238,7 @@ def compare(name: str, values: Dict[str, Any], workers: int, repeats: int = 1,
 
     Why the least, and interleaved: this machine is shared, and another tenant's load only ever
     adds time (in the CPU time too: it takes caches and memory bandwidth, not the cores, which is
-    why steal time does not show it). One pair of runs measured on 2026-11-28 gave 1.84x, 2.20x
+    why steal time does not show it). Three single pairs measured on 2026-11-28 gave 1.84x, 2.20x
     and 1.58x on the same code within an hour, the last with the parallel run at 1.24 of the
     serial run's CPU. The least of several runs of each, taken in turns so that a quiet or busy
     spell falls on both, is the estimate of each undisturbed time (the reason ``timeit`` reports
