@@ -92,11 +92,11 @@ MAIN_METHODS := fedasync,adaclp,streamclp,adaclp-no-dvfs,adaclp-fixed-low,adaclp
 OURS := fedasync+balance-rest,streamclp+balance
 BASELINES := fedavg,fedcurv,afedcurv,criticalfl,fedcurv+clp
 TUNED = $$(cat runs/eval/tune/tuned.flags)
-SIM = $(BIN)/streamfl sim --jobs $(JOBS)
+SIM = $(BIN)/streamfl sim --jobs $(JOBS) --keep-going
 eval-adaclp: $(STAMP)
-	$(BIN)/streamfl tune $(PAPER_X) --methods $(TUNE_METHODS) --lrs 0.05,0.1,0.2,0.4 --seeds 3 --also $(TUNE_ALSO) --jobs $(JOBS) --out runs/eval/tune
+	$(BIN)/streamfl tune $(PAPER_X) --methods $(TUNE_METHODS) --lrs 0.05,0.1,0.2,0.4 --seeds 3 --also $(TUNE_ALSO) --jobs $(JOBS) --keep-going --out runs/eval/tune
 	$(SIM) $(PAPER_X) --seeds 3 --methods $(MAIN_METHODS) $(TUNED) --out runs/eval/paper-extreme-watch --report
-	$(BIN)/streamfl tune $(PAPER_X) --methods $(BASELINES) --lrs 0.05,0.1,0.2,0.4 --seeds 3 --set stream.params.count=updates --jobs $(JOBS) --out runs/eval/tune-baselines
+	$(BIN)/streamfl tune $(PAPER_X) --methods $(BASELINES) --lrs 0.05,0.1,0.2,0.4 --seeds 3 --set stream.params.count=updates --jobs $(JOBS) --keep-going --out runs/eval/tune-baselines
 	$(SIM) $(PAPER_N) --seeds 3 --methods $(TUNE_METHODS),$(OURS) $(TUNED) --out runs/eval/paper-nonextreme-watch --report
 	$(SIM) $(PAPER_X) --seeds 3 --methods $(TUNE_METHODS),$(OURS) $(TUNED) --set data.dataset=synthetic --out runs/eval/paper-extreme-synthetic
 	for knob in "clp.d0=0.0" "clp.batch_min=32" "clp.lr_min=0.4"; do \

@@ -6,6 +6,7 @@ The folder gets ``metrics.jsonl`` (every event of every run, tagged with method 
 or ``jobs`` at a time in worker processes or on Ray (``streamfl.sim.executors``); the files are
 the same either way (but for each run's ``wall_s``).
 """
+import io
 import json
 import logging
 import sys
@@ -18,8 +19,8 @@ import torch
 import yaml
 
 from streamfl.config import to_dict
-from streamfl.errors import StorageError
-from streamfl.sim.executors import make_executor, run_one, scenario_dataset
+from streamfl.errors import StorageError, StreamflError
+from streamfl.sim.executors import make_executor, run_failed, run_one, scenario_dataset
 from streamfl.sim.rounds import check_workers, make_rounds
 from streamfl.sim.methods import Method, resolve
 from streamfl.sim.scenario import Scenario
@@ -80,8 +81,13 @@ def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] 
             seeds: Optional[int] = None, dataset: Any = None,
             progress: Optional[Progress] = None, jobs: Optional[int] = None,
             executor: str = "local", ray_address: Optional[str] = None,
-            workers: Optional[int] = None) -> Dict[str, Any]:
+            workers: Optional[int] = None, keep_going: bool = False) -> Dict[str, Any]:
     """Run ``methods`` (default the scenario's) on ``seeds`` seeds; returns the summary.
+
+    A run that fails ends the grid with its error (naming the method and seed), or with
+    ``keep_going`` is logged, left out of the figures and listed under its method's ``failed`` in
+    the summary (and ``failed_runs`` counts them) while the other runs go on: one run that breaks
+    hours into a sweep costs that run, not the sweep.
 
     ``jobs`` runs at a time (default 1, in this process; with ``executor="ray"``, as many as the
     cluster takes); ``workers`` trains each run's device rounds in that many worker processes
@@ -105,6 +111,7 @@ def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] 
         raise StorageError("cannot write the run folder %s: %s" % (out_dir, exc.strerror or exc)) from exc
     progress = progress or Progress(len(grid))
     per_method: Dict[str, List[Dict[str, Any]]] = {m.name: [] for m in chosen}
+    failed: Dict[str, List[Dict[str, Any]]] = {m.name: [] for m in chosen}
     threads = torch.get_num_threads()
     try:
         if pool is None:
@@ -114,8 +121,20 @@ def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] 
             data = SimData(scenario, dataset if dataset is not None else scenario_dataset(scenario))
             for seed, method in grid:
                 progress.start_run("%s seed %d" % (method.name, seed))
-                _record(per_method, method, run_one(scenario, method, seed, data, metrics.write,
-                                                    progress.update, rounds))
+                if not keep_going:
+                    _record(per_method, method, run_one(scenario, method, seed, data, metrics.write,
+                                                        progress.update, rounds))
+                else:
+                    # The run's lines wait for its end, so a failed run leaves none behind.
+                    lines = io.StringIO()
+                    try:
+                        figures = run_one(scenario, method, seed, data, lines.write,
+                                          progress.update, rounds)
+                    except Exception as exc:  # noqa: BLE001  (any run's failure, recorded)
+                        _record_failure(failed, seed, method, run_failed(seed, method, exc))
+                    else:
+                        metrics.write(lines.getvalue())
+                        _record(per_method, method, figures)
                 progress.end_run()
         else:
             def finished(seed: int, method: Method) -> None:
@@ -124,8 +143,12 @@ def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] 
                 progress.update(1.0)
                 progress.end_run()
 
-            with closing(pool.run(scenario, dataset, grid, finished)) as results:
-                for (_, method), (lines, figures) in zip(grid, results):
+            with closing(pool.run(scenario, dataset, grid, finished, keep_going)) as results:
+                for (seed, method), outcome in zip(grid, results):
+                    if isinstance(outcome, StreamflError):
+                        _record_failure(failed, seed, method, outcome)
+                        continue
+                    lines, figures = outcome
                     metrics.write(lines)
                     _record(per_method, method, figures)
     finally:
@@ -140,8 +163,19 @@ def run_sim(scenario: Scenario, out_dir: Path, methods: Optional[Sequence[str]] 
                "stream": scenario.stream.kind,
                "methods": {name: method_summary(runs, scenario.thresholds)
                            for name, runs in per_method.items()}}
+    if keep_going:
+        for name, failures in failed.items():
+            summary["methods"][name]["failed"] = failures
+        summary["failed_runs"] = sum(len(f) for f in failed.values())
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def _record_failure(failed: Dict[str, List[Dict[str, Any]]], seed: int, method: Method,
+                    error: StreamflError) -> None:
+    """Keep a failed run's seed and error under its method, and say so now, not hours later."""
+    failed[method.name].append({"seed": seed, "error": str(error)})
+    log.error("%s (left out of the figures; the grid goes on)", error)
 
 
 def _record(per_method: Dict[str, List[Dict[str, Any]]], method: Method,

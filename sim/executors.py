@@ -15,9 +15,10 @@ import os
 import time
 import uuid
 from abc import ABC, abstractmethod
+from contextlib import closing
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from streamfl.errors import ConfigError, StreamflError
 from streamfl.sim.methods import Method
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 Pair = Tuple[int, Method]
 #: A finished run: its metrics lines, then its figures.
 Result = Tuple[str, Dict[str, Any]]
+#: What a run hands back: its result, or the error that ended it (naming the method and seed).
+Outcome = Union[Result, StreamflError]
 EXECUTORS = ("local", "ray")
 
 #: A worker process's data, made once per grid and kept for its next runs.
@@ -93,7 +96,9 @@ def run_failed(seed: int, method: Method, exc: BaseException) -> StreamflError:
     if isinstance(exc, BrokenProcessPool):
         message += (" (its worker process died: out of memory, or a script that calls run_sim "
                     "without an if __name__ == '__main__' guard)")
-    return ConfigError(message) if isinstance(exc, ConfigError) else StreamflError(message)
+    error = ConfigError(message) if isinstance(exc, ConfigError) else StreamflError(message)
+    error.__cause__ = exc
+    return error
 
 
 def _worker_data(grid_id: str, scenario: Scenario, dataset: Any) -> SimData:
@@ -133,21 +138,28 @@ class Executor(ABC):
     """Runs a grid's (seed, method) pairs elsewhere and returns their results in the grid's order."""
 
     def run(self, scenario: Scenario, dataset: Any, grid: Sequence[Pair],
-            finished: Callable[[int, Method], None]) -> Iterator[Result]:
-        """Every pair's result in ``grid`` order; ``finished(seed, method)`` as each run ends."""
-        waiting: Dict[int, Result] = {}
+            finished: Callable[[int, Method], None], keep_going: bool = False) -> Iterator[Outcome]:
+        """Every pair's outcome in ``grid`` order; ``finished(seed, method)`` as each run ends.
+
+        A failed run raises its error at once (the generator's caller closes it, which stops the
+        other runs), or with ``keep_going`` takes its place in the order and the grid goes on."""
+        waiting: Dict[int, Outcome] = {}
         next_index = 0
-        for index, result in self.unordered(scenario, dataset, grid):
-            finished(*grid[index])
-            waiting[index] = result
-            while next_index in waiting:
-                yield waiting.pop(next_index)
-                next_index += 1
+        with closing(self.unordered(scenario, dataset, grid)) as outcomes:
+            for index, result in outcomes:
+                if isinstance(result, StreamflError) and not keep_going:
+                    raise result
+                finished(*grid[index])
+                waiting[index] = result
+                while next_index in waiting:
+                    yield waiting.pop(next_index)
+                    next_index += 1
 
     @abstractmethod
     def unordered(self, scenario: Scenario, dataset: Any,
-                  grid: Sequence[Pair]) -> Iterator[Tuple[int, Result]]:
-        """(index in ``grid``, result) of each run as it finishes; stops every run on leaving."""
+                  grid: Sequence[Pair]) -> Iterator[Tuple[int, Outcome]]:
+        """(index in ``grid``, outcome) of each run as it ends, a failure as its ``run_failed``
+        error; stops every run still going when the caller leaves."""
 
 
 def _init_local_worker(log_level: int, parent_pid: int) -> None:
@@ -170,8 +182,8 @@ class LocalExecutor(Executor):
         self.workers = workers
 
     def unordered(self, scenario: Scenario, dataset: Any,
-                  grid: Sequence[Pair]) -> Iterator[Tuple[int, Result]]:
-        """Submit the whole grid; on a failure or an early exit, end the workers at once."""
+                  grid: Sequence[Pair]) -> Iterator[Tuple[int, Outcome]]:
+        """Submit the whole grid; on an early exit, end the workers at once."""
         grid_id = uuid.uuid4().hex
         level = logging.getLogger("streamfl").getEffectiveLevel()
         pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(grid)),
@@ -188,9 +200,8 @@ class LocalExecutor(Executor):
                 for future in sorted(done, key=futures.__getitem__):
                     index = futures[future]
                     exc = future.exception()
-                    if exc is not None:
-                        raise run_failed(*grid[index], exc) from exc
-                    yield index, future.result()
+                    yield index, (run_failed(*grid[index], exc) if exc is not None
+                                  else future.result())
         finally:
             _stop(pool, futures)
 
@@ -231,8 +242,8 @@ class RayExecutor(Executor):
         self.workers = workers
 
     def unordered(self, scenario: Scenario, dataset: Any,
-                  grid: Sequence[Pair]) -> Iterator[Tuple[int, Result]]:
-        """Keep up to ``jobs`` tasks in flight; on a failure or an early exit, cancel the rest."""
+                  grid: Sequence[Pair]) -> Iterator[Tuple[int, Outcome]]:
+        """Keep up to ``jobs`` tasks in flight; on an early exit, cancel the rest."""
         import ray
         started_here = not ray.is_initialized()
         if started_here:
@@ -254,10 +265,9 @@ class RayExecutor(Executor):
                 done, _ = ray.wait(list(in_flight), num_returns=1)
                 index = in_flight.pop(done[0])
                 try:
-                    result = ray.get(done[0])
+                    result: Outcome = ray.get(done[0])
                 except ray.exceptions.RayError as exc:
-                    cause = getattr(exc, "cause", None) or exc
-                    raise run_failed(*grid[index], cause) from exc
+                    result = run_failed(*grid[index], getattr(exc, "cause", None) or exc)
                 yield index, result
         finally:
             for ref in in_flight:

@@ -124,7 +124,10 @@ def methods_table(summary: Dict) -> str:
         rows.append([name, _cell(entry, "final_accuracy", n), _cell(entry, "energy_j", n),
                      _cell(entry, "train_energy_j", n), _cell(entry, "idle_energy_j", n)]
                     + [_t2a_cell(entry, k, n) for k in t2a] + [_cell(entry, k, n) for k in extras])
-    return html_table(header, rows)
+    failed = failed_runs(summary)
+    note = ("<p>Failed runs, left out of the figures:</p><ul>%s</ul>"
+            % "".join("<li>%s</li>" % html.escape(f) for f in failed)) if failed else ""
+    return html_table(header, rows) + note
 
 
 # ---- Markdown, for docs/results.md --------------------------------------------------------------
@@ -181,7 +184,21 @@ def markdown_table(summary: Dict, reference: Optional[str] = DEFAULT_REFERENCE,
                        if mean is not None and ref_mean is not None else "–")
             row.append("%.2f" % (energy / ref_energy) if energy and ref_energy else "–")
         rows.append(row)
-    return markdown_rows(header, rows)
+    return markdown_rows(header, rows) + failed_note(summary)
+
+
+def failed_runs(summary: Dict) -> List[str]:
+    """Each run of a ``--keep-going`` grid that failed, as ``method seed N: error``."""
+    return ["%s seed %s: %s" % (name, f.get("seed"), f.get("error"))
+            for name, entry in (summary.get("methods") or {}).items()
+            for f in entry.get("failed") or []]
+
+
+def failed_note(summary: Dict) -> str:
+    """A line under a table naming the runs its figures leave out ("" when none failed): a mean
+    over fewer seeds than the grid's must say so."""
+    failed = failed_runs(summary)
+    return "\n\nFailed runs, left out of the figures: %s." % "; ".join(failed) if failed else ""
 
 
 def markdown_for_run(run_dir: Path, reference: Optional[str] = DEFAULT_REFERENCE,

@@ -39,9 +39,13 @@ def tune_lr(scenario: Scenario, methods: Sequence[str], lrs: Sequence[float], ou
         for name, figures in summary["methods"].items():
             sweep[name]["%g" % lr] = {key: figures.get(key) for key in
                                       (CRITERION, CRITERION + "_std", "final_accuracy", "energy_j", "seeds")}
+            if figures.get("failed"):
+                sweep[name]["%g" % lr]["failed"] = figures["failed"]
     result: Dict[str, Any] = {}
     for name, by_lr in sweep.items():
-        scored = [(v[CRITERION], float(lr)) for lr, v in by_lr.items() if v[CRITERION] is not None]
+        # A rate with a failed run is scored on fewer seeds than the others: it is not chosen.
+        scored = [(v[CRITERION], float(lr)) for lr, v in by_lr.items()
+                  if v[CRITERION] is not None and not v.get("failed")]
         best = max(scored)[1] if scored else None
         result[name] = {"lr": best, "sweep": by_lr}
         log.info("%s: best lr %s (%s)", name, best, ", ".join(
@@ -82,6 +86,8 @@ def tuning_table(result: Dict[str, Any]) -> str:
             v, std = figures.get(CRITERION), figures.get(CRITERION + "_std")
             std = std if (figures.get("seeds") or 0) > 1 else None  # one seed has no spread
             text = "-" if v is None else "%.3f" % v if std is None else "%.3f ± %.3f" % (v, std)
+            if figures.get("failed"):
+                text += " (%d failed)" % len(figures["failed"])
             cells.append("**%s**" % text if r["lr"] is not None and float(lr) == r["lr"] else text)
         lines.append("| `%s` | %s | %s |" % (name, " | ".join(cells), "-" if r["lr"] is None
                                                 else "%g" % r["lr"]))

@@ -87,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="train each run's device rounds in N worker processes (Ray actors with "
                           "--executor ray): the rounds that cannot change each other's input run "
                           "side by side; the output files are the same")
+    sim.add_argument("--keep-going", action="store_true",
+                     help="a run that fails is logged, listed in summary.json and left out of the "
+                          "figures while the other runs go on (the exit status is then 1); "
+                          "default: the first failure ends the grid")
     sim.add_argument("--executor", default="local", choices=("local", "ray"),
                      help="where parallel runs and round workers go: local processes, or Ray "
                           "tasks and actors (needs the ray extra)")
@@ -109,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="runs at a time in worker processes (default 1)")
     tune.add_argument("--workers", type=int, default=None, metavar="N",
                       help="each run's device rounds in N worker processes (as for 'streamfl sim')")
+    tune.add_argument("--keep-going", action="store_true",
+                      help="as for 'streamfl sim': failed runs are listed and the sweep goes on; a "
+                           "rate with a failed run is not chosen (the exit status is then 1)")
     tune.add_argument("--also", default="", metavar="NAME=FROM,...",
                       help="methods that take a tuned method's rate in tuned.flags, e.g. an "
                            "ablation: NAME-no-dvfs=NAME")
@@ -202,7 +209,8 @@ def _sim(args) -> int:
     out = Path(args.out or "runs/sim-%s-%s" % (scenario.name, time.strftime("%Y%m%d-%H%M%S")))
     methods = [m for m in args.methods.split(",") if m.strip()] if args.methods else None
     summary = run_sim(scenario, out, methods=methods, seeds=args.seeds, jobs=args.jobs,
-                      executor=args.executor, ray_address=args.ray_address, workers=args.workers)
+                      executor=args.executor, ray_address=args.ray_address, workers=args.workers,
+                      keep_going=args.keep_going)
     for name, m in summary["methods"].items():
         print("%-16s accuracy %s +- %s   mean over the run %s +- %s   energy %s +- %s J" % (
             name, _fmt(m.get("final_accuracy")), _fmt(m.get("final_accuracy_std")),
@@ -212,7 +220,8 @@ def _sim(args) -> int:
     if args.report:
         from streamfl.sim.report_html import render_report
         print("report: %s" % render_report(out))
-    return 0
+    return _failed_runs([(name, f) for name, entry in summary["methods"].items()
+                         for f in entry.get("failed", [])])
 
 
 def _tune(args) -> int:
@@ -234,10 +243,21 @@ def _tune(args) -> int:
             raise ConfigError("--also %r: expected NAME=FROM" % item)
         also[name] = source
     result = tune_lr(scenario, methods, [float(x) for x in lrs], Path(args.out), seeds=args.seeds,
-                     jobs=args.jobs, also=also, workers=args.workers)
+                     jobs=args.jobs, also=also, workers=args.workers, keep_going=args.keep_going)
     print(tuning_table(result))
     print("flags for streamfl sim: %s" % (Path(args.out) / "tuned.flags"))
-    return 0
+    return _failed_runs([("%s at lr %s" % (name, lr), f) for name, r in result.items()
+                         for lr, figures in r["sweep"].items() for f in figures.get("failed", [])])
+
+
+def _failed_runs(failures) -> int:
+    """The exit status of a grid: 1, with each failed run named on stderr, if any run failed."""
+    import sys
+    for name, failure in failures:
+        print("failed: %s seed %d: %s" % (name, failure["seed"], failure["error"]), file=sys.stderr)
+    if failures:
+        print("%d run(s) failed and are left out of the figures" % len(failures), file=sys.stderr)
+    return 1 if failures else 0
 
 
 def _operator(args) -> int:
