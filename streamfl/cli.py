@@ -212,10 +212,14 @@ def _sim(args) -> int:
                       executor=args.executor, ray_address=args.ray_address, workers=args.workers,
                       keep_going=args.keep_going)
     for name, m in summary["methods"].items():
-        print("%-16s accuracy %s +- %s   mean over the run %s +- %s   energy %s +- %s J" % (
+        if not m["runs"]:
+            print("%-16s failed in every seed (below)" % name)
+            continue
+        print("%-16s accuracy %s +- %s   mean over the run %s +- %s   energy %s +- %s J%s" % (
             name, _fmt(m.get("final_accuracy")), _fmt(m.get("final_accuracy_std")),
             _fmt(m.get("mean_accuracy")), _fmt(m.get("mean_accuracy_std")),
-            _fmt(m.get("energy_j"), "%.0f"), _fmt(m.get("energy_j_std"), "%.0f")))
+            _fmt(m.get("energy_j"), "%.0f"), _fmt(m.get("energy_j_std"), "%.0f"),
+            "   (%d seed(s) failed)" % len(m["failed"]) if m.get("failed") else ""))
     print("run folder: %s" % out)
     if args.report:
         from streamfl.sim.report_html import render_report

@@ -25,7 +25,9 @@ def test_the_other_runs_write_the_plain_grids_files_and_the_failures_are_named(
         serial, tmp_path, capsys, jobs):
     out = tmp_path / "run"
     assert main(["sim", str(SMOKE), *WITH_ADACLP, *jobs, "--keep-going", "--out", str(out)]) == 1
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
+    assert "adaclp           failed in every seed" in captured.out
     assert "failed: adaclp seed 0: run of method adaclp, seed 0 failed" in err and "nonsense" in err
     assert "failed: adaclp seed 1" in err and "2 run(s) failed" in err
     lines, summary, _ = run_files(out)
