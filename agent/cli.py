@@ -104,10 +104,12 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
     except ConfigError as exc:
         return fail(exc, ConfigError.exit_code)
     if args.check_config:
-        for warning in identity_warnings(cfg):
+        for warning in _id_warnings(cfg):
             sys.stderr.write("%s: warning: %s\n" % (PROG, warning))
         data = to_dict(cfg)
         data["dvfs"].pop("board", None)  # the top-level board, copied in (deprecated as a key)
+        # A YAML comment, so the output still loads: where the id (the MQTT client id) came from.
+        sys.stdout.write("# device_id %s: %s\n" % (cfg.device_id, _id_origin(args, cfg)))
         sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
         return 0
     setup_logging(args.log_level, environ=environ)
@@ -118,6 +120,23 @@ def main(argv: Optional[List[str]] = None, environ: Optional[Mapping[str, str]] 
         return fail(exc, ConfigError.exit_code)
     except StreamflError as exc:  # a state file it cannot read (StateFileError) exits 2 as well
         return fail(exc, getattr(exc, "exit_code", 1))
+
+
+def _id_origin(args: argparse.Namespace, cfg) -> str:
+    """Where the device id came from: --device-id, the config file, or the hostname."""
+    from streamfl.agent.config import device_id_origin
+    if args.device_id is not None:
+        return "from --device-id"
+    origin = device_id_origin(cfg)
+    return "from %s" % args.config if origin.startswith("configured") and args.config else origin
+
+
+def _id_warnings(cfg) -> List[str]:
+    """The identity warnings of start and ``--check-config``: an id derived from the hostname
+    (boards flashed from one image share it), a broker user name other than the id."""
+    from streamfl.agent.config import derived_device_id_warning
+    derived = derived_device_id_warning(cfg)
+    return ([derived] if derived else []) + identity_warnings(cfg)
 
 
 def _dvfs(cfg, state_dir: Path):
@@ -154,7 +173,7 @@ def _run(cfg, settings, state_dir: Path, environ: Mapping[str, str]) -> int:
     log.info("streamfl-agent %s: device %s, fleet %s, broker %s:%d, sensor %s, state %s",
              streamfl.__version__, cfg.device_id, cfg.fleet, settings.host, settings.port,
              cfg.sensor.kind, state_dir)
-    for warning in identity_warnings(cfg):
+    for warning in _id_warnings(cfg):
         log.warning("%s", warning)
     daemon.run()
     return 0

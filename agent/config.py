@@ -35,6 +35,25 @@ def default_device_id() -> str:
     return sanitize_name(socket.gethostname())
 
 
+def device_id_origin(cfg: "AgentConfig") -> str:
+    """Where ``cfg.device_id`` came from, in words: configured, or derived from the hostname."""
+    derived = getattr(cfg, "_derived_from_hostname", None)
+    if derived is not None and derived == cfg.device_id:
+        return "derived from the hostname %r (no device_id configured)" % socket.gethostname()
+    return "configured (device_id / --device-id)"
+
+
+def derived_device_id_warning(cfg: "AgentConfig") -> Optional[str]:
+    """The warning for a device id derived from the hostname (None for a configured one): boards
+    flashed from one image share the hostname, and two boards with one id take the broker
+    connection from each other (``agent/takeover.py``)."""
+    if getattr(cfg, "_derived_from_hostname", None) != cfg.device_id:
+        return None
+    return ("device id %r is %s: boards flashed from one image share it, and two boards with one "
+            "id take the broker connection from each other; set device_id (provisioning writes "
+            "it) or --device-id" % (cfg.device_id, device_id_origin(cfg)))
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     """Everything one board's agent needs; see configs/agent.example.yaml for each key's meaning."""
@@ -42,7 +61,9 @@ class AgentConfig:
     #: Fleet name: the topic namespace streamfl/v1/<fleet>/... shared with the coordinator (1-64
     #: characters from A-Z a-z 0-9 _ . -).
     fleet: str = "default"
-    #: None = the sanitized hostname (filled in by ``__post_init__``).
+    #: This board's name in the fleet, also its MQTT client id and (shipped ACL) broker user name:
+    #: unique per broker. None = the sanitized hostname (filled in by ``__post_init__``, with a
+    #: WARNING at start: boards flashed from one image share it); provisioning writes it.
     device_id: Optional[str] = None
     #: The board profile (configs/boards/<name>.yaml: jetson-nano, jetson-xavier-nx,
     #: jetson-agx-orin, jetson-orin-nano, jetson-orin-nano-super, raspberry-pi-4, raspberry-pi-5,
@@ -100,6 +121,29 @@ class AgentConfig:
     #: model topic, repeated every 10 times as long; 0 = never. A board on the wrong fleet or
     #: broker otherwise waits silently; 60 s is 12 rounds at the default interval.
     model_wait_warn_s: float = bounded(60.0, 0.0, 604800.0)
+    #: Seconds without a word from the coordinator (no new global model, no command, its retained
+    #: status not turning online) before one WARNING saying what the agent does meanwhile (it
+    #: keeps training from the model it holds; its updates wait in the broker or the outbox), and
+    #: one line when it is heard again (``agent/coordinator_watch.py``); 0 = never. 120 s: a
+    #: FedAsync coordinator answers every round (5 s) with a new version, a restart takes
+    #: seconds, so two minutes of silence is an outage; never less than 3 round intervals.
+    coordinator_silence_warn_s: float = bounded(120.0, 0.0, 604800.0)
+    #: Another board with this device id (``agent/takeover.py``): a connection the broker closes
+    #: within this many seconds of accepting it counts towards the take-over cycle. 10 s: a clone
+    #: reconnects within the reconnect delay (1 s), a cut link takes the keep-alive (30 s+).
+    duplicate_id_short_connection_s: float = bounded(10.0, 0.1, 3600.0)
+    #: This many such short connections within ``duplicate_id_window_s`` are reported as another
+    #: board with this id (an ERROR, the ``duplicate_id_takeovers`` counter) and backed off from.
+    #: 3: one drop is a hiccup, three in a row at the reconnect pace are the cycle.
+    duplicate_id_connections: int = bounded(3, 1, 1000)
+    #: The window (seconds) within which ``duplicate_id_connections`` short connections count;
+    #: 60 s holds a take-over cycle of up to 20 s per connection.
+    duplicate_id_window_s: float = bounded(60.0, 1.0, 86400.0)
+    #: The longest wait (seconds) before reconnecting while another board takes this id's
+    #: connection: the wait doubles at every take-over from 2 s to this. 300 s: the broker sees one
+    #: take-over per 5 minutes, and the board holding the connection works meanwhile. Normal
+    #: reconnects resume after a connection held twice this long.
+    duplicate_id_backoff_max_s: float = bounded(300.0, 1.0, 86400.0)
     #: Seconds a round waits for the global model it asks for before starting from the model held
     #: (agent/model_feed.py): one download of the model, 17 s for 2 MB at 1 Mbit/s on cellular.
     model_fetch_timeout_s: float = bounded(30.0, 0.1, 3600.0)
@@ -145,6 +189,8 @@ class AgentConfig:
                              % (self.fleet,))
         if self.device_id is None:
             object.__setattr__(self, "device_id", default_device_id())
+            # Not a field: remembers that the id is the hostname (``device_id_origin``).
+            object.__setattr__(self, "_derived_from_hostname", self.device_id)
         elif not NAME_RE.match(self.device_id):
             raise ValueError("device_id %r is invalid: use 1-64 characters from A-Z a-z 0-9 _ . -"
                              % (self.device_id,))
@@ -170,6 +216,8 @@ class AgentConfig:
             ("telemetry_interval_s", self.telemetry_interval_s >= 0, "must be >= 0 (0 = off)"),
             ("max_buffer_bytes", self.max_buffer_bytes >= 1, "must be at least 1"),
             ("model_wait_warn_s", self.model_wait_warn_s >= 0, "must be >= 0 (0 = never)"),
+            ("coordinator_silence_warn_s", self.coordinator_silence_warn_s >= 0,
+             "must be >= 0 (0 = never)"),
             ("checkpoint_every_rounds", self.checkpoint_every_rounds >= 0,
              "must be >= 0 (0 = only at exit)"),
             ("max_frame_bytes", self.max_frame_bytes >= 1024, "must be at least 1024"),

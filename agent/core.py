@@ -161,6 +161,9 @@ class AgentCore:
         #: The board profile's name, announced in Hello: the config's ``board``, replaced by the
         #: runtime that owns the clocks with the profile it resolved (``auto``, a profile file).
         self.board = config.board
+        #: This process's random id, in every Hello: the coordinator tells two boards that share
+        #: a device id apart by it (``coordinator/registry.py``).
+        self.instance = uuid.uuid4().hex[:16]
 
     # ---- inputs -------------------------------------------------------------------------------
 
@@ -168,7 +171,8 @@ class AgentCore:
         """The retained status message announcing this device on every connect."""
         return Hello(device_id=self.device_id, board=self.board,
                      software_version=streamfl.__version__, arch_id=self.arch_id,
-                     buffer_capacity=self.buffer.capacity, dvfs_levels=dict(self.dvfs_levels))
+                     buffer_capacity=self.buffer.capacity, dvfs_levels=dict(self.dvfs_levels),
+                     instance=self.instance)
 
     def add_window(self, window: Window) -> bool:
         """Offer one sensor window to the buffer; False if it was not stored (see buffer counters)."""

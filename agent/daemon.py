@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional
 
 from streamfl.agent.config import AgentConfig
+from streamfl.agent.coordinator_watch import CoordinatorWatch
 from streamfl.agent.core import AgentCore, DivergedError, RoundInterrupted, RoundMeasurement
 from streamfl.agent.dvfs import AgentDvfs
 from streamfl.agent.model_feed import ModelFeed
@@ -20,10 +21,11 @@ from streamfl.notify import SystemdNotifier
 from streamfl.agent.outbox import Outbox
 from streamfl.agent.predictor import make_predictor
 from streamfl.agent.state import StateDir
+from streamfl.agent.takeover import TakeoverWatch
 from streamfl.errors import ProtocolError, SensorError, StorageError, StreamflError
 from streamfl.models import model_to_arrays, tensor_spec
 from streamfl.protocol.codec import Decoder, encode, encode_update
-from streamfl.protocol.messages import Command, GlobalModel, Offline, Telemetry
+from streamfl.protocol.messages import Command, CoordinatorStatus, GlobalModel, Offline, Telemetry
 from streamfl.protocol.signing import BAD_SIGNATURE, ENVELOPE_BYTES, UNSIGNED, make_verifier
 from streamfl.protocol.topics import Topics
 from streamfl.protocol.transport.base import Transport
@@ -83,11 +85,21 @@ class AgentDaemon:
         self._shut_down = False
         self._restored = False
         self._previous_on_message = None
+        #: Another board with this device id: the broker's take-over cycle, and the back-off.
+        self.takeover = TakeoverWatch(self.device_id, config.duplicate_id_short_connection_s,
+                                      config.duplicate_id_connections, config.duplicate_id_window_s,
+                                      config.duplicate_id_backoff_max_s)
+        #: One WARNING while the coordinator is silent, one line when it is back.
+        self.coordinator_watch = CoordinatorWatch(config.coordinator_silence_warn_s, config.fleet,
+                                                  clock(), config.round_interval_s)
+        #: Guards the two watches: fed from the transport's thread, checked from ``run``'s.
+        self._watch_lock = threading.Lock()
         self._counts = {"rounds": 0, "updates_sent": 0, "updates_queued": 0, "round_errors": 0,
                         "diverged_rounds": 0,
                         "windows": 0, "models_received": 0, "commands_received": 0,
                         "unexpected_messages": 0, "telemetry_sent": 0, "checkpoints": 0,
-                        "checkpoint_errors": 0, "connects": 0, UNSIGNED: 0, BAD_SIGNATURE: 0}
+                        "checkpoint_errors": 0, "connects": 0, "coordinator_silences": 0,
+                        UNSIGNED: 0, BAD_SIGNATURE: 0}
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -115,6 +127,9 @@ class AgentDaemon:
         # The transport re-establishes registered subscriptions on every (re)connect. The model
         # topic is held by the feed: subscribed now only if no model is held.
         t.subscribe(self.command_topic, qos=1)
+        # The coordinator's retained status (readable by every device under the shipped ACL):
+        # whether it is online, for the warning that it is silent (agent/coordinator_watch.py).
+        t.subscribe(self.topics.coordinator_status, qos=1)
         # A persistent session may still hold the model topic from a run before this one (or
         # from an older agent that stayed subscribed): drop it unless a model is wanted now.
         t.unsubscribe(self.topics.model)
@@ -143,6 +158,7 @@ class AgentDaemon:
             while not self._stop.is_set():
                 now = self._clock()
                 model_wait.check(self._counts["models_received"], now, waiting=self.feed.subscribed)
+                self._check_watches(now)
                 # A device told to skip still reports to a scheduler once per round interval.
                 report_due = self.core.skipping and now >= next_report
                 if (self.config.telemetry_interval_s > 0 and now >= next_telemetry) or report_due:
@@ -361,6 +377,7 @@ class AgentDaemon:
                             buffer_capacity=self.core.buffer.capacity, rounds=self.core.rounds,
                             extras=self.core.report_extras(self._clock()),
                             **self.core.divergence.status(), **board,
+                            duplicate_id_takeovers=self.takeover.takeovers,
                             **self.predictor.telemetry(self._clock()))
         ok = self.transport.publish(self.telemetry_topic, encode(tel), qos=0)
         if ok:
@@ -383,6 +400,8 @@ class AgentDaemon:
 
     def _on_connect(self, session_present: bool) -> None:
         self._counts["connects"] += 1
+        with self._watch_lock:
+            self.takeover.connected(self._clock())
         with self._lock:
             hello = self.core.hello()
         self.transport.publish(self.status_topic, encode(hello), qos=1, retain=True)
@@ -393,9 +412,20 @@ class AgentDaemon:
         if self._stop.is_set():
             log.info("disconnected from the broker")
             return
+        with self._watch_lock:
+            delay_s = self.takeover.dropped(self._clock())
+        # 0 puts the transport's own reconnect delays back; applies to the reconnect that follows.
+        self.transport.delay_reconnect(delay_s)
+        if delay_s > 0:
+            self.notifier.status("another board seems to use device id %s: reconnecting in %.0f s "
+                                 "(%d take-overs)" % (self.device_id, delay_s,
+                                                      self.takeover.takeovers))
         log.warning("lost the broker connection (%s); updates go to the outbox", reason)
 
     def _on_message(self, topic: str, payload: bytes) -> None:
+        if topic == self.topics.coordinator_status:
+            self._on_coordinator_status(payload)
+            return
         if topic != self.topics.model and topic != self.command_topic:
             if self._previous_on_message is not None:
                 self._previous_on_message(topic, payload)
@@ -420,16 +450,54 @@ class AgentDaemon:
             self.feed.arrived(wants)
             if accepted:
                 self.predictor.set_model(msg.version, msg.tensors, "global", run_id=msg.run_id)
+                with self._watch_lock:  # a model newer than the one held: the coordinator is up
+                    self.coordinator_watch.heard(self._clock(), "global model v%d" % msg.version)
         elif topic == self.command_topic and isinstance(msg, Command):
             self._counts["commands_received"] += 1
             with self._lock:
                 accepted = self.core.on_command(msg)
+            if accepted:
+                with self._watch_lock:
+                    self.coordinator_watch.heard(self._clock(), "a %r command" % msg.kind)
         else:
             self._counts["unexpected_messages"] += 1
             log.warning("ignoring %s on %s", type(msg).__name__, topic)
             return
         if accepted:
             self._wake.set()
+
+    def _on_coordinator_status(self, payload: bytes) -> None:
+        """The coordinator's retained status: online or offline, for ``CoordinatorWatch`` only
+        (unsigned and believed for nothing else: it changes what the agent logs, never what it
+        does)."""
+        msg = self.decoder.try_decode(payload, source=self.topics.coordinator_status)
+        if not isinstance(msg, CoordinatorStatus):
+            return
+        with self._watch_lock:
+            self.coordinator_watch.status(msg.online, msg.instance[:64], msg.run_id, self._clock())
+
+    def _check_watches(self, now: float) -> None:
+        """The coordinator's silence (one WARNING) and the end of a take-over back-off."""
+        with self._watch_lock:
+            if self.takeover.check(now):
+                self.transport.delay_reconnect(0.0)
+            due = self.coordinator_watch.check(now, self._doing())
+        if due:
+            self._counts["coordinator_silences"] += 1
+
+    def _doing(self) -> str:
+        """What the agent does while the coordinator is silent, for its warning."""
+        gm = self.core.global_model
+        if gm is None:
+            trains = "waits for a first global model (it trains only from one)"
+        else:
+            trains = "keeps training from v%d of run %s" % (gm.version, gm.run_id or "(unnamed)")
+        if self.transport.connected:
+            where = "its updates wait in the broker for the coordinator"
+        else:
+            where = "its updates wait in its outbox (%d queued) while the broker is unreachable " \
+                    "too" % len(self.outbox)
+        return "%s; %s" % (trains, where)
 
     # ---- introspection ------------------------------------------------------------------------
 
@@ -445,4 +513,5 @@ class AgentDaemon:
                     unnamed_models=self.core.gate.unnamed_models,
                     run_alternations=self.core.gate.run_alternations,
                     buffer_fill=len(self.core.buffer), dvfs_errors=self.dvfs.errors,
+                    duplicate_id_takeovers=self.takeover.takeovers,
                     **{"model_" + k: v for k, v in self.feed.counters.items()})

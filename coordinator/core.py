@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 COUNTER_NAMES = ("updates_received", "aggregated", "duplicates", "rejected", "stale_dropped",
                  "future_base", "hellos", "offlines", "telemetry", "ignored", "withheld", "switches",
-                 "operator_commands")
+                 "operator_commands", "duplicate_device_id")
 
 #: Outcomes of an update besides the strategy's (aggregated / buffered / stale).
 DUPLICATE = "duplicate"
@@ -44,6 +44,9 @@ WITHHELD = "withheld"
 
 #: A device whose rounds keep diverging is reported at most this often (seconds).
 DIVERGENCE_LOG_S = 600.0
+#: A device id two agent processes share is reported (ERROR) at most this often per device
+#: (seconds); every occurrence is counted and recorded in metrics.jsonl regardless.
+DUPLICATE_ID_LOG_S = 600.0
 
 #: How many recent update ids go into state.json (the in-memory window may be larger).
 PERSISTED_IDS = 1024
@@ -149,6 +152,8 @@ class CoordinatorCore:
         #: Each greeted device's diverged-round count from its telemetry.
         self._diverged: Dict[str, int] = {}
         self._divergence_log = RateLimitedLog(log, DIVERGENCE_LOG_S)
+        #: device -> (the time its duplicate id was last logged, occurrences held back since).
+        self._duplicate_logged: Dict[str, Tuple[float, int]] = {}
         #: What the plug-ins decided while the current input is handled, per plug-in, in order.
         self._decided: Dict[str, List[Effects]] = {}
         self._start_plugins(now)
@@ -158,12 +163,14 @@ class CoordinatorCore:
         """Handle one decoded message."""
         if isinstance(msg, Update):
             return self.on_update(msg, now)
+        step = Step()
         if isinstance(msg, Hello):
             self.counters["hellos"] += 1
             if msg.arch_id != self.arch_id:
                 log.warning("device %s runs model %s, the fleet runs %s: its updates will be rejected",
                             msg.device_id, msg.arch_id, self.arch_id)
-            self.registry.on_hello(msg, now)
+            if self.registry.on_hello(msg, now):
+                step.events.append(self._duplicate_id(msg.device_id, now))
         elif isinstance(msg, Offline):
             self.counters["offlines"] += 1
             self.registry.on_offline(msg, now)
@@ -178,7 +185,29 @@ class CoordinatorCore:
         else:
             self.counters["ignored"] += 1
             log.debug("ignoring %s message", type(msg).__name__)
-        return self._step(Step(), now)
+        return self._step(step, now)
+
+    def _duplicate_id(self, device_id: str, now: float) -> Dict[str, Any]:
+        """A second agent process under ``device_id`` (``DeviceRegistry.on_hello``): counted,
+        logged at most every ``DUPLICATE_ID_LOG_S`` per device, and its metrics event."""
+        self.counters["duplicate_device_id"] += 1
+        info = self.registry.get(device_id)
+        count = info.duplicate_id if info is not None else 0
+        instances = info.duplicate_id_instances if info is not None else 0
+        last, held = self._duplicate_logged.get(device_id, (None, 0))
+        if last is not None and now - last < DUPLICATE_ID_LOG_S:
+            self._duplicate_logged[device_id] = (last, held + 1)
+        else:
+            self._duplicate_logged[device_id] = (now, 0)
+            log.error("device id %s is used by %d agent processes (their Hellos alternate, %d "
+                      "times so far%s): two boards share it, probably flashed from one image "
+                      "(the hostname is the default id). They take the broker connection from "
+                      "each other, so both lose rounds and their updates mix under one name; give "
+                      "each board its own device_id (and broker account)", device_id,
+                      max(2, instances), count,
+                      ", %d not logged" % held if held else "")
+        return {"event": "duplicate_device_id", "time_s": now, "device": device_id,
+                "count": count, "instances": max(2, instances)}
 
     def on_update(self, update: Update, now: float) -> Step:
         """Dedup, check, admit, show the plug-ins, hand to the strategy; a new version if it aggregated."""

@@ -26,6 +26,10 @@ class Hello:
     buffer_capacity: int
     dvfs_levels: Dict[str, List[int]] = field(default_factory=dict)
     online: bool = True
+    #: A random id of the agent process, new at every start: a Hello from an instance the device
+    #: had before another took its place means two processes (two boards) share this device id
+    #: (``coordinator/registry.py``). "" = not said (agents before it; optional on the wire).
+    instance: str = ""
 
 
 @dataclass
@@ -147,6 +151,12 @@ class Telemetry:
     power_w: Optional[float] = None
     #: Watts per rail as the board's monitor labels them (``VDD_IN``, ``VDD_CPU_GPU_CV``, ...).
     rails_w: Dict[str, float] = field(default_factory=dict)
+    #: Which power meter gave ``power_w`` and ``rails_w`` (``PowerMeter.kind``: ``ina3221-hwmon``,
+    #: ``jtop``, ``rapl``, ``rpi5-pmic``, ``modeled``, ...; "" = not said, as older agents send
+    #: it) and whether it measures (``PowerMeter.measured``: False for a board profile's power
+    #: model; None = not said), so that no view shows modelled watts as measured ones.
+    power_meter: str = ""
+    power_measured: Optional[bool] = None
     clocks_khz: Dict[str, int] = field(default_factory=dict)
     temperatures_c: Dict[str, float] = field(default_factory=dict)
     #: Agent plug-ins' typed reports (``streamfl.protocol.extras``), without tensor groups: what a
@@ -163,6 +173,9 @@ class Telemetry:
     predictions_per_s: Optional[float] = None
     prediction_confidence: Optional[float] = None
     predictions_dropped: int = 0
+    #: Broker take-overs of this device id the agent counted as another board's since it started
+    #: (``agent/takeover.py``): 0 unless two boards share the id.
+    duplicate_id_takeovers: int = 0
 
 
 Message = Union[Hello, Offline, CoordinatorStatus, GlobalModel, Update, Command, Telemetry, CommandReply]

@@ -110,6 +110,12 @@ class Transport(abc.ABC):
         """
         return _handed_over if self.publish(topic, payload, qos, retain) else None
 
+    def delay_reconnect(self, seconds: float) -> bool:
+        """Wait at least ``seconds`` before each reconnect from now on (0: back to the
+        transport's own delays); called from ``on_disconnect`` it applies to the reconnect that
+        follows. False where the transport has no reconnect delay to change (this default)."""
+        return False
+
     @property
     @abc.abstractmethod
     def connected(self) -> bool:

@@ -69,6 +69,9 @@ class PahoTransport(Transport):
         #: True between an accepted CONNACK and the next disconnect
         self._accepted = False
         self._refused = False
+        #: The broker's reason for refusing the last connection attempt (its CONNACK code, e.g.
+        #: "Not authorized"); None once a connection is accepted. Lets a caller stop retrying.
+        self.refusal: Optional[str] = None
         try:
             self._client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=settings.client_id,
                                        clean_session=not settings.persistent_session,
@@ -216,6 +219,15 @@ class PahoTransport(Transport):
             log.debug("publish on %s not sent now: %s", topic, mqtt.error_string(info.rc))
         return info
 
+    def delay_reconnect(self, seconds: float) -> bool:
+        """paho's reconnect delay from now on: at least ``seconds`` (its doubling then starts
+        there), or the settings' ``reconnect_min_s`` .. ``reconnect_max_s`` again for 0. paho
+        resets its delay on every accepted connection, so a caller that wants a longer wait after
+        a connection the broker closed calls this from ``on_disconnect``, before paho waits."""
+        low = max(float(seconds), self.settings.reconnect_min_s)
+        self._client.reconnect_delay_set(low, max(low, self.settings.reconnect_max_s))  # type: ignore[arg-type]
+        return True
+
     def _pending_acks(self) -> int:
         """QoS 1 publishes the broker has not acknowledged yet (forgets the acknowledged ones)."""
         with self._lock:
@@ -240,9 +252,11 @@ class PahoTransport(Transport):
         self._network_thread = threading.current_thread()
         if reason_code.is_failure:
             self._refused = True
+            self.refusal = str(reason_code)
             self._log_failure("refused by the broker: %s" % reason_code)
             return
         self._last_failure = None
+        self.refusal = None
         self._accepted = True
         with self._lock:
             filters = list(self._filters.items())
