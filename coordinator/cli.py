@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fleet", help="fleet name (overrides fleet)")
     p.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR),
                    help="where model and state persist (default %(default)s)")
-    p.add_argument("--run-dir", type=Path, help="where metrics.jsonl goes (default ./runs/<timestamp>)")
+    p.add_argument("--run-dir", type=Path,
+                   help="the run's folder: metrics.jsonl and summary.json (default: the folder the "
+                        "state folder's run already writes to, else a new ./runs/<timestamp>)")
     p.add_argument("--eval-data", help="held-out windows .npz (overrides eval_path)")
     p.add_argument("--method", metavar="NAME",
                    help="run a named method (streamfl methods lists them; overrides method): its "
@@ -144,7 +146,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     for level, message in notes:
         log.log(level, "%s", message)
-    run_dir = args.run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    # None: the run's folder the state folder remembers, else a new runs/<timestamp> (run_record.py).
+    run_dir = args.run_dir
 
     import torch  # only after config errors have had their fast exit
     torch.set_num_threads(1)
@@ -182,7 +185,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     log.info("coordinator for fleet %s, broker %s:%d, state %s, run %s", config.fleet, settings.host,
-             settings.port, args.state_dir, run_dir)
+             settings.port, args.state_dir, server.run_dir)
     stop_watchdog = threading.Event()
     notifier = SystemdNotifier.from_environ(os.environ)
     try:

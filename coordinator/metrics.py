@@ -5,21 +5,26 @@ being written. Write errors are logged (first one and then every 100th) and coun
 
 The coordinator writes it with ``MetricsWriter``; the simulator writes the same kind of lines, one
 file for all its runs, each event tagged with ``method`` and ``seed``. Every line carries ``time_s``:
-seconds since the coordinator process started, or virtual seconds in the simulator; a coordinator's
-lines also carry ``wall_s`` (Unix time). ``read_metrics`` is the one reader of both, for the demo's
-summary and plots and for ``streamfl report``.
+seconds since the run started, across all the coordinator processes of the run (each marks its
+start with a ``process_start`` line and a clean stop with ``process_stop``; ``run_record.py``), or
+virtual seconds in the simulator; a coordinator's lines also carry ``wall_s`` (Unix time).
+``read_metrics`` is the one reader of both, for the demo's summary and plots and for ``streamfl
+report``; ``run_times`` puts a record from before process lines (each process restarted at 0) on
+one axis, ``process_starts`` says where each process began.
 """
 import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Collection, Dict, List, Optional
+from typing import Any, Collection, Dict, List, Mapping, Optional
 
 from streamfl.errors import StreamflError
 
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+#: The lines that mark a coordinator process's start and clean stop (``run_record.py``).
+PROCESS_START, PROCESS_STOP = "process_start", "process_stop"
 
 
 class MetricsWriter:
@@ -147,11 +152,46 @@ def _check_fields(rec: Dict[str, Any], required: Collection[str]) -> Optional[st
 
 
 def elapsed_s(records: List[Dict[str, Any]]) -> List[float]:
-    """Seconds since the first record; wall time spans coordinator restarts, ``time_s`` does not.
+    """Seconds since the first record, on one axis across coordinator processes (``run_times``)."""
+    times = run_times(records)
+    return [t - times[0] for t in times] if times else []
 
-    ``time_s`` is monotonic since the server started, so it falls back to 0 after a restart; every
-    record written since the fix also carries ``wall_s`` (Unix time), used when all records have it.
-    """
-    key = "wall_s" if records and all("wall_s" in m for m in records) else "time_s"
-    t0 = records[0][key] if records else 0.0
-    return [m[key] - t0 for m in records]
+
+def run_times(records: List[Mapping[str, Any]]) -> List[float]:
+    """The records' ``time_s`` on one axis: as written where it never falls back (one process, or
+    a record with process lines); in a record from before them, where each process restarted at
+    0, wall time since the first process started (``wall_s``, every coordinator line has it),
+    else each process's times after the last of the one before."""
+    times = [float(r["time_s"]) for r in records]
+    if all(b >= a for a, b in zip(times, times[1:])):
+        return times
+    if all(isinstance(r.get("wall_s"), (int, float)) for r in records):
+        origin = float(records[0]["wall_s"]) - times[0]
+        return [float(r["wall_s"]) - origin for r in records]
+    out, shift = [], 0.0
+    for i, t in enumerate(times):
+        if i and t + shift < out[-1]:
+            shift = out[-1] - t
+        out.append(t + shift)
+    return out
+
+
+def first_start(records: List[Mapping[str, Any]]) -> int:
+    """The index of the first ``process_start`` line (``len(records)`` if none)."""
+    return next((i for i, r in enumerate(records) if r.get("event") == PROCESS_START), len(records))
+
+
+def starts_here(records: List[Mapping[str, Any]], i: int, first: int) -> bool:
+    """Whether a process starts at record ``i``: its start line, the record's first line, or,
+    before the first start line, a ``time_s`` below the line before it (a process from before
+    process lines, whose clock restarted at 0)."""
+    if records[i].get("event") == PROCESS_START or i == 0:
+        return True
+    return i < first and float(records[i]["time_s"]) < float(records[i - 1]["time_s"])
+
+
+def process_starts(records: List[Mapping[str, Any]]) -> List[float]:
+    """When each coordinator process of a record started, on the record's axis (``run_times``)."""
+    times, first = run_times(records), first_start(records)
+    return [t for i, t in enumerate(times) if starts_here(records, i, first)]
+

@@ -4,12 +4,18 @@
 seed), so ``streamfl report`` reads a real run's folder as it reads a simulated one; the
 figures a real fleet adds (updates by fate, rejections by reason, the server's counters) sit
 beside them. Counts that differ say why: every update received is accounted for by its fate.
+
+The summary is the run's, not the last process's (``run_record.py``): ``started`` and
+``duration_s`` are the run's (seconds since it started, on ``metrics.jsonl``'s axis), the figures
+and counters span every coordinator process of the run, and ``processes`` lists them: when each
+started and was last heard of, how it ended (a clean stop, a step-down, or no stop line: killed,
+crashed or lost power), the version it resumed from.
 """
 import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Sequence
 
 from streamfl.fileio import atomic_write
 
@@ -29,9 +35,11 @@ FATES = {
 
 
 def run_summary(figures: Mapping[str, Any], counters: Mapping[str, int], *, fleet: str, run_id: str,
-                method: str, seed: int, started_wall_s: float, duration_s: float) -> Dict[str, Any]:
-    """The run's ``summary.json`` content from the fleet table's ``figures()`` and the server's
-    ``counters()``."""
+                method: str, seed: int, started_wall_s: float, duration_s: float,
+                processes: Sequence[Mapping[str, Any]] = ()) -> Dict[str, Any]:
+    """The run's ``summary.json`` content from the fleet table's ``figures()`` and the run's
+    counters (``run_record.run_counters``); ``processes``: the run's coordinator processes,
+    oldest first (``run_record.processes`` and this one)."""
     one = dict(figures)
     entry: Dict[str, Any] = {"seeds": 1, "runs": [one], "time_to_accuracy_s": {},
                              "energy_to_accuracy_j": {}, "reached": {}}
@@ -42,7 +50,8 @@ def run_summary(figures: Mapping[str, Any], counters: Mapping[str, int], *, flee
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started_wall_s)),
             "duration_s": round(duration_s, 3), "seeds": [seed], "thresholds": [],
             "devices": len(one.get("devices") or ()), "methods": {method: entry},
-            "counters": dict(sorted(counters.items()))}
+            "counters": dict(sorted(counters.items())),
+            "processes": [dict(p) for p in processes], "restarts": max(0, len(processes) - 1)}
 
 
 def write_summary(run_dir: Path, summary: Mapping[str, Any]) -> Path:
@@ -67,6 +76,11 @@ def summary_lines(summary: Mapping[str, Any]) -> List[str]:
     lines = ["run %s of fleet %s (%s): %.0f s, %d version(s), %d device(s)" % (
         summary.get("run_id", ""), summary.get("fleet", ""), method, summary.get("duration_s", 0.0),
         c.get("version", 0), summary.get("devices", 0))]
+    procs = summary.get("processes") or []
+    if len(procs) > 1:
+        lines.append("%d coordinator processes: %s" % (len(procs), "; ".join(
+            "from %.0f s to %.0f s, %s" % (p.get("started_t_s") or 0.0, p.get("last_t_s") or 0.0,
+                                          p.get("ended") or "?") for p in procs)))
     if f.get("evaluations"):
         lines.append("accuracy: %s at the end, %s at the start, %s best, %s mean over %d evaluations" % (
             _num(f.get("final_accuracy")), _num(f.get("initial_accuracy")), _num(f.get("best_accuracy")),

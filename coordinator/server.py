@@ -33,6 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
+from streamfl import __version__
 from streamfl.coordinator.core import CoordinatorCore, Step
 from streamfl.coordinator.evaluation import Evaluator, make_evaluator
 from streamfl.coordinator.fleet import FleetTable, method_name, status_result
@@ -42,6 +43,7 @@ from streamfl.coordinator.liveness import beats, describe, new_instance
 from streamfl.coordinator.operator_gate import STAMP_FILE, OperatorGate
 from streamfl.coordinator.persistence import Persister, StateStore
 from streamfl.coordinator.publisher import DurablePublisher
+from streamfl.coordinator.run_record import open_run, run_counters
 from streamfl.coordinator.run_summary import run_summary, summary_lines, write_summary
 from streamfl.models import tensor_spec
 from streamfl.protocol.codec import REASONS, Decoder, encode
@@ -71,13 +73,15 @@ _WAKE = object()
 class CoordinatorServer:
     """Runs a ``CoordinatorCore`` behind a ``Transport``; ``run()`` blocks until ``stop()``."""
 
-    def __init__(self, config, transport: Transport, state_dir: Path, run_dir: Path,
+    def __init__(self, config, transport: Transport, state_dir: Path, run_dir: Optional[Path],
                  clock: Callable[[], float] = time.monotonic, evaluator: Optional[Evaluator] = None):
         self.config = config
         self.transport = transport
         self.clock = clock
         self.topics = Topics(config.fleet)
-        self.run_dir = Path(run_dir)
+        #: The run's folder: ``run_dir``, else the one the state folder remembers (``run_record.py``),
+        #: set once the state is loaded.
+        self.run_dir = Path(run_dir) if run_dir is not None else None
         self.store = StateStore(Path(state_dir))
         self.persister = Persister(self.store)
         self.signer = make_signer(config.signing_key_file)
@@ -91,7 +95,6 @@ class CoordinatorServer:
         self.taken_over_by: Optional[CoordinatorStatus] = None
         self.evaluator = evaluator if evaluator is not None else make_evaluator(config)
         self.method = method_name(config)
-        self.metrics = MetricsWriter.in_run_dir(self.run_dir, tags={"method": self.method, "seed": config.seed})
         self.fleet = FleetTable(config.fleet_view, config.fleet, self.method, config.strategy,
                                 list(config.plugins))
         # Admission's pass over an update checks it for NaN/Inf beside its delta's norm.
@@ -117,6 +120,20 @@ class CoordinatorServer:
                      self.core.version, self.core.run_id)
         self.persister.saved_version = self.core.version
         self.fleet.run_id = self.core.run_id
+        # The run's record spans its processes: its folder and time axis, then its earlier lines
+        # fed to the fleet table, so the live view and the summary count the whole run.
+        self.record = open_run(Path(state_dir), self.core.run_id, run_dir, fresh=loaded is None,
+                               wall_now=self.started_s)
+        self.run_dir = self.record.run_dir
+        self._run_offset_s = self.record.offset_s
+        self._resumed_version, self._fresh_run = self.core.version, loaded is None
+        self.metrics = MetricsWriter.in_run_dir(self.run_dir, tags={"method": self.method, "seed": config.seed})
+        fed = self.record.feed(lambda rec, t: self.fleet.on_record(rec, t), self._replay_eval)
+        self._implausible_at_start = dict(self.fleet.figures().get("implausible") or {})
+        if self.record.earlier:
+            log.info("run %s continues in %s: %d earlier process(es), %d of their lines counted, "
+                     "times from %.1f s", self.core.run_id, self.run_dir, len(self.record.earlier), fed,
+                     self._run_offset_s)
         self.monitor = None
         if config.monitor.enabled:
             from streamfl.coordinator.monitor.http import MonitorServer
@@ -217,16 +234,72 @@ class CoordinatorServer:
         self.persister.flush(self.core)
         if self.monitor is not None:
             self.monitor.stop()
+        if self._started:
+            self._write_event(self._stop_line(), self.clock())
         self._write_summary()
         self.metrics.close()
 
+    # ---- the run's record (run_record.py) -----------------------------------------------------
+    def _replay_eval(self, rec: Dict, t_s: float) -> None:
+        """An earlier process's evaluation, for the fleet table's accuracy figures."""
+        acc, loss, version = rec.get("accuracy"), rec.get("loss"), rec.get("version")
+        if isinstance(acc, (int, float)) and isinstance(version, int) and not isinstance(acc, bool):
+            self.fleet.on_eval(version, float(acc), float(loss) if isinstance(loss, (int, float)) else 0.0,
+                               t_s)
+
+    def _ended(self) -> str:
+        """How this process ends, in words (its stop line and the summary's ``processes``)."""
+        if self.taken_over_by is not None:
+            return "stepped down: %s keeps the fleet" % describe(self.taken_over_by)
+        return "stopped"
+
+    def _start_line(self) -> Dict:
+        line = self.record.start_line(instance=self.instance, software=__version__,
+                                      resumed_version=self._resumed_version,
+                                      fresh=self._fresh_run)
+        line["took_over"] = self.took_over
+        return line
+
+    def _own_implausible(self) -> Dict[str, int]:
+        """This process's implausible telemetry counts (the update-energy ones, ``energy_j``, come
+        back from the update lines the next process replays)."""
+        now = self.fleet.figures().get("implausible") or {}
+        return {k: n - self._implausible_at_start.get(k, 0) for k, n in now.items()
+                if k != "energy_j" and n - self._implausible_at_start.get(k, 0) > 0}
+
+    def _stop_line(self) -> Dict:
+        carried = set(self.core.counters) | {"version"}
+        return {"event": "process_stop", "run_id": self.core.run_id, "instance": self.instance,
+                "pid": os.getpid(), "ended": self._ended(), "version": self.core.version,
+                "counters": {k: v for k, v in self.counters().items() if k not in carried},
+                "implausible_telemetry": self._own_implausible()}
+
     def _write_summary(self) -> None:
-        """``summary.json`` of the run and its readable lines in the log (at stop)."""
+        """``summary.json`` of the whole run and its readable lines in the log (at stop)."""
         now = self.clock()
         self._refresh_fleet(now)
-        summary = run_summary(self.fleet.figures(), self.counters(), fleet=self.config.fleet,
+        t_s = now - self._t0 + self._run_offset_s
+        earlier = self.record.earlier
+        figures = self.fleet.figures()
+        implausible = dict(figures.get("implausible") or {})
+        for proc in earlier:  # this process's are in the table already
+            for key, n in (proc.get("implausible_telemetry") or {}).items():
+                implausible[key] = implausible.get(key, 0) + int(n)
+        figures["implausible"] = dict(sorted(implausible.items()))
+        procs = list(earlier)
+        if self._started:
+            start = self._start_line()
+            procs.append({"started_t_s": round(self._run_offset_s, 3), "last_t_s": round(t_s, 3),
+                          "stopped_t_s": round(t_s, 3), "ended": self._ended(),
+                          "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started_s)),
+                          "lines": self.metrics.lines, "counters": self._stop_line()["counters"],
+                          **{k: start[k] for k in ("instance", "pid", "host", "software",
+                                                   "resumed_version", "previous_ended")}})
+        counters = run_counters(self.counters(), earlier, carried=set(self.core.counters))
+        summary = run_summary(figures, counters, fleet=self.config.fleet,
                               run_id=self.core.run_id, method=self.method, seed=self.config.seed,
-                              started_wall_s=self.started_s, duration_s=now - self._t0)
+                              started_wall_s=self.record.started_wall_s, duration_s=t_s,
+                              processes=procs)
         log.info("coordinator stopped at version %d\n  %s", self.core.version,
                  "\n  ".join(summary_lines(summary)))
         try:
@@ -354,6 +427,7 @@ class CoordinatorServer:
 
     # ---- worker thread ------------------------------------------------------------------------
     def _work_loop(self) -> None:
+        self._write_event(self._start_line(), self.clock())  # the record marks each process's start
         try:
             self._evaluate(self.clock())
         except Exception:
@@ -431,7 +505,7 @@ class CoordinatorServer:
         self.fleet.refresh(now, now - self._t0, self.core.version, self.core.devices(), states)
 
     def _write_event(self, event, now: float) -> None:
-        event["time_s"] = round(now - self._t0, 6)
+        event["time_s"] = round(now - self._t0 + self._run_offset_s, 6)  # seconds since the run started
         event["wall_s"] = round(time.time(), 3)
         self.metrics.write(event)
 

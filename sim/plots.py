@@ -189,9 +189,11 @@ def draw_band(ax, band, color, label: str, scale: float = 1.0) -> None:
 
 
 def plot_accuracy_curves(evals, methods: List[str], x_key: str, out_path: Path,
-                         thresholds: Sequence[float] = ()) -> Optional[Path]:
+                         thresholds: Sequence[float] = (), marks: Sequence[float] = (),
+                         time_label: str = "virtual time") -> Optional[Path]:
     """Accuracy (and accuracy on classes seen, when recorded) against ``time_s``, ``version``
-    (rounds: aggregations) or ``energy_j``; ``evals``: eval events by method, then seed."""
+    (rounds: aggregations) or ``energy_j``; ``evals``: eval events by method, then seed;
+    ``marks``: x values drawn as dashed lines (a fleet run's coordinator processes starting)."""
     y_keys = ["accuracy"]
     if any(r.get("accuracy_seen") is not None for s in evals.values() for rs in s.values() for r in rs):
         y_keys.append("accuracy_seen")
@@ -217,7 +219,10 @@ def plot_accuracy_curves(evals, methods: List[str], x_key: str, out_path: Path,
                 draw_band(ax, bands[method, y_key], TAB10[i % 10], method, scale)
         for th in thresholds:
             ax.axhline(th, color="grey", linestyle=":", linewidth=0.8)
-        ax.set_xlabel({"time_s": "virtual time (%s)", "version": "rounds (%s)"}.get(
+        for i, x in enumerate(marks):
+            ax.axvline(x / scale, color="black", linestyle="--", linewidth=0.8, alpha=0.6,
+                       label="coordinator (re)start" if i == 0 else None)
+        ax.set_xlabel({"time_s": time_label + " (%s)", "version": "rounds (%s)"}.get(
             x_key, "fleet energy (%s)") % unit)
         ax.set_ylabel("accuracy, all classes" if y_key == "accuracy" else "accuracy, classes seen so far")
         ax.set_ylim(0, 1)
@@ -225,7 +230,7 @@ def plot_accuracy_curves(evals, methods: List[str], x_key: str, out_path: Path,
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="lower right", fontsize=8)
     fig.suptitle("accuracy against %s: mean over seeds, band = min..max"
-                 % {"time_s": "virtual time", "version": "rounds"}.get(x_key, "energy"), fontsize=10)
+                 % {"time_s": time_label, "version": "rounds"}.get(x_key, "energy"), fontsize=10)
     return save_figure(fig, out_path)
 
 
