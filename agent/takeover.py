@@ -118,7 +118,7 @@ class TakeoverWatch:
         first = self._logged_s is None
         self._logged_s, held, self._held = now, self._held, 0
         log.error("another board is probably using device id %s: the broker closed this agent's "
-                  "connection %s within %.0f s of accepting it (%d take-overs so far%s). Under "
+                  "connection %s, each time within %.0f s of accepting it (%d take-overs so far%s). Under "
                   "use_username_as_clientid the device id is the MQTT client id, and a second "
                   "board with it (boards flashed from one image share the hostname, the default "
                   "id) takes the connection from this one. Give each board its own device_id "

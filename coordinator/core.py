@@ -199,8 +199,8 @@ class CoordinatorCore:
             self._duplicate_logged[device_id] = (last, held + 1)
         else:
             self._duplicate_logged[device_id] = (now, 0)
-            log.error("device id %s is used by %d agent processes (their Hellos alternate, %d "
-                      "times so far%s): two boards share it, probably flashed from one image "
+            log.error("device id %s is used by %d agent processes (their Hellos alternate: %d "
+                      "returns to an earlier process so far%s): two boards share it, probably flashed from one image "
                       "(the hostname is the default id). They take the broker connection from "
                       "each other, so both lose rounds and their updates mix under one name; give "
                       "each board its own device_id (and broker account)", device_id,
