@@ -354,6 +354,8 @@ class FleetTable:
             "last_seen_s": (None if info is None
                             else round(max(0.0, now - info.last_seen_s), 1)),
             "offline_reason": getattr(info, "offline_reason", "") or "",
+            # Hellos from two agent processes under this id (coordinator/registry.py): cloned boards.
+            "duplicate_device_id": int(getattr(info, "duplicate_id", 0) or 0),
             "board": row.board or (hello.board[:MAX_TEXT] if hello is not None else ""),
             "software": row.software,
             "version": row.version, "staleness": row.staleness, "rounds": row.rounds,

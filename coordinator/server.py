@@ -134,11 +134,15 @@ class CoordinatorServer:
             log.info("run %s continues in %s: %d earlier process(es), %d of their lines counted, "
                      "times from %.1f s", self.core.run_id, self.run_dir, len(self.record.earlier), fed,
                      self._run_offset_s)
+        self.fleet.served_by(str(self.run_dir.resolve()))
         self.monitor = None
         if config.monitor.enabled:
             from streamfl.coordinator.monitor.http import MonitorServer
             self.monitor = MonitorServer(config.monitor, snapshot=self.fleet.snapshot,
                                          series=self.fleet.series, run_dir=self.run_dir)
+            # Its port now, before the broker is touched: a taken one is said, or with
+            # monitor.if_port_taken: exit refused (StartupError, exit 2), before any publish.
+            self.monitor.bind()
         self._counts: Dict[str, int] = {k: 0 for k in (
             "frames", "bad_topic", "wrong_kind", "topic_mismatch", "publishes", "coalesced",
             "publish_failures", "publish_offline", "publish_not_durable", "evaluations",
@@ -190,7 +194,7 @@ class CoordinatorServer:
         if self.monitor is not None:
             try:
                 url = self.monitor.start()
-            except OSError as exc:  # e.g. an unreadable token file: the fleet comes first
+            except OSError as exc:  # e.g. an unreadable asset: the fleet comes first
                 log.error("the fleet dashboard could not start (%s); the coordinator runs without it", exc)
                 url = None
             if url:
@@ -415,6 +419,7 @@ class CoordinatorServer:
         return encode(self.status_message(online))
 
     def _on_connect(self, session_present: bool) -> None:
+        self.fleet.on_broker(True)  # the fleet view says the coordinator has the broker again
         log.info("connected to the broker (session present: %s)", session_present)
         if self.taken_over_by is not None:  # stepping down: say nothing over the new coordinator
             return
@@ -423,6 +428,7 @@ class CoordinatorServer:
         self.publisher.republish()  # the broker may have lost the retained model
 
     def _on_disconnect(self, reason: str) -> None:
+        self.fleet.on_broker(False, reason)  # the fleet view says so, rather than a dead fleet
         log.warning("disconnected from the broker: %s", reason)
 
     # ---- worker thread ------------------------------------------------------------------------
