@@ -267,4 +267,6 @@ class AgentDvfs:
         if self._restore_io is not None and self._read_temperatures:
             temps = read_temperatures_c(self._restore_io, self._thermal_zones or None)
         return {"power_w": round(power, 3) if power is not None else None, "rails_w": rails,
+                "power_meter": self.meter.kind if measured else "",
+                "power_measured": bool(self.meter.measured) if measured else None,
                 "clocks_khz": clocks, "temperatures_c": temps}

@@ -10,9 +10,27 @@ Every number a device sends is hostile until bounded: telemetry and update figur
 declared physical bounds of ``FleetTableConfig`` (a board's power, a round's energy, a clock, a
 temperature) are shown as unknown and counted as implausible, never summed into a fleet total;
 and the table, its rows and its series are bounded however many devices come and go.
+
+Views tell the truth:
+
+- **The coordinator's own broker link** (``on_broker``, from the server's connect and disconnect
+  callbacks) is in every snapshot (``broker``: connected, since when, disconnects). While it is
+  lost, nothing the coordinator holds about a device is news: every row's ``state`` is
+  ``unknown`` (with when it was last heard), not ``offline``. A broker that stops sends every
+  client's last will first (mosquitto does), so wills that arrive from ``broker_will_window_s``
+  before the loss until the link is back are doubtful too: such a device stays ``unknown`` until it
+  says hello again, or ``rejoin_wait_s`` after the reconnect, when it is shown offline.
+- **Only live devices count now**: a row whose state is not ``online`` shows no power, clocks or
+  temperature (its last ones are under ``last_heard``), and the fleet's power sums live rows only.
+- **Modelled watts are not measured ones**: telemetry says which meter gave its watts
+  (``Telemetry.power_meter``, ``power_measured``); each row's ``power_source`` is ``measured``,
+  ``modelled`` or ``unknown`` (an agent that does not say), the fleet's power and energy are
+  summed per source (``power_w_by_source``, ``energy_j_by_source``), never into one figure.
 """
 import logging
 import math
+import os
+import socket
 import threading
 import time
 from collections import Counter, deque
@@ -30,6 +48,13 @@ SCHEMA = 1
 OUTCOMES = ("aggregated", "buffered", "stale", "duplicate", "rejected", "withheld")
 #: Longest string a method's state or an event text may show.
 MAX_TEXT = 80
+#: Where a figure of power or energy came from: a meter that measures, a power model, or an agent
+#: that did not say (older agents).
+POWER_SOURCES = ("measured", "modelled", "unknown")
+#: Longest meter kind kept from telemetry.
+MAX_METER_CHARS = 32
+#: A device row's ``state``: heard online, gone (its will or a clean exit), or not known now.
+STATES = ("online", "offline", "unknown")
 
 
 @dataclass(frozen=True)
@@ -67,6 +92,14 @@ class FleetTableConfig:
     #: Plausible temperatures (degrees C).
     min_temperature_c: float = bounded(-60.0, -273.15, 0.0)
     max_temperature_c: float = bounded(150.0, 0.0, 1000.0)
+    #: Seconds before the coordinator loses the broker within which a device's last will is taken
+    #: for the broker's own going down (mosquitto sends every client's will as it stops, just
+    #: before it drops the coordinator), not for the device's: that device shows as unknown.
+    broker_will_window_s: float = bounded(5.0, 0.0, 3600.0)
+    #: Seconds after the coordinator is back on the broker that a device whose will came with the
+    #: broker's loss stays unknown while it reconnects (agents retry up to every 60 s by
+    #: default, mqtt.reconnect_max_s); not back by then, it is shown offline.
+    rejoin_wait_s: float = bounded(120.0, 0.0, 86400.0)
 
 
 @dataclass
@@ -83,7 +116,12 @@ class DeviceRow:
     clipped: int = 0
     reasons: Counter = field(default_factory=Counter)
     energy_j: float = 0.0
+    #: ``energy_j`` split by where it came from (``POWER_SOURCES``).
+    energy_by_source: Counter = field(default_factory=Counter)
     power_w: Optional[float] = None
+    #: Which meter gave ``power_w``, and what that makes it (``POWER_SOURCES``).
+    power_meter: str = ""
+    power_source: str = "unknown"
     clocks_mhz: Dict[str, float] = field(default_factory=dict)
     temperature_c: Optional[float] = None
     buffer_fill: Optional[int] = None
@@ -96,6 +134,8 @@ class DeviceRow:
     staleness_sum: int = 0
     #: When its telemetry last went to metrics.jsonl (seconds since start).
     telemetry_logged_s: float = -math.inf
+    #: Wall time (s) its last will or clean exit arrived; None while it is online.
+    offline_wall_s: Optional[float] = None
 
 
 def _finite_in(value: Any, lo: float, hi: float) -> Optional[float]:
@@ -104,6 +144,15 @@ def _finite_in(value: Any, lo: float, hi: float) -> Optional[float]:
         return None
     value = float(value)
     return value if math.isfinite(value) and lo <= value <= hi else None
+
+
+def power_source(meter: Any, measured: Any) -> str:
+    """What a device's watts are (``POWER_SOURCES``) from what its telemetry says of its meter:
+    ``modelled`` for a model (``measured`` False, or the ``modeled`` meter whatever it claims),
+    ``measured`` only when it says so, ``unknown`` when it says nothing (older agents)."""
+    if measured is False or meter == "modeled":
+        return "modelled"
+    return "measured" if measured is True else "unknown"
 
 
 def _scalar(value: Any) -> Any:
@@ -167,6 +216,55 @@ class FleetTable:
         self._rate: Deque[Tuple[float, int]] = deque()
         self._last_point_s = -math.inf
         self._snapshot: Dict[str, Any] = {"schema": SCHEMA, "fleet": fleet, "devices": []}
+        #: Who serves this table: the coordinator's run folder (absolute), host and process, so
+        #: a reader can tell which coordinator it is looking at (``streamfl status``).
+        self.run_dir = ""
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        # The coordinator's own broker link (``on_broker``, from the network thread): connected,
+        # since when (wall s), disconnects, the last reason, and when it was last lost and back.
+        # None until ``served_by``: a table nobody connects (a test's) has no link to show.
+        self._broker: Optional[Dict[str, Any]] = None
+        self._lost_wall_s: Optional[float] = None
+        self._back_wall_s: Optional[float] = None
+
+    def served_by(self, run_dir: str) -> None:
+        """This table is a running coordinator's, whose run folder is ``run_dir``: from now on its
+        broker link is shown, not connected until the first ``on_broker(True)``."""
+        self.run_dir = str(run_dir)
+        with self._lock:
+            if self._broker is None:
+                self._broker = {"connected": False, "since_wall_s": self._wall(), "disconnects": 0,
+                                "connects": 0, "reason": "not connected yet"}
+
+    # ---- the coordinator's broker link (network thread) ---------------------------------------
+    def on_broker(self, connected: bool, reason: str = "") -> None:
+        """The coordinator connected to the broker (``connected``) or lost it (``reason``)."""
+        now = self._wall()
+        with self._lock:
+            if self._broker is None:
+                self._broker = {"connected": False, "since_wall_s": now, "disconnects": 0,
+                                "connects": 0, "reason": ""}
+            b = self._broker
+            if connected:
+                b.update(connected=True, since_wall_s=now, reason="", connects=b["connects"] + 1)
+                self._back_wall_s = now
+            elif b["connected"]:
+                b.update(connected=False, since_wall_s=now, reason=str(reason)[:MAX_TEXT],
+                         disconnects=b["disconnects"] + 1)
+                self._lost_wall_s, self._back_wall_s = now, None
+            else:  # a failed attempt while not connected: the loss keeps its start
+                b["reason"] = str(reason)[:MAX_TEXT] or b["reason"]
+
+    def broker(self) -> Optional[Dict[str, Any]]:
+        """The coordinator's broker link as the snapshot shows it (any thread); None when the
+        table is not told (no ``served_by`` nor ``on_broker``)."""
+        with self._lock:
+            if self._broker is None:
+                return None
+            out = dict(self._broker)
+        out["since_wall_s"] = round(out["since_wall_s"], 3)
+        return out
 
     # ---- inputs (worker thread) ----------------------------------------------------------------
     def _row(self, device_id: str) -> Optional[DeviceRow]:
@@ -186,9 +284,13 @@ class FleetTable:
             if row is not None:
                 row.board, row.software = msg.board[:MAX_TEXT], msg.software_version[:MAX_TEXT]
                 row.buffer_capacity = msg.buffer_capacity
+                row.offline_wall_s = None if msg.online else self._wall()
             return [{"event": "device", "device": msg.device_id, "online": bool(msg.online),
                      "board": msg.board[:MAX_TEXT], "software": msg.software_version[:MAX_TEXT]}]
         if isinstance(msg, Offline):
+            row = self._row(msg.device_id)
+            if row is not None:
+                row.offline_wall_s = self._wall()
             return [{"event": "device", "device": msg.device_id, "online": False,
                      "reason": msg.reason[:MAX_TEXT]}]
         if isinstance(msg, Telemetry):
@@ -211,6 +313,8 @@ class FleetTable:
         row.rounds = msg.rounds
         row.buffer_fill, row.buffer_capacity = msg.buffer_fill, msg.buffer_capacity
         row.power_w = self._plausible("power_w", msg.power_w, 0.0, c.max_power_w)
+        row.power_meter = str(msg.power_meter)[:MAX_METER_CHARS]
+        row.power_source = power_source(row.power_meter, msg.power_measured)
         clocks = {}
         for domain, khz in list(msg.clocks_khz.items())[:MAX_STATE_KEYS]:
             mhz = self._plausible("clock", khz / 1000.0, 0.0, c.max_clock_mhz)
@@ -232,7 +336,8 @@ class FleetTable:
         row.telemetry_logged_s = t_s
         return [{"event": "telemetry", "device": msg.device_id, "rounds": msg.rounds,
                  "buffer_fill": msg.buffer_fill, "buffer_capacity": msg.buffer_capacity,
-                 "power_w": row.power_w, "clocks_mhz": dict(clocks),
+                 "power_w": row.power_w, "power_source": row.power_source,
+                 "power_meter": row.power_meter, "clocks_mhz": dict(clocks),
                  "temperature_c": row.temperature_c, "diverged_rounds": msg.diverged_rounds,
                  "predictions_per_s": row.predictions_per_s,
                  "prediction_confidence": row.prediction_confidence,
@@ -254,7 +359,11 @@ class FleetTable:
                 points.append((round(t_s, 3), mhz))
 
     def on_record(self, record: Mapping[str, Any], t_s: float) -> None:
-        """A metrics line of a core step: an update's fate, or a method's event."""
+        """A metrics line of a core step: an update's fate, or a method's event. An update's
+        energy counts under its ``energy_source`` when the line has one (an earlier process's line,
+        read back), else under the device's power source now, which is written into the line
+        (``record`` is the dict the server then writes to metrics.jsonl), so that a line read back
+        counts where it counted."""
         if record.get("event") != "update":
             if record.get("event"):
                 with self._lock:
@@ -287,8 +396,14 @@ class FleetTable:
         row.staleness_sum += staleness
         self._staleness[staleness] += 1
         energy = self._plausible("energy_j", record.get("energy_j"), 0.0, self.config.max_round_energy_j)
-        if energy is not None:
+        if energy is not None:  # the round's energy is the device's meter's, as its power is
+            source = record.get("energy_source")
+            if source not in POWER_SOURCES:
+                source = row.power_source
+                if isinstance(record, dict):
+                    record["energy_source"] = source
             row.energy_j += energy
+            row.energy_by_source[source] += energy
 
     def on_eval(self, version: int, accuracy: float, loss: float, t_s: float) -> None:
         """An evaluation of the global model on the held-out set."""
@@ -301,8 +416,31 @@ class FleetTable:
 
     # ---- the snapshot (built on the worker thread, read anywhere) ------------------------------
     def energy_j(self) -> float:
-        """Joules of every round the fleet reported (bounded per round)."""
+        """Joules of every round the fleet reported (bounded per round), of every source."""
         return sum(r.energy_j for r in self._rows.values())
+
+    def energy_j_by_source(self) -> Dict[str, float]:
+        """``energy_j`` split into measured, modelled and unknown joules."""
+        total: Counter = Counter()
+        for row in self._rows.values():
+            total.update(row.energy_by_source)
+        return {k: round(total.get(k, 0.0), 3) for k in POWER_SOURCES}
+
+    def _state(self, row: Optional[DeviceRow], info: Any, broker: Optional[Mapping[str, Any]]) -> str:
+        """A device's ``STATES`` entry now: unknown while the coordinator has lost the broker, and
+        for a will that came with the broker's loss until the device is back or ``rejoin_wait_s``
+        after the reconnect (module docstring)."""
+        if broker is not None and not broker["connected"]:
+            return "unknown"
+        if getattr(info, "online", False):
+            return "online"
+        lost, back = self._lost_wall_s, self._back_wall_s
+        gone = row.offline_wall_s if row is not None else None
+        if (lost is not None and back is not None and gone is not None
+                and gone >= lost - self.config.broker_will_window_s and gone <= back
+                and self._wall() - back < self.config.rejoin_wait_s):
+            return "unknown"
+        return "offline"
 
     def refresh(self, now: float, t_s: float, version: int, devices: Mapping[str, Any],
                 methods: Mapping[str, MethodState]) -> Dict[str, Any]:
@@ -316,9 +454,20 @@ class FleetTable:
             with self._lock:
                 self._series["versions"].append((round(t_s, 3), version, round(rate, 4)))
                 self._series["energy_j"].append((round(t_s, 3), round(energy, 3)))
-        ids = sorted(set(self._rows) | set(devices),
-                     key=lambda d: (not getattr(devices.get(d), "online", False), d))
-        rows = [self._row_dict(d, devices.get(d), methods, now) for d in ids[:self.config.max_rows]]
+        broker = self.broker()
+        states = {d: self._state(self._rows.get(d), devices.get(d), broker)
+                  for d in set(self._rows) | set(devices)}
+        ids = sorted(states, key=lambda d: (STATES.index(states[d]), d))
+        rows = [self._row_dict(d, devices.get(d), methods, now, states[d])
+                for d in ids[:self.config.max_rows]]
+        power = {k: 0.0 for k in POWER_SOURCES}
+        powered = {k: 0 for k in POWER_SOURCES}
+        for d, state in states.items():
+            row = self._rows.get(d)
+            if state == "online" and row is not None and row.power_w is not None:
+                power[row.power_source] += row.power_w
+                powered[row.power_source] += 1
+        counts = Counter(states.values())
         acc = self._accuracy
         received = sum(self._outcomes.values())
         snapshot = {
@@ -329,13 +478,20 @@ class FleetTable:
             "accuracy": None if acc is None else round(acc[2], 6),
             "loss": None if acc is None else round(acc[3], 6),
             "eval_version": None if acc is None else acc[1],
-            "devices_online": sum(1 for info in devices.values() if info.online),
+            "broker": broker,
+            "coordinator": {"host": self.host, "pid": self.pid, "run_dir": self.run_dir},
+            "devices_online": counts.get("online", 0),
+            "devices_offline": counts.get("offline", 0),
+            "devices_unknown": counts.get("unknown", 0),
             "devices_known": len(devices),
             "updates": dict({k: self._outcomes.get(k, 0) for k in OUTCOMES},
                             received=received, clipped=self._clipped),
             "rejected_by_reason": dict(sorted(self._reasons.items())),
             "implausible": dict(sorted(self._implausible.items())),
             "energy_j": round(energy, 3),
+            "energy_j_by_source": self.energy_j_by_source(),
+            "power_w_by_source": {k: round(v, 3) for k, v in power.items()},
+            "devices_powered_by_source": powered,
             "methods": {name: _state_dict(state.fleet) for name, state in methods.items() if state.fleet},
             "devices": rows, "devices_shown": len(rows), "devices_total": len(ids),
             "devices_untracked": self._untracked,
@@ -344,13 +500,17 @@ class FleetTable:
         return snapshot
 
     def _row_dict(self, device_id: str, info: Any, methods: Mapping[str, MethodState],
-                  now: float) -> Dict[str, Any]:
+                  now: float, state: str = "online") -> Dict[str, Any]:
         row = self._rows.get(device_id) or DeviceRow(device_id)
         hello = getattr(info, "hello", None)
         accepted = sum(n for k, n in row.outcomes.items() if k not in ("rejected", "duplicate"))
+        live = state == "online"
+        heard = {"power_w": row.power_w, "power_source": row.power_source if row.power_w is not None
+                 else None, "clocks_mhz": dict(row.clocks_mhz), "temperature_c": row.temperature_c}
         return {
             "device": device_id,
-            "online": bool(getattr(info, "online", False)),
+            "online": live,
+            "state": state,
             "last_seen_s": (None if info is None
                             else round(max(0.0, now - info.last_seen_s), 1)),
             "offline_reason": getattr(info, "offline_reason", "") or "",
@@ -363,8 +523,14 @@ class FleetTable:
                         "rejected": row.outcomes.get("rejected", 0),
                         "duplicate": row.outcomes.get("duplicate", 0)},
             "rejected_by_reason": dict(sorted(row.reasons.items())),
-            "clocks_mhz": dict(row.clocks_mhz), "power_w": row.power_w,
-            "energy_j": round(row.energy_j, 3), "temperature_c": row.temperature_c,
+            "clocks_mhz": heard["clocks_mhz"] if live else {},
+            "power_w": row.power_w if live else None,
+            "power_source": heard["power_source"] if live else None,
+            "power_meter": row.power_meter,
+            "temperature_c": row.temperature_c if live else None,
+            "last_heard": None if live else heard,
+            "energy_j": round(row.energy_j, 3),
+            "energy_j_by_source": {k: round(v, 3) for k, v in sorted(row.energy_by_source.items())},
             "buffer_fill": row.buffer_fill, "buffer_capacity": row.buffer_capacity,
             "predictions_per_s": row.predictions_per_s,
             "prediction_confidence": row.prediction_confidence,
@@ -412,6 +578,7 @@ class FleetTable:
             "best_accuracy": max(self._accuracies) if self._accuracies else None,
             "evaluations": len(self._accuracies),
             "energy_j": round(self.energy_j(), 3),
+            "energy_j_by_source": self.energy_j_by_source(),
             "energy_j_per_device": {d: round(r.energy_j, 3) for d, r in sorted(self._rows.items())},
             "updates": updates,
             "updates_by_outcome": {k: self._outcomes.get(k, 0) for k in OUTCOMES},
@@ -437,8 +604,9 @@ def method_name(config: Any) -> str:
 
 
 #: Fields of a device row that ``streamfl operator status`` answers with (the dashboard has all).
-STATUS_ROW_FIELDS = ("device", "online", "last_seen_s", "board", "version", "staleness", "rounds",
-                     "updates", "power_w", "energy_j", "temperature_c", "buffer_fill",
+STATUS_ROW_FIELDS = ("device", "online", "state", "last_seen_s", "board", "version", "staleness",
+                     "rounds", "updates", "power_w", "power_source", "energy_j", "temperature_c",
+                     "buffer_fill",
                      "predictions_per_s", "prediction_confidence", "methods")
 
 

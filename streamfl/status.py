@@ -6,6 +6,13 @@ per second, accuracy, devices, updates and why they were rejected) and one line 
 as many columns as the terminal is wide (the least needed go first). ``--watch`` redraws it until
 Ctrl-C; ``--json`` prints the snapshot as it came. Only the standard library is used, so that it
 runs wherever streamfl is installed, a board included.
+
+It says whose fleet it shows: the URL it read, the coordinator's host, process and run folder, and
+whether its fleet view had to listen on another port than ``monitor.port``. With ``--run-dir`` the
+URL comes from that folder's ``monitor.url``, and a fleet view that belongs to another run folder
+(the file outlived its coordinator, and another one listens there now) is an error, not that other
+fleet. It says when the coordinator has lost its broker (device states are then unknown, their
+last-heard times shown), and tells measured power from modelled.
 """
 import json
 import math
@@ -72,20 +79,27 @@ def run(args) -> int:
     try:
         url = base_url(args.url, args.run_dir)
         token = read_token(args.token_file) if args.token_file else None
-        snapshot = fetch(url, token, args.timeout)
+
+        def get() -> Dict[str, Any]:
+            snap = fetch(url, token, args.timeout)
+            if args.run_dir is not None:
+                check_run_dir(snap, args.run_dir, url)
+            snap["_source"] = {"url": url, "run_dir": args.run_dir}
+            return snap
+        snapshot = get()
     except StatusError as exc:
         print("streamfl status: %s" % exc, file=sys.stderr)
         return 1
     if args.watch is None:
         print(draw(snapshot, args.json, fit_height=False))
         return 0
-    return _watch(lambda: fetch(url, token, args.timeout), args.json, snapshot, args.watch)
+    return _watch(get, args.json, snapshot, args.watch)
 
 
 def draw(snapshot: Dict[str, Any], as_json: bool, fit_height: bool) -> str:
     """The snapshot as JSON, or rendered to the terminal's width (and height, ``fit_height``)."""
     if as_json:
-        return json.dumps(snapshot, sort_keys=True)
+        return json.dumps({k: v for k, v in snapshot.items() if k != "_source"}, sort_keys=True)
     size = shutil.get_terminal_size((120, 40))
     return render(snapshot, size.columns, size.lines - 1 if fit_height else None)
 
@@ -131,6 +145,28 @@ def base_url(url: Optional[str], run_dir: Optional[str]) -> str:
     if not url.startswith(("http://", "https://")):
         raise StatusError("%r is not an http:// or https:// URL" % url)
     return url.rstrip("/")
+
+
+def _same_folder(a: str, b: str) -> bool:
+    try:
+        if Path(a).resolve() == Path(b).resolve():
+            return True
+        return Path(a).exists() and Path(b).exists() and Path(a).samefile(b)
+    except OSError:
+        return False
+
+
+def check_run_dir(snapshot: Dict[str, Any], run_dir: str, url: str) -> None:
+    """``StatusError`` unless the fleet view at ``url`` is the coordinator of ``run_dir`` (a
+    snapshot that does not name its run folder, from an older coordinator, passes)."""
+    served = (snapshot.get("coordinator") or {}).get("run_dir") if isinstance(
+        snapshot.get("coordinator"), dict) else None
+    if not served or not isinstance(served, str) or _same_folder(served, run_dir):
+        return
+    raise StatusError("%s/%s names %s, but the coordinator there is the one of run folder %s "
+                      "(fleet %s, run %s): the coordinator of %s is not running (its %s is stale)"
+                      % (run_dir, URL_FILE, url, served, snapshot.get("fleet", "-"),
+                         str(snapshot.get("run_id") or "-")[:12], run_dir, URL_FILE))
 
 
 def read_token(path: str) -> str:
@@ -204,6 +240,65 @@ def _pairs(mapping: Any) -> str:
     return ", ".join("%s %s" % (k, _num(v)) for k, v in sorted(mapping.items()))
 
 
+def _clock(wall_s: Any) -> str:
+    if not isinstance(wall_s, (int, float)) or isinstance(wall_s, bool) or not math.isfinite(wall_s):
+        return "-"
+    return time.strftime("%H:%M:%S", time.localtime(wall_s))
+
+
+def whose(s: Dict[str, Any]) -> str:
+    """Where the snapshot came from and whose coordinator that is."""
+    source = s.get("_source") if isinstance(s.get("_source"), dict) else {}
+    c = s.get("coordinator") if isinstance(s.get("coordinator"), dict) else {}
+    parts = ["from %s" % source.get("url", "-")]
+    if source.get("run_dir"):
+        parts[0] += " (%s/%s)" % (source["run_dir"], URL_FILE)
+    if c:
+        parts.append("coordinator pid %s on %s, run folder %s" % (
+            _num(c.get("pid")), c.get("host") or "-", c.get("run_dir") or "-"))
+    monitor = s.get("monitor") if isinstance(s.get("monitor"), dict) else {}
+    if monitor.get("port_taken"):
+        parts.append("its monitor.port %s was taken: it listens on %s" % (
+            _num(monitor.get("port")), monitor.get("url")))
+    return " · ".join(parts)
+
+
+def broker_line(s: Dict[str, Any]) -> Optional[str]:
+    """The coordinator's own broker link, or None when the snapshot does not say."""
+    b = s.get("broker")
+    if not isinstance(b, dict):
+        return None
+    disconnects = _num(b.get("disconnects"))
+    if b.get("connected"):
+        return "broker connected since %s · %s disconnect(s) so far" % (_clock(b.get("since_wall_s")),
+                                                                       disconnects)
+    reason = str(b.get("reason") or "")
+    return ("BROKER LOST since %s%s · %s disconnect(s): the coordinator hears nothing, so the "
+            "devices' states are unknown (last heard shown)" % (
+                _clock(b.get("since_wall_s")), " (%s)" % reason if reason else "", disconnects))
+
+
+def power_line(s: Dict[str, Any]) -> Optional[str]:
+    """Power now and energy so far, measured apart from modelled."""
+    power = s.get("power_w_by_source") if isinstance(s.get("power_w_by_source"), dict) else None
+    energy = s.get("energy_j_by_source") if isinstance(s.get("energy_j_by_source"), dict) else None
+    counts = s.get("devices_powered_by_source") if isinstance(s.get("devices_powered_by_source"),
+                                                              dict) else {}
+    parts = []
+    if power is not None:
+        now = ["%s W %s (%s device(s))" % (_num(power.get(k), "%.2f"), k if k != "unknown" else
+                                             "of unknown source", _num(counts.get(k)))
+               for k in ("measured", "modelled", "unknown") if power.get(k) or counts.get(k)]
+        parts.append("power now (online devices): %s" % (", ".join(now) or "none reported"))
+    if energy is not None:
+        parts.append("energy %s J (measured %s, modelled %s, unknown %s)" % (
+            _num(s.get("energy_j"), "%.0f"), _num(energy.get("measured"), "%.0f"),
+            _num(energy.get("modelled"), "%.0f"), _num(energy.get("unknown"), "%.0f")))
+    elif s.get("energy_j") is not None:
+        parts.append("energy %s J" % _num(s.get("energy_j"), "%.0f"))
+    return " · ".join(parts) if parts else None
+
+
 def header(s: Dict[str, Any]) -> List[str]:
     """The fleet's lines above the device table."""
     u = s.get("updates") if isinstance(s.get("updates"), dict) else {}
@@ -217,18 +312,55 @@ def header(s: Dict[str, Any]) -> List[str]:
         "fleet %s · run %s · method %s · up %s" % (
             s.get("fleet", "-"), str(s.get("run_id") or "-")[:12], s.get("method", "-"),
             _ago(s.get("time_s"))),
-        "version %s · %s versions/s · accuracy %s · devices %s/%s online" % (
+        whose(s),
+        "version %s · %s versions/s · accuracy %s · devices %s/%s online%s" % (
             _num(s.get("version")), _num(s.get("versions_per_s"), "%.2f"), acc,
-            _num(s.get("devices_online")), _num(s.get("devices_known"))),
+            _num(s.get("devices_online")), _num(s.get("devices_known")),
+            ", %s unknown" % _num(s.get("devices_unknown")) if s.get("devices_unknown") else ""),
         "updates: %s received, %s aggregated, %s rejected%s" % (
             _num(u.get("received")), _num(u.get("aggregated")), _num(u.get("rejected")),
             " (%s)" % reasons if reasons else ""),
     ]
     if others:
         lines.append("         %s" % others)
-    if s.get("energy_j") is not None:
-        lines.append("energy %s J" % _num(s.get("energy_j"), "%.0f"))
+    broker = broker_line(s)
+    if broker is not None:
+        lines.insert(2, broker)
+    power = power_line(s)
+    if power is not None:
+        lines.append(power)
     return lines
+
+
+def state(d: Dict[str, Any]) -> str:
+    """A row's state as the STATE column shows it."""
+    value = d.get("state")
+    if value not in ("online", "offline", "unknown"):
+        value = "online" if d.get("online") else "offline"
+    return value
+
+
+#: Below the device table when a power cell is marked (``power_cell``).
+POWER_LEGEND = ("POWER_W: ~ modelled (a board profile's model, no meter), ? source not said (an "
+                "older agent), (...) last heard of a device not online now")
+
+
+def power_cell(d: Dict[str, Any]) -> str:
+    """Watts now: plain when measured, ``~`` before a modelled figure, ``?`` after one whose
+    source the agent did not say; an offline or unknown device's last figure in brackets."""
+    watts, source = d.get("power_w"), d.get("power_source")
+    if watts is None and isinstance(d.get("last_heard"), dict):
+        last = d["last_heard"]
+        if last.get("power_w") is not None:
+            return "(%s)" % _marked(last.get("power_w"), last.get("power_source"))
+    if watts is None:
+        return "-"
+    return _marked(watts, source)
+
+
+def _marked(watts: Any, source: Any) -> str:
+    text = _num(watts, "%.2f")
+    return text if source == "measured" else "~" + text if source == "modelled" else text + "?"
 
 
 #: A column: (title, priority (lower stays longer), right-aligned, the cell of a row).
@@ -241,7 +373,7 @@ def columns(rows: Sequence[Dict[str, Any]]) -> List[Column]:
         return lambda d: _num((d.get("updates") or {}).get(key))
     cols: List[Column] = [
         ("DEVICE", 0, False, lambda d: _cut(str(d.get("device")), DEVICE_CHARS)),
-        ("STATE", 0, False, lambda d: "online" if d.get("online") else "offline"),
+        ("STATE", 0, False, state),
         ("SEEN", 1, True, lambda d: _ago(d.get("last_seen_s"))),
         ("VERSION", 1, True, lambda d: _num(d.get("version"))),
         ("STALE", 2, True, lambda d: _num(d.get("staleness"))),
@@ -255,7 +387,7 @@ def columns(rows: Sequence[Dict[str, Any]]) -> List[Column]:
         cols.append(("%s_MHZ" % domain.upper(), 3 if i == 0 else 4, True,
                      lambda d, k=domain: _num((d.get("clocks_mhz") or {}).get(k), "%.0f")))
     cols += [
-        ("POWER_W", 3, True, lambda d: _num(d.get("power_w"), "%.2f")),
+        ("POWER_W", 3, True, power_cell),
         ("ENERGY_J", 4, True, lambda d: _num(d.get("energy_j"), "%.0f")),
         ("TEMP_C", 4, True, lambda d: _num(d.get("temperature_c"), "%.1f")),
         ("BUFFER", 3, True, lambda d: "%s/%s" % (_num(d.get("buffer_fill")), _num(d.get("buffer_capacity")))),
@@ -306,4 +438,6 @@ def render(s: Dict[str, Any], width: int = 120, height: Optional[int] = None) ->
     lines += table(shown, width)
     if total > len(shown):
         lines.append("... %d more device(s), online first" % (total - len(shown)))
+    if any(power_cell(d) != _num(d.get("power_w"), "%.2f") for d in shown):
+        lines.append(_cut(POWER_LEGEND, width))
     return "\n".join(lines)

@@ -20,6 +20,8 @@ def device_row(i: int, version: int, online: bool = True, t: float = 0.0) -> Dic
         "clocks_mhz": dict({"cpu": 1200.0 + 100 * (i % 4) + (50 if int(t) % 2 else 0)},
                            **({"gpu": 460.8 + 10 * (i % 5)} if jetson else {})),
         "power_w": 4.0 + 0.5 * (i % 5) if jetson else None,
+        # A Jetson Nano here runs on its board profile's power model, an Orin on its INA3221.
+        "power_source": ("modelled" if i % 3 == 1 else "measured") if jetson else None,
         "energy_j": 10.0 * version + i,
         "temperature_c": 45.0 + i % 10,
         "buffer_fill": min(200, 20 * (version + i)), "buffer_capacity": 200,

@@ -1,7 +1,9 @@
 """The fleet dashboard in a real headless chromium (selenium, Debian's chromium and chromedriver):
 the page shows the devices of a fleet and follows it as versions arrive, first on a fleet view fed
 by data that changes as a fleet's does, then on a running fleet of coordinator and agent processes
-over a real broker, whose /metrics a scrape reads at the same time.
+over a real broker, whose /metrics a scrape reads at the same time; and what the page says when the
+coordinator's own broker link is lost, a board is offline, watts are modelled and the monitor's
+port was taken (a real fleet table behind a real fleet view).
 
 Without chromium, chromedriver or selenium these tests skip, except under CI (``CI=true``), where
 that is a failure: CI installs them (``.ci/run``, the ``dev`` extra).
@@ -15,9 +17,15 @@ from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
+import socket
+
+from factories import make_hello
 from fleet_snapshots import GrowingFleet, snapshot
+from streamfl.coordinator.fleet import FleetTable, FleetTableConfig
 from streamfl.coordinator.monitor.config import MonitorConfig
 from streamfl.coordinator.monitor.http import URL_FILE, MonitorServer
+from streamfl.coordinator.registry import DeviceRegistry
+from streamfl.protocol.messages import Offline, Telemetry
 
 pytestmark = pytest.mark.slow
 
@@ -157,6 +165,85 @@ def test_offline_devices_and_a_token_from_the_page_url(driver, serve, tmp_path):
     assert driver.find_element("id", "devices-online").text == "3 / 4"
     driver.get(server.url)
     assert "401" in driver.find_element("tag name", "body").text
+
+
+def text(page, element_id: str) -> str:
+    return page.find_element("id", element_id).text
+
+
+def test_a_lost_broker_an_offline_board_modelled_watts_and_a_taken_port_on_the_page(driver, tmp_path):
+    """The table a coordinator keeps, fed as the server feeds it, behind a fleet view whose
+    monitor.port was taken: the badge says the broker is lost (never "live"), the boards are
+    unknown with when they were last heard, a board offline before shows no watts, modelled
+    watts say so, and the page says where the view really listens."""
+    table = FleetTable(FleetTableConfig(), "lab", "fedasync", "fedasync", [])
+    table.served_by(str(tmp_path / "run"))
+    registry = DeviceRegistry()
+    table.on_broker(True)
+    for d, watts, meter, measured in (("orin-1", 6.25, "ina3221-hwmon", True), ("nano-1", 3.5, "modeled", False),
+                                      ("pi5-dead", 2.7, "rpi5-pmic", True)):
+        hello = make_hello(d)
+        registry.on_hello(hello, 0.0)
+        table.on_message(hello, 0.0)
+        table.on_message(Telemetry(device_id=d, time_s=0.0, buffer_fill=1, buffer_capacity=2, power_w=watts,
+                                   power_meter=meter, power_measured=measured, clocks_khz={"cpu": 1_500_000}), 0.0)
+    registry.on_offline(Offline("pi5-dead"), 1.0)
+    table.on_message(Offline("pi5-dead"), 1.0)
+    clock = {"now": 2.0}
+
+    def snap() -> Dict[str, Any]:
+        return table.refresh(clock["now"], clock["now"], 3, registry.devices(), {})
+    snap()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    server = MonitorServer(MonitorConfig(port=taken.getsockname()[1]), snap, lambda since: {}, tmp_path / "run")
+    try:
+        url = server.start()
+        driver.get(url)
+        table_rows = wait(lambda: (lambda r: r if len(r) == 3 else None)(rows(driver)), 15, "three boards", driver)
+        assert "live" in driver.find_element("id", "status").get_attribute("class")
+        assert table_rows["orin-1"]["power W"] == "6.25"                 # measured: the plain figure
+        assert table_rows["nano-1"]["power W"] == "3.50modelled"         # a model: labelled so
+        assert table_rows["pi5-dead"]["state"] == "offline (lost)"
+        assert table_rows["pi5-dead"]["power W"] == "-last 2.70" and table_rows["pi5-dead"]["cpu MHz"] == "-"
+        assert text(driver, "power") == "6.3 W"                          # the dead board's 2.7 W is not in it
+        assert "modelled 3.5 W (1)" in text(driver, "power-more")
+        notice = driver.find_element("id", "notice")
+        assert notice.is_displayed() and "monitor.port %d was taken" % taken.getsockname()[1] in notice.text
+        assert url in notice.text
+        assert "run folder %s" % (tmp_path / "run") in text(driver, "whose")
+        # The broker goes: it sends the live boards' wills, then drops the coordinator.
+        for d in ("orin-1", "nano-1"):
+            registry.on_offline(Offline(d), 3.0)
+            table.on_message(Offline(d), 3.0)
+        table.on_broker(False, "connection lost")
+        clock["now"] = 10.0
+        wait(lambda: "broker-lost" in driver.find_element("id", "status").get_attribute("class"), 10,
+             "the broker-lost badge", driver)
+        badge = text(driver, "status")
+        assert badge.startswith("broker lost since ") and "1 disconnect(s)" in badge and "live" not in badge
+        table_rows = wait(lambda: (lambda r: r if r["orin-1"]["state"].startswith("unknown") else None)(rows(driver)),
+                          10, "unknown states", driver)
+        for d in ("orin-1", "nano-1", "pi5-dead"):
+            assert table_rows[d]["state"].startswith("unknown (last heard "), table_rows[d]
+            assert table_rows[d]["_class"] == "unknown" and table_rows[d]["power W"].startswith("-last ")
+        assert text(driver, "devices-online") == "0 / 3"
+        assert text(driver, "devices-unknown") == "3 unknown: the coordinator lost the broker"
+        assert text(driver, "power") == "0.0 W"
+        # Back: the live boards say hello again.
+        table.on_broker(True)
+        for d in ("orin-1", "nano-1"):
+            registry.on_hello(make_hello(d), 11.0)
+            table.on_message(make_hello(d), 11.0)
+        clock["now"] = 12.0
+        wait(lambda: "live" == driver.find_element("id", "status").get_attribute("class").split()[-1], 10,
+             "the live badge again", driver)
+        table_rows = rows(driver)
+        assert table_rows["orin-1"]["state"] == "online"
+    finally:
+        server.stop()
+        taken.close()
 
 
 def _scrape(url: str) -> Dict[str, Dict[tuple, float]]:

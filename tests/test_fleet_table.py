@@ -151,10 +151,127 @@ def test_method_name_and_status_result():
         table.on_record(_update_event(d), 0.0)
     result = status_result(table.refresh(0.0, 0.0, 1, {}, {}), rows=2)
     assert result["devices_shown"] == 2 and result["devices_total"] == 3
-    assert set(result["devices"][0]) == {"device", "online", "last_seen_s", "board", "version",
-                                         "staleness", "rounds", "updates", "power_w", "energy_j",
-                                         "temperature_c", "buffer_fill", "predictions_per_s",
+    assert set(result["devices"][0]) == {"device", "online", "state", "last_seen_s", "board", "version",
+                                         "staleness", "rounds", "updates", "power_w", "power_source",
+                                         "energy_j", "temperature_c", "buffer_fill", "predictions_per_s",
                                          "prediction_confidence", "methods"}
+
+
+# ---- what is known now: the broker link, offline devices, modelled watts ----------------------
+
+class Wall:
+    """A wall clock the test moves."""
+
+    def __init__(self, t: float = 1_800_000_000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _served_table(wall, **kw):
+    table = FleetTable(FleetTableConfig(**kw), "lab", "fedasync", "fedasync", [], wall_clock=wall)
+    table.served_by("/runs/r1")
+    return table
+
+
+def _greet(table, registry, device_id, now):
+    hello = make_hello(device_id)
+    registry.on_hello(hello, now)
+    table.on_message(hello, now)
+
+
+def test_a_lost_broker_is_in_the_snapshot_and_makes_device_states_unknown_not_offline():
+    wall, registry = Wall(), DeviceRegistry()
+    table = _served_table(wall, broker_will_window_s=5.0, rejoin_wait_s=60.0)
+    snap = table.refresh(0.0, 0.0, 0, registry.devices(), {})
+    assert snap["broker"]["connected"] is False and snap["broker"]["reason"] == "not connected yet"
+    assert snap["coordinator"]["run_dir"] == "/runs/r1" and snap["coordinator"]["pid"] > 0
+    table.on_broker(True)
+    for d in ("a", "b", "c"):
+        _greet(table, registry, d, 1.0)
+        table.on_message(_telemetry(d, power_measured=True, power_meter="ina3221-hwmon"), 1.0)
+    # c's board really died long before the outage: its will is believed.
+    registry.on_offline(Offline("c"), 2.0)
+    table.on_message(Offline("c"), 2.0)
+    wall.t += 100
+    # The broker stops: it sends every client's will first (mosquitto does), then drops us.
+    for d in ("a", "b"):
+        registry.on_offline(Offline(d), 3.0)
+        table.on_message(Offline(d), 3.0)
+    wall.t += 1
+    table.on_broker(False, "connection lost")
+    wall.t += 30
+    snap = table.refresh(40.0, 40.0, 5, registry.devices(), {})
+    assert snap["broker"] == {"connected": False, "since_wall_s": 1_800_000_101.0, "disconnects": 1,
+                              "connects": 1, "reason": "connection lost"}
+    states = {r["device"]: r["state"] for r in snap["devices"]}
+    assert states == {"a": "unknown", "b": "unknown", "c": "unknown"}  # nothing is news now
+    assert (snap["devices_online"], snap["devices_unknown"], snap["devices_offline"]) == (0, 3, 0)
+    assert all(not r["online"] and r["power_w"] is None and r["clocks_mhz"] == {} for r in snap["devices"])
+    a = next(r for r in snap["devices"] if r["device"] == "a")
+    assert a["last_heard"]["power_w"] == 4.5 and a["last_seen_s"] == 39.0
+    assert snap["power_w_by_source"] == {"measured": 0.0, "modelled": 0.0, "unknown": 0.0}
+    # Back on the broker: a says hello again; b's will came with the loss, so b is unknown while
+    # it may still be reconnecting, then offline; c's will came before: offline all along.
+    wall.t += 10
+    table.on_broker(True)
+    _greet(table, registry, "a", 50.0)
+    states = {r["device"]: r["state"] for r in table.refresh(50.0, 50.0, 5, registry.devices(), {})["devices"]}
+    assert states == {"a": "online", "b": "unknown", "c": "offline"}
+    assert table.snapshot()["broker"]["connected"] and table.snapshot()["broker"]["disconnects"] == 1
+    wall.t += 61
+    states = {r["device"]: r["state"] for r in table.refresh(111.0, 111.0, 5, registry.devices(), {})["devices"]}
+    assert states == {"a": "online", "b": "offline", "c": "offline"}
+
+
+def test_offline_devices_leave_the_fleet_power_and_show_no_current_figures():
+    wall, registry = Wall(), DeviceRegistry()
+    table = _served_table(wall)
+    table.on_broker(True)
+    for d, watts in (("alive", 4.5), ("dead", 2.7)):
+        _greet(table, registry, d, 0.0)
+        table.on_message(_telemetry(d, power_w=watts, power_measured=True, power_meter="ina3221-iio"), 1.0)
+    snap = table.refresh(1.0, 1.0, 1, registry.devices(), {})
+    assert snap["power_w_by_source"]["measured"] == pytest.approx(7.2)
+    registry.on_offline(Offline("dead"), 2.0)
+    table.on_message(Offline("dead"), 2.0)
+    snap = table.refresh(3.0, 3.0, 1, registry.devices(), {})
+    assert snap["power_w_by_source"] == {"measured": 4.5, "modelled": 0.0, "unknown": 0.0}
+    assert snap["devices_powered_by_source"] == {"measured": 1, "modelled": 0, "unknown": 0}
+    dead = next(r for r in snap["devices"] if r["device"] == "dead")
+    assert dead["state"] == "offline" and dead["power_w"] is None and dead["temperature_c"] is None
+    assert dead["clocks_mhz"] == {} and dead["last_heard"]["power_w"] == 2.7
+    assert dead["last_heard"]["clocks_mhz"] == {"cpu": 1500.0, "gpu": 624.75}
+
+
+def test_modelled_watts_are_told_apart_from_measured_ones():
+    table, registry = _table(), DeviceRegistry()
+    for d, meter, measured in (("orin", "ina3221-hwmon", True), ("nano", "modeled", False),
+                               ("liar", "modeled", True), ("old-agent", "", None)):
+        registry.on_hello(make_hello(d), 0.0)
+        table.on_message(_telemetry(d, power_w=5.0, power_meter=meter, power_measured=measured), 1.0)
+        table.on_record(_update_event(d, energy_j=10.0), 2.0)
+    snap = table.refresh(3.0, 3.0, 4, registry.devices(), {})
+    sources = {r["device"]: r["power_source"] for r in snap["devices"]}
+    assert sources == {"orin": "measured", "nano": "modelled", "liar": "modelled", "old-agent": "unknown"}
+    assert snap["power_w_by_source"] == {"measured": 5.0, "modelled": 10.0, "unknown": 5.0}
+    assert snap["energy_j_by_source"] == {"measured": 10.0, "modelled": 20.0, "unknown": 10.0}
+    assert table.figures()["energy_j_by_source"] == {"measured": 10.0, "modelled": 20.0, "unknown": 10.0}
+    assert snap["energy_j"] == 40.0
+    nano = next(r for r in snap["devices"] if r["device"] == "nano")
+    assert nano["power_meter"] == "modeled" and nano["energy_j_by_source"] == {"modelled": 10.0}
+    # The update's line in metrics.jsonl says where its energy came from, and counts there when an
+    # earlier process's line is read back (the run's record), whatever the device says now.
+    line = _update_event("nano", energy_j=1.0)
+    table.on_record(line, 4.0)
+    assert line["energy_source"] == "modelled"
+    again = _table()
+    again.on_record(line, 0.0)
+    assert again.figures()["energy_j_by_source"] == {"measured": 0.0, "modelled": 1.0, "unknown": 0.0}
+    # The telemetry line in metrics.jsonl says it too.
+    line, = _table().on_message(_telemetry("nano", power_meter="modeled", power_measured=False), 0.0)
+    assert line["power_source"] == "modelled" and line["power_meter"] == "modeled"
 
 
 # ---- through a real broker ----------------------------------------------------------------------

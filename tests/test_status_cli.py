@@ -1,5 +1,7 @@
 """``streamfl status`` against a real fleet view server: the header and device table fitted to the
-terminal, --json, --run-dir, the token, a coordinator that is not there, and --watch until Ctrl-C."""
+terminal, --json, --run-dir (and a stale monitor.url that names another coordinator), whose fleet
+it shows, a coordinator that lost its broker, modelled watts, the token, a coordinator that is not
+there, and --watch until Ctrl-C."""
 import json
 import os
 import signal
@@ -48,16 +50,18 @@ def test_the_header_and_every_device(serve, capsys, monkeypatch):
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0].startswith("fleet lab · run run-test · method fedasync+clp")
-    assert "version 10 · 5.00 versions/s · accuracy 40.0 % (version 10) · devices 4/5 online" in lines[1]
-    assert "updates: 30 received, 10 aggregated, 4 rejected (norm 1, unknown_device 3)" in lines[2]
-    assert "stale 1" in lines[3] and "duplicate 1" in lines[3]
+    assert lines[1] == "from %s" % server.url.rstrip("/")  # whose fleet: the URL it read
+    assert "version 10 · 5.00 versions/s · accuracy 40.0 % (version 10) · devices 4/5 online" in lines[2]
+    assert "updates: 30 received, 10 aggregated, 4 rejected (norm 1, unknown_device 3)" in lines[3]
+    assert "stale 1" in lines[4] and "duplicate 1" in lines[4]
     head = next(i for i, text in enumerate(lines) if text.startswith("DEVICE"))
     titles = lines[head].split()
     for title in ("STATE", "SEEN", "VERSION", "STALE", "ROUNDS", "ACCEPTED", "REJECTED", "CPU_MHZ",
                   "GPU_MHZ", "POWER_W", "ENERGY_J", "TEMP_C", "BUFFER", "BOARD", "METHODS"):
         assert title in titles
-    rows = {text.split()[0]: text.split() for text in lines[head + 1:]}
+    rows = {text.split()[0]: text.split() for text in lines[head + 1:] if text.startswith("dev-")}
     assert set(rows) == {"dev-%04d" % i for i in range(1, 6)}
+    assert lines[-1].startswith("POWER_W: ~ modelled")  # the fleet's Jetson Nanos run on a model
     assert rows["dev-0001"][1] == "online" and rows["dev-0005"][1] == "offline"
     cpu = titles.index("CPU_MHZ")
     assert rows["dev-0002"][cpu] == "%.0f" % snap["devices"][1]["clocks_mhz"]["cpu"]
@@ -79,7 +83,7 @@ def test_json_and_the_run_folder(serve, capsys, monkeypatch, tmp_path):
     (tmp_path / "run").mkdir()
     serve(lambda: snap, run_dir=tmp_path / "run")
     code, out, _ = status(capsys, monkeypatch, "--run-dir", str(tmp_path / "run"), "--json")
-    assert code == 0 and json.loads(out) == snap
+    assert code == 0 and {k: v for k, v in json.loads(out).items() if k != "monitor"} == snap
     code, out, err = status(capsys, monkeypatch, "--run-dir", str(tmp_path / "elsewhere"))
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
     assert "no monitor.url in" in err
@@ -130,3 +134,58 @@ def test_watch_redraws_until_ctrl_c(serve, tmp_path):
     versions = [int(line.split()[1]) for line in out.decode().splitlines() if line.startswith("version ")]
     assert len(versions) >= 3 and versions == sorted(versions) and versions[-1] > versions[0]
     assert "dev-0003" in out.decode().split("fleet lab")[-1]  # the last frame has every device
+
+
+def _served_by(snap: Dict[str, Any], run_dir: Path) -> Dict[str, Any]:
+    return dict(snap, coordinator={"host": "lab-server", "pid": 4242, "run_dir": str(run_dir.resolve())})
+
+
+def test_it_says_whose_fleet_it_shows_and_refuses_a_stale_monitor_url(serve, capsys, monkeypatch, tmp_path):
+    mine, other = tmp_path / "runs" / "mine", tmp_path / "runs" / "other"
+    other_snap = _served_by(snapshot(2, run_id="run-of-other"), other)
+    server = serve(lambda: other_snap, run_dir=other)
+    code, out, _ = status(capsys, monkeypatch, "--run-dir", str(other), columns=400)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("fleet lab · run run-of-other")
+    assert lines[1] == "from %s (%s/monitor.url) · coordinator pid 4242 on lab-server, run folder %s" % (
+        server.url.rstrip("/"), other, other.resolve())
+    # mine's coordinator was killed: its monitor.url outlived it, and the other one listens there now.
+    mine.mkdir(parents=True)
+    (mine / "monitor.url").write_text(server.url + "\n")
+    code, out, err = status(capsys, monkeypatch, "--run-dir", str(mine))
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
+    assert "the coordinator there is the one of run folder %s" % other.resolve() in err
+    assert "the coordinator of %s is not running" % mine in err
+    # --url asks no such question: it shows whoever listens there, and says who that is.
+    code, out, _ = status(capsys, monkeypatch, "--url", server.url, columns=400)
+    assert code == 0 and "run folder %s" % other.resolve() in out
+
+
+def test_a_lost_broker_a_moved_port_and_modelled_watts_are_said(serve, capsys, monkeypatch, tmp_path):
+    snap = snapshot(4, online=3)
+    snap.update(broker={"connected": False, "since_wall_s": time.mktime((2026, 12, 3, 4, 5, 6, 0, 0, -1)),
+                        "disconnects": 3, "connects": 3, "reason": "connection lost"},
+                devices_unknown=0, power_w_by_source={"measured": 5.0, "modelled": 4.5, "unknown": 0.0},
+                devices_powered_by_source={"measured": 1, "modelled": 1, "unknown": 0},
+                energy_j_by_source={"measured": 300.0, "modelled": 110.0, "unknown": 0.0})
+    snap["devices"][3]["last_heard"] = {"power_w": 5.5, "power_source": "measured"}
+    snap["devices"][3]["power_w"] = None
+    server = serve(lambda: snap)
+    server.port_taken = 8470  # as if monitor.port 8470 had been taken
+    code, out, _ = status(capsys, monkeypatch, "--url", server.url, columns=400)
+    assert code == 0
+    assert ("BROKER LOST since 04:05:06 (connection lost) · 3 disconnect(s): the coordinator hears "
+            "nothing, so the devices' states are unknown") in out
+    assert "its monitor.port 8470 was taken: it listens on %s" % server.url in out
+    assert ("power now (online devices): 5.00 W measured (1 device(s)), 4.50 W modelled (1 device(s))"
+            " · energy 410 J (measured 300, modelled 110, unknown 0)") in out
+    head = next(i for i, text in enumerate(out.splitlines()) if text.startswith("DEVICE"))
+    titles = out.splitlines()[head].split()
+    rows = {text.split()[0]: text.split() for text in out.splitlines()[head + 1:] if text.startswith("dev-")}
+    power = titles.index("POWER_W")
+    assert rows["dev-0001"][power] == "~4.50"   # a Jetson Nano on its board profile's model
+    assert rows["dev-0002"][power] == "5.00"    # an Orin's INA3221
+    assert rows["dev-0003"][power] == "-"       # a Raspberry Pi 4 without a meter
+    assert rows["dev-0004"][power] == "(5.50)"  # offline: its last watts, not a figure of now
+    assert "POWER_W: ~ modelled" in out

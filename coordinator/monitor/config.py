@@ -8,6 +8,8 @@ from streamfl.errors import ConfigError
 
 #: Longest bearer token accepted from a token file, in characters.
 MAX_TOKEN_CHARS = 4096
+#: What ``monitor.if_port_taken`` may say.
+IF_PORT_TAKEN = ("any_free", "exit")
 
 
 def read_token(path: str) -> str:
@@ -42,9 +44,17 @@ class MonitorConfig:
     #: Address the fleet view listens on; 127.0.0.1 keeps it on this machine (0.0.0.0 or :: opens
     #: it to every interface: set a token_file then).
     host: str = "127.0.0.1"
-    #: TCP port of the fleet view; 0 = any free port. The URL is written to <run_dir>/monitor.url
-    #: either way. A port already taken is logged as a warning and the coordinator runs without it.
+    #: TCP port of the fleet view; 0 = any free port. The URL where it really listens is written
+    #: to <run_dir>/monitor.url and logged; a port already taken is what if_port_taken says.
     port: int = bounded(8470, 0, 65535)
+    #: When ``port`` is taken (another coordinator on this machine, often one being taken over):
+    #: ``any_free`` listens on a free port the system picks, logs it as an error naming the port,
+    #: writes the real URL to monitor.url and shows the move on the dashboard and in ``streamfl
+    #: status``; ``exit`` refuses to start (exit code 2) naming the port, for setups whose
+    #: Prometheus targets or proxies name the port (a --take-over on the same machine then needs
+    #: another port). ``any_free`` is the default because a coordinator taking over from one on
+    #: the same machine must start while the old one still holds the port.
+    if_port_taken: str = "any_free"
     #: File whose first line is the bearer token every request must carry (``Authorization: Bearer
     #: <token>`` or ``?token=<token>``); null = no token. /healthz and the page's static files
     #: answer without it (they hold no fleet data).
@@ -65,6 +75,9 @@ class MonitorConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host.strip() or any(c.isspace() for c in self.host):
             raise ValueError("monitor.host must be a host name or address, got %r" % (self.host,))
+        if self.if_port_taken not in IF_PORT_TAKEN:
+            raise ValueError("monitor.if_port_taken must be one of %s, got %r"
+                             % (", ".join(IF_PORT_TAKEN), self.if_port_taken))
         if self.token_file is not None:
             # Read now, so that a wrong path is a configuration error at start (exit 2), as the
             # signing key's is; the server reads it again when it starts.

@@ -17,10 +17,23 @@ token, as ``Authorization: Bearer <token>`` or ``?token=<token>``, compared in c
 without it the answer is 401. Requests are bounded: the target's length, a socket timeout per
 connection and a cap on the connections served at once (503 beyond it).
 
-``start()`` writes the URL to ``<run_dir>/monitor.url`` (how tools and tests find a server on port 0)
-and removes it on ``stop()``. A port already taken is a warning, not an error: the fleet view is an
-aid, and the coordinator keeps learning without it.
+``bind()`` takes the address (the coordinator calls it when it is made, before it touches the
+broker); ``start()`` serves and writes the URL where it really listens to ``<run_dir>/monitor.url``
+(making the run folder if it is new: how tools and tests find a server on port 0) and removes it on
+``stop()``.
+
+A port already taken is never silent (it used to be a warning, and a second coordinator ran
+without a view while ``streamfl status`` showed the first one's fleet). ``monitor.if_port_taken``
+says what happens: ``any_free`` (default) listens on a port the system picks, logs an error naming
+the port and the key, writes that URL to ``monitor.url``, and tells every reader of ``/api/fleet``
+(``monitor``: the port asked for and the one used; the dashboard and ``streamfl status`` show it);
+``exit`` is a ``StartupError`` (exit code 2) naming the port and the key. ``any_free`` is the default
+because a coordinator that takes a fleet over from one on the same machine starts while the old one
+still holds the port; ``exit`` suits setups whose Prometheus targets or proxies name the port. An
+address that cannot be had for another reason (a host that is not this machine's, a port below 1024
+without the right) is a ``StartupError`` either way: no other port would help.
 """
+import errno
 import hmac
 import json
 import logging
@@ -34,7 +47,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from urllib.parse import parse_qs, urlsplit
 
 from streamfl.coordinator.monitor.config import MonitorConfig, read_token
-from streamfl.errors import ConfigError
+from streamfl.errors import ConfigError, StartupError
 from streamfl.fileio import atomic_write
 
 log = logging.getLogger(__name__)
@@ -202,7 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
             if path in ("/", "/index.html"):
                 self._static("index.html", head)
             elif path == "/api/fleet":
-                self._json(monitor.snapshot(), head)
+                self._json(dict(monitor.snapshot(), monitor=monitor.describe()), head)
             elif path == "/api/series":
                 since = _since(query)
                 if since is None:
@@ -318,26 +331,72 @@ class MonitorServer:
         #: why, or monitor.prometheus is off).
         self.exporter: Any = None
         self.exporter_missing = ""
+        #: The configured port when it was taken and the view listens elsewhere (else None).
+        self.port_taken: Optional[int] = None
+        self._bound: Optional[Tuple[str, int]] = None
 
     @property
     def url_file(self) -> Optional[Path]:
         return self.run_dir / URL_FILE if self.run_dir is not None else None
+
+    def describe(self) -> Dict[str, Any]:
+        """Where the view listens, for the readers of /api/fleet: ``url``, the ``port`` asked for,
+        and ``port_taken`` (true when that port was taken and ``url`` is elsewhere)."""
+        asked = self.port_taken if self.port_taken is not None else self.config.port
+        return {"url": self.url, "port": asked, "port_taken": self.port_taken is not None}
+
+    def bind(self) -> Optional[str]:
+        """Take the address now (not serving yet); the URL it will serve on. A taken port is what
+        ``monitor.if_port_taken`` says (module docstring); another address error is a
+        ``StartupError`` (exit code 2) naming ``monitor.host`` and ``monitor.port``."""
+        if self._server is not None:
+            return self.url
+        host, port = self.config.host, self.config.port
+        try:
+            server = self._listen(port)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or port == 0:
+                raise StartupError("the fleet view cannot listen on %s:%d (%s): set monitor.host and "
+                                   "monitor.port to an address of this machine, or monitor.enabled: false"
+                                   % (host, port, exc.strerror or exc)) from None
+            if self.config.if_port_taken == "exit":
+                raise StartupError("the fleet view's port %s:%d is taken (monitor.port; is another "
+                                   "coordinator running on this machine?): set monitor.port to a free "
+                                   "port (0: any), or monitor.if_port_taken: any_free" % (host, port)) from None
+            try:
+                server = self._listen(0)
+            except OSError as again:
+                raise StartupError("the fleet view's port %s:%d is taken (monitor.port) and no other "
+                                   "port could be had (%s)" % (host, port, again.strerror or again)) from None
+            self.port_taken = port
+        self._server = server
+        self.url = url_for(host, server.server_address[1])
+        if self.port_taken is not None:
+            log.error("monitor: port %d (monitor.port) is taken, maybe by another coordinator: this one's "
+                      "fleet view listens on %s instead (in %s; monitor.if_port_taken: exit refuses to "
+                      "start instead)", port, self.url, self.url_file or "the log only")
+        return self.url
+
+    def _listen(self, port: int) -> "_Server":
+        return _Server((self.config.host, port), _Handler, self)
 
     def asset(self, name: str) -> Optional[bytes]:
         """A shipped file by its bare name (no folders, so no way out of ``static/``), or None."""
         return self._assets.get(name)
 
     def start(self) -> Optional[str]:
-        """Listen and serve in a daemon thread; the URL, or None (logged) when the address cannot
-        be had or the token file cannot be read (the configuration checked it when it loaded; no
-        token is never the fallback for a lost one: then there is no fleet view at all)."""
-        if self._server is not None:
+        """Serve in a daemon thread (``bind`` first if that was not done); the URL, or None (logged)
+        when the token file cannot be read (the configuration checked it when it loaded; no token
+        is never the fallback for a lost one: then there is no fleet view at all).
+        ``StartupError`` from ``bind``."""
+        if self._thread is not None:
             return self.url
         if self.config.token_file is not None:
             try:
                 self.token = read_token(self.config.token_file)
             except ConfigError as exc:
                 log.error("monitor: %s: the coordinator runs without its fleet view", exc)
+                self._close_unserved()
                 return None
         self._assets = {p.name: p.read_bytes() for p in sorted(STATIC_DIR.iterdir())
                         if p.is_file() and p.suffix in CONTENT_TYPES}
@@ -351,36 +410,39 @@ class MonitorServer:
                 log.warning("monitor: /metrics answers 501: prometheus-client is not installed (%s)", exc)
             else:
                 self.exporter = Exporter(self.snapshot, self.config.max_device_labels)
-        try:
-            server = _Server((self.config.host, self.config.port), _Handler, self)
-        except OSError as exc:
-            log.warning("monitor: cannot listen on %s:%d (%s): the coordinator runs without its fleet "
-                        "view; set monitor.port to a free port (0: any) or monitor.enabled: false",
-                        self.config.host, self.config.port, exc.strerror or exc)
-            return None
-        self._server = server
-        host, port = server.server_address[:2]
-        self.url = url_for(self.config.host, port)
+        self.bind()
+        server = self._server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name="streamfl-monitor", daemon=True)
         self._thread.start()
         if self.url_file is not None:
-            try:
+            try:  # a run folder the coordinator has not written to yet does not exist yet
+                self.url_file.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(self.url_file, (self.url + "\n").encode("ascii"))
             except OSError as exc:
-                log.warning("monitor: cannot write %s (%s)", self.url_file, exc)
+                log.error("monitor: cannot write %s (%s): tools that read the run folder will not "
+                          "find the fleet view at %s", self.url_file, exc, self.url)
         log.info("fleet view at %s%s", self.url, " (token required)" if self.token else "")
         return self.url
+
+    def _close_unserved(self) -> None:
+        """Close a socket ``bind`` took that will never be served."""
+        server, self._server = self._server, None
+        if server is not None and self._thread is None:
+            server.server_close()
 
     def stop(self) -> None:
         """Stop serving, close the socket and remove ``monitor.url`` if it is still ours."""
         server, self._server = self._server, None
         if server is None:
             return
+        if self._thread is None:  # bound, never served
+            server.server_close()
+            return
         server.shutdown()
         server.server_close()
-        if self._thread is not None:
-            self._thread.join(5.0)
+        self._thread.join(5.0)
+        self._thread = None
         url_file = self.url_file
         if url_file is not None:
             try:

@@ -12,6 +12,15 @@ the snapshot's keys, which the coordinator draws from fixed sets (at most ``MAX_
 kept, in sorted order). ``device`` labels go to the first ``max_device_labels`` rows of the snapshot
 (online first, then by id, the snapshot's own order: the devices one looks at first); the others
 count in the fleet totals only, and ``streamfl_devices_unlabelled`` says how many there are.
+
+What is exported is what is known now: the coordinator's own broker link
+(``streamfl_broker_connected``, ``streamfl_broker_disconnects_total``,
+``streamfl_broker_lost_since_timestamp_seconds`` while it is lost); a device that is not online
+(offline, or unknown while the coordinator has lost the broker) has no power, clock, temperature,
+buffer or prediction sample, and no ``streamfl_device_online`` sample while its state is unknown;
+power and energy carry a ``source`` label (``measured``, ``modelled``, ``unknown``: what the
+device's telemetry said of its meter), and the fleet's totals are per source, never modelled and
+measured watts summed into one figure.
 """
 import math
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
@@ -29,6 +38,24 @@ MAX_KEYS = 64
 MAX_LABEL_CHARS = 128
 #: The ``updates`` counts that are not an update's outcome, exported under names of their own.
 NOT_OUTCOMES = {"received": "streamfl_updates_received", "clipped": "streamfl_updates_clipped"}
+#: The ``source`` label's values (``coordinator/fleet.py``'s ``POWER_SOURCES``).
+SOURCES = ("measured", "modelled", "unknown")
+#: A row's keys that say how the device is now, exported only while it is online.
+LIVE_ONLY = ("power_w", "temperature_c", "buffer_fill", "predictions_per_s", "prediction_confidence",
+             "clocks_mhz")
+
+
+def row_state(row: Dict[str, Any]) -> str:
+    """A row's ``state`` (``online``, ``offline``, ``unknown``); rows of older coordinators have only
+    ``online``."""
+    state = row.get("state")
+    if state in ("online", "offline", "unknown"):
+        return state
+    return "online" if row.get("online") else "offline"
+
+
+def _source(value: Any) -> str:
+    return value if value in SOURCES else "unknown"
 
 
 def _number(value: Any) -> Optional[float]:
@@ -94,7 +121,11 @@ def fleet_families(snap: Dict[str, Any]) -> Iterator[Metric]:
             _gauge("streamfl_devices_online", "Devices online now", snap.get("devices_online")),
             _gauge("streamfl_devices_known", "Devices the coordinator knows", snap.get("devices_known")),
             _gauge("streamfl_devices_untracked", "Devices beyond the fleet table's max_devices, "
-                   "counted only", snap.get("devices_untracked"))):
+                   "counted only", snap.get("devices_untracked")),
+            _gauge("streamfl_devices_offline", "Devices known to be offline now", snap.get("devices_offline")),
+            _gauge("streamfl_devices_unknown", "Devices whose state is not known now (the coordinator "
+                   "lost the broker, or their last will came with the broker's loss)",
+                   snap.get("devices_unknown"))):
         if family is not None:
             yield family
     updates = snap.get("updates") if isinstance(snap.get("updates"), dict) else {}
@@ -124,14 +155,31 @@ def fleet_families(snap: Dict[str, Any]) -> Iterator[Metric]:
         if number is not None:
             implausible.add_metric([key], number)
     yield implausible
-    energy = _number(snap.get("energy_j"))
-    if energy is not None:
-        yield CounterMetricFamily("streamfl_energy_joules", "Energy the fleet's devices used, summed",
-                                  value=energy)
-    devices = _rows(snap)
-    yield GaugeMetricFamily("streamfl_fleet_power_watts", "Power of the devices listed in the "
-                            "snapshot, summed (devices without a meter count 0)",
-                            value=sum(_number(d.get("power_w")) or 0.0 for d in devices))
+    yield from broker_families(snap.get("broker"))
+    by_source = snap.get("energy_j_by_source")
+    energy = CounterMetricFamily("streamfl_energy_joules", "Energy the fleet's devices reported, "
+                                 "summed per source: measured by a meter, modelled, or unknown",
+                                 labels=["source"])
+    if isinstance(by_source, dict):
+        for source in SOURCES:
+            energy.add_metric([source], _number(by_source.get(source)) or 0.0)
+    elif _number(snap.get("energy_j")) is not None:  # a snapshot that does not say: unknown
+        energy.add_metric(["unknown"], _number(snap.get("energy_j")))
+    yield energy
+    power = GaugeMetricFamily("streamfl_fleet_power_watts", "Power of the devices online now, summed "
+                              "per source (measured, modelled, unknown); offline devices, devices "
+                              "whose state is unknown and devices without a meter count 0",
+                              labels=["source"])
+    by_source = snap.get("power_w_by_source")
+    if not isinstance(by_source, dict):
+        by_source = {}
+        for d in _rows(snap):
+            if row_state(d) == "online" and _number(d.get("power_w")) is not None:
+                key = _source(d.get("power_source"))
+                by_source[key] = by_source.get(key, 0.0) + _number(d.get("power_w"))
+    for source in SOURCES:
+        power.add_metric([source], _number(by_source.get(source)) or 0.0)
+    yield power
     methods = GaugeMetricFamily("streamfl_method_value", "The methods' fleet-wide values that are "
                                 "numbers (a flag's yes/no as 1/0)", labels=["method", "key"])
     for method, values in _items(snap.get("methods")):
@@ -140,6 +188,26 @@ def fleet_families(snap: Dict[str, Any]) -> Iterator[Metric]:
             if number is not None:
                 methods.add_metric([method, key], number)
     yield methods
+
+
+def broker_families(broker: Any) -> Iterator[Metric]:
+    """The coordinator's own broker link: nothing when the snapshot does not say (a table no
+    coordinator serves)."""
+    if not isinstance(broker, dict):
+        return
+    connected = bool(broker.get("connected"))
+    yield GaugeMetricFamily("streamfl_broker_connected", "1 while the coordinator is connected to "
+                            "the broker; 0: it lost it (or never had it), and the device states "
+                            "are unknown meanwhile", value=1.0 if connected else 0.0)
+    disconnects = _number(broker.get("disconnects"))
+    if disconnects is not None:
+        yield CounterMetricFamily("streamfl_broker_disconnects", "Times the coordinator lost the broker",
+                                  value=disconnects)
+    since = _number(broker.get("since_wall_s"))
+    if not connected and since is not None:
+        yield GaugeMetricFamily("streamfl_broker_lost_since_timestamp_seconds", "When (Unix time) the "
+                                "coordinator lost the broker, or started without it; only while it "
+                                "is lost", value=since)
 
 
 def _rows(snap: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -160,7 +228,6 @@ DEVICE_GAUGES = (
     ("streamfl_device_version", "Base version of the device's last update", "version"),
     ("streamfl_device_staleness_versions", "Staleness of the device's last update, in versions",
      "staleness"),
-    ("streamfl_device_power_watts", "The device's power draw (boards with a meter)", "power_w"),
     ("streamfl_device_temperature_celsius", "The device's hottest thermal zone", "temperature_c"),
     ("streamfl_device_buffer_fill_windows", "Windows in the device's training buffer", "buffer_fill"),
     ("streamfl_device_buffer_capacity_windows", "Capacity of the device's training buffer, in windows",
@@ -194,10 +261,27 @@ def device_families(snap: Dict[str, Any], max_device_labels: int) -> Iterator[Me
         info.add_metric([_label(row["device"]), _label(row.get("board") or ""),
                          _label(row.get("software") or "")], 1.0)
     yield info
+    live = [row for row in labelled if row_state(row) == "online"]
     for name, doc, key in DEVICE_GAUGES:
-        yield _per_device(GaugeMetricFamily(name, doc, labels=["device"]), labelled, key)
+        rows_for = labelled
+        if key == "online":
+            rows_for = [row for row in labelled if row_state(row) != "unknown"]
+        elif key in LIVE_ONLY:
+            rows_for = live
+        yield _per_device(GaugeMetricFamily(name, doc, labels=["device"]), rows_for, key)
+    power = GaugeMetricFamily("streamfl_device_power_watts", "The device's power draw now (boards "
+                              "with a meter, online ones), ``source`` measured or modelled",
+                              labels=["device", "source"])
+    for row in live:
+        number = _number(row.get("power_w"))
+        if number is not None:
+            power.add_metric([_label(row["device"]), _source(row.get("power_source"))], number)
+    yield power
     for name, doc, key in DEVICE_COUNTERS:
         yield _per_device(CounterMetricFamily(name, doc, labels=["device"]), labelled, key)
+    yield _per_device_keyed(CounterMetricFamily(
+        "streamfl_device_energy_by_source_joules", "The device's reported energy per source "
+        "(measured, modelled, unknown)", labels=["device", "source"]), labelled, "energy_j_by_source")
     yield _per_device_keyed(CounterMetricFamily(
         "streamfl_device_updates", "The device's updates: accepted, clipped, rejected",
         labels=["device", "outcome"]), labelled, "updates")
@@ -206,7 +290,7 @@ def device_families(snap: Dict[str, Any], max_device_labels: int) -> Iterator[Me
         labels=["device", "reason"]), labelled, "rejected_by_reason")
     yield _per_device_keyed(GaugeMetricFamily(
         "streamfl_device_clock_hertz", "The device's clock per domain (cpu, gpu, ...)",
-        labels=["device", "domain"]), labelled, "clocks_mhz", scale=1e6)
+        labels=["device", "domain"]), live, "clocks_mhz", scale=1e6)
     methods = GaugeMetricFamily("streamfl_device_method_value", "The methods' per-device values "
                                 "that are numbers", labels=["device", "method", "key"])
     for row in labelled:

@@ -3,6 +3,11 @@
 // data), and the charts are drawn on <canvas> by the small plotter below. Paths are relative, so
 // the page works behind a reverse proxy under a sub-path too. A token in the page's own URL
 // (?token=...) is sent along with every API call as a bearer header.
+//
+// It says what is known: "live" only while the coordinator itself is connected to its broker
+// (else "broker lost since HH:MM:SS", and the devices' states are unknown, with when each was last
+// heard); devices not online show no power, clocks or temperature as current; watts are labelled
+// modelled (a board profile's model) or of unknown source unless a meter measured them.
 (function () {
   "use strict";
 
@@ -60,6 +65,26 @@
     return Object.keys(obj || {}).sort().map(function (k) { return k + " " + fmt(obj[k]); }).join(", ");
   }
   function setText(id, text) { $(id).textContent = text; }
+  function clock(wallS) {
+    return isNum(wallS) ? new Date(wallS * 1000).toLocaleTimeString() : "-";
+  }
+  function state(d) {
+    if (d.state === "online" || d.state === "offline" || d.state === "unknown") { return d.state; }
+    return d.online ? "online" : "offline";
+  }
+  // Watts with where they came from: plain when measured, else labelled.
+  function watts(w, source) {
+    if (!isNum(w)) { return {text: "-", note: ""}; }
+    return {text: w.toFixed(2), note: source === "measured" ? "" :
+            source === "modelled" ? "modelled" : "source unknown"};
+  }
+  // The coordinator's broker link: null when the snapshot does not say, else the badge's text.
+  function brokerLost(s) {
+    var b = s.broker;
+    if (!b || b.connected) { return null; }
+    return "broker lost since " + clock(b.since_wall_s) + (b.reason ? " (" + b.reason + ")" : "") +
+      " · " + fmt(b.disconnects) + " disconnect(s)";
+  }
 
   // ---- the fleet ----------------------------------------------------------------------------
 
@@ -70,12 +95,36 @@
     runId = s.run_id;
     setText("fleet", s.fleet || "");
     setText("run", "run " + (s.run_id || "-") + " · method " + (s.method || "-") + " · up " + ago(s.time_s));
+    var c = s.coordinator || {}, b = s.broker;
+    setText("whose", (c.pid ? "coordinator pid " + c.pid + " on " + (c.host || "-") + " · run folder " +
+                      (c.run_dir || "-") : "") +
+            (b && b.connected ? " · broker connected since " + clock(b.since_wall_s) + ", " +
+                               fmt(b.disconnects) + " disconnect(s)" : ""));
+    var m = s.monitor || {}, notice = $("notice");
+    notice.hidden = !m.port_taken;
+    notice.textContent = m.port_taken ? "monitor.port " + m.port + " was taken (another coordinator on " +
+      "this machine?): this coordinator's fleet view listens on " + m.url : "";
     setText("version", fmt(s.version));
     setText("vps", fmt(s.versions_per_s, 2));
     setText("accuracy", isNum(s.accuracy) ? (100 * s.accuracy).toFixed(1) + " %" : "-");
     setText("accuracy-at", isNum(s.eval_version) ? "at version " + s.eval_version +
             (isNum(s.loss) ? ", loss " + s.loss.toFixed(3) : "") : "no held-out data yet");
     setText("devices-online", fmt(s.devices_online) + " / " + fmt(s.devices_known));
+    setText("devices-unknown", s.devices_unknown ? s.devices_unknown + " unknown" +
+            (brokerLost(s) ? ": the coordinator lost the broker" : ": last will with the broker's loss") : "");
+    var p = s.power_w_by_source, n = s.devices_powered_by_source || {};
+    if (p) {
+      setText("power", fmt(p.measured, 1) + " W");
+      setText("power-more", "measured (" + fmt(n.measured) + " device(s)) · modelled " + fmt(p.modelled, 1) +
+              " W (" + fmt(n.modelled) + ")" + (p.unknown || n.unknown ? " · source unknown " +
+              fmt(p.unknown, 1) + " W (" + fmt(n.unknown) + ")" : ""));
+    } else {
+      setText("power", "-");
+      setText("power-more", "");
+    }
+    var e = s.energy_j_by_source;
+    setText("energy-more", e ? "measured " + fmt(e.measured, 0) + " J · modelled " + fmt(e.modelled, 0) +
+            " J" + (e.unknown ? " · source unknown " + fmt(e.unknown, 0) + " J" : "") : "");
     var u = s.updates || {};
     setText("updates", fmt(u.received) + " received, " + fmt(u.aggregated) + " aggregated, " +
             fmt(u.rejected) + " rejected");
@@ -111,7 +160,9 @@
     var cols = [
       {h: "device", cls: "text", get: function (d) { return d.device; }},
       {h: "state", cls: "state text", get: function (d) {
-        return d.online ? "online" : "offline" + (d.offline_reason ? " (" + d.offline_reason + ")" : "");
+        var st = state(d);
+        if (st === "unknown") { return "unknown (last heard " + ago(d.last_seen_s) + " ago)"; }
+        return st === "online" ? "online" : "offline" + (d.offline_reason ? " (" + d.offline_reason + ")" : "");
       }},
       {h: "last seen", get: function (d) { return ago(d.last_seen_s); }},
       {h: "board", cls: "text", get: function (d) { return d.board || "-"; }},
@@ -127,7 +178,14 @@
     Object.keys(domains).sort().forEach(function (k) {
       cols.push({h: k + " MHz", get: function (d) { return fmt((d.clocks_mhz || {})[k], 0); }});
     });
-    cols.push({h: "power W", get: function (d) { return fmt(d.power_w, 2); }});
+    cols.push({h: "power W", power: true, get: function (d) {
+      var now = watts(d.power_w, d.power_source), last = d.last_heard || {};
+      if (now.text === "-" && isNum(last.power_w)) {
+        var was = watts(last.power_w, last.power_source);
+        return {text: "-", note: "last " + was.text + (was.note ? " " + was.note : "")};
+      }
+      return now;
+    }});
     cols.push({h: "energy J", get: function (d) { return fmt(d.energy_j, 0); }});
     cols.push({h: "temp °C", get: function (d) { return fmt(d.temperature_c, 1); }});
     cols.push({h: "buffer", buffer: true, get: function (d) {
@@ -156,13 +214,24 @@
     var body = document.createElement("tbody");
     rows.forEach(function (d) {
       var tr = document.createElement("tr");
-      tr.className = d.online ? "online" : "offline";
+      tr.className = state(d);
       tr.dataset.device = d.device;
       cols.forEach(function (c) {
         var td = document.createElement("td");
         if (c.cls) { td.className = c.cls; }
         td.dataset.col = c.h;
-        td.textContent = c.get(d);
+        var value = c.get(d);
+        if (c.power) {
+          td.textContent = value.text;
+          if (value.note) {
+            var note = document.createElement("span");
+            note.className = "source";
+            note.textContent = value.note;
+            td.appendChild(note);
+          }
+        } else {
+          td.textContent = value;
+        }
         if (c.buffer && isNum(d.buffer_fill) && isNum(d.buffer_capacity) && d.buffer_capacity > 0) {
           var bar = document.createElement("span"), fill = document.createElement("span");
           bar.className = "bar";
@@ -335,7 +404,12 @@
     Promise.all([api("api/fleet"), api("api/series?since=" + store.since)]).then(function (got) {
       if (showFleet(got[0])) { addSeries(got[1]); }
       showSeries();
-      status("live · " + new Date().toLocaleTimeString(), "live");
+      var lost = brokerLost(got[0]);
+      if (lost) {
+        status(lost, "broker-lost");
+      } else {
+        status("live · " + new Date().toLocaleTimeString(), "live");
+      }
     }).catch(function (err) {
       status("cannot read the fleet: " + err.message, "error");
     }).then(function () {
