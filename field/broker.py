@@ -12,7 +12,8 @@ Everything of the two shipped files is kept byte-for-byte but what must differ o
 
 It makes, in its folder: a CA and a server certificate (``openssl``, EC P-256 keys: fast to make;
 the server's names are 127.0.0.1, localhost, the bind address and ``server_names``), a password
-file (``mosquitto_passwd -U``) with one random password per account, and each password in
+file (``mosquitto_passwd -U``) with one random password per account (``coordinator-probe`` shares
+the coordinator's, as the coordinator's default expects), and each password in
 ``passwords/<account>.txt`` (what ``--password-file`` / ``password_file`` reads).
 
 API (standard library only; no pytest)::
@@ -53,6 +54,9 @@ SHIPPED = ROOT / "configs" / "mosquitto"
 #: The accounts besides the devices: the coordinator, its start-up probe (read-only on the
 #: coordinator status, coordinator/liveness.py), the operator CLI and the predictions dashboard.
 DEFAULT_ACCOUNTS = ("coordinator", "coordinator-probe", "operator", "dashboard")
+#: Accounts that get another account's password: the probe's, as the coordinator's default
+#: (``exclusive.probe_password_file`` null: the coordinator's password file).
+SHARED_PASSWORDS = {"coordinator-probe": "coordinator"}
 #: The shipped ACL's example device blocks, replaced by one block per given device.
 EXAMPLE_DEVICES = ("pi-01", "pi-02")
 #: The conf options whose values are paths or the listener: the only lines rewritten.
@@ -228,12 +232,14 @@ class ShippedBroker:
     def _password_file(self) -> None:
         folder = self.dir / "passwords"
         folder.mkdir(exist_ok=True)
-        for account in self.accounts:
+        shared = [a for a in self.accounts if SHARED_PASSWORDS.get(a) in self.accounts]
+        for account in [a for a in self.accounts if a not in shared] + shared:
             path = folder / ("%s.txt" % account)
             if path.exists():
                 self._passwords[account] = path.read_text().splitlines()[0]
             else:
-                self._passwords[account] = secrets.token_urlsafe(12)
+                self._passwords[account] = (self._passwords[SHARED_PASSWORDS[account]]
+                                            if account in shared else secrets.token_urlsafe(12))
                 path.write_text(self._passwords[account] + "\n")
                 path.chmod(0o600)
         self.passwd_path.write_text("".join("%s:%s\n" % (a, self._passwords[a]) for a in self.accounts))
