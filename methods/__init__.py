@@ -20,7 +20,7 @@ import threading
 from typing import Dict, Iterable, List, Optional, Type
 
 from streamfl.errors import ConfigError
-from streamfl.methods.base import FEDASYNC, FEDAVG, Method, MethodPackage, ReportSection
+from streamfl.methods.base import FEDASYNC, FEDAVG, Figures, Method, MethodPackage, ReportSection
 
 log = logging.getLogger(__name__)
 
@@ -160,12 +160,15 @@ BASELINES = (
                        "(Xie et al. 2019)", coordinator=FEDASYNC,
            when="the reference for an asynchronous fleet and the fallback where no measured method "
                 "fits yours; on the AdaCLP-regime runs (40 boards training back to back) only "
-                "class-balanced mixing beat it by more than the spread over seeds"),
+                "class-balanced mixing beat it by more than the spread over seeds",
+           figures=Figures("configs/scenarios/adaclp-paper-extreme.yaml", sets=("method_lr.fedasync=0.4",),
+                           table="Extreme setting, smartwatch data")),
     Method("fedavg", "synchronous FedAvg: sample-weighted average of one update per device per "
                      "round, rounds bounded by a deadline (McMahan et al. 2017)", coordinator=FEDAVG,
            when="synchronous rounds under a deadline: the best average over periods in ST-EWC's "
                 "runs; 22 points behind FedAsync in the 30 s AdaCLP-regime run (3 seeds, each at its "
-                "best rate: too few rounds)"),
+                "best rate: too few rounds)",
+           figures=Figures("configs/scenarios/stewc-domain-incremental.yaml", table="MNIST-5k (PermutedMNIST)")),
 )
 
 #: Every named method by name, in listing order (``named_methods`` keeps it up to date).

@@ -8,13 +8,73 @@ registers the payload types with the codec and the buffer policies with the agen
 plug-in classes to the cores, which never name a method. Parts are named relative to the package
 (``"coordinator:ClpProbePlugin"``), so declaring a method imports none of its code.
 """
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 #: ``coordinator`` settings of a named run under each built-in strategy.
 FEDASYNC: Dict[str, Any] = {"strategy": "fedasync"}
 FEDAVG: Dict[str, Any] = {"strategy": "fedavg"}
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Where a named method's published figures come from: the scenario file and the ``--set``
+    flags of the run that made them (as the Makefile's ``eval-*`` target runs it), the table of
+    docs/results.md they fill, and which of that run's settings of the method's plug-ins belong
+    to the run's setting rather than to the method (a fleet keeps its own), with why.
+
+    ``tests/test_named_method_figures.py`` builds the plug-in settings of that run and those of
+    ``--method NAME`` through the coordinator's config loader and the boards' settings gate, and
+    fails where they differ outside ``setting_keys``; ``streamfl methods --show NAME`` prints it."""
+
+    #: The run's scenario, relative to the repository (``configs/scenarios/NAME.yaml``).
+    scenario: str
+    #: The run's ``--set KEY=VALUE`` flags (``streamfl sim``), the tuned rate's among them.
+    sets: Tuple[str, ...] = ()
+    #: The heading of the table in docs/results.md that holds the figures.
+    table: str = ""
+    #: Dotted keys the run set for its setting, not the method's: ``plugins.P.K`` (coordinator
+    #: plug-in ``P``) or ``agent.plugins.P.K`` (the boards' plug-in ``P``). Not carried to a fleet.
+    setting_keys: Tuple[str, ...] = ()
+    #: Why ``setting_keys`` are the setting's (one sentence; ``streamfl methods --show`` prints it).
+    why: str = ""
+
+
+def _layered(under: Mapping[str, Any], over: Mapping[str, Any], where: str) -> Dict[str, Any]:
+    """``over`` laid over ``under``, mapping by mapping; ``ValueError`` where both set one key (a
+    method's measured settings and its own never name the same key)."""
+    out = {key: dict(value) if isinstance(value, Mapping) else value for key, value in over.items()}
+    for key, value in under.items():
+        at = "%s.%s" % (where, key) if where else key
+        if isinstance(value, Mapping) and isinstance(out.get(key, {}), Mapping):
+            out[key] = _layered(value, out.get(key, {}), at)
+        elif key in out:
+            raise ValueError("%s is set twice: in the method's own settings and in its measured ones" % at)
+        else:
+            out[key] = value
+    return out
+
+
+def settings_text(values: Mapping[str, Any], prefix: str = "") -> str:
+    """``plugins.clp.trace_window: 50, ...`` for a nested mapping (``streamfl methods --show``)."""
+    out = []
+    for key, value in values.items():
+        at = "%s.%s" % (prefix, key) if prefix else key
+        out.append(settings_text(value, at) if isinstance(value, Mapping) else "%s: %s" % (at, value))
+    return ", ".join(part for part in out if part)
+
+
+def _without(values: Mapping[str, Any], drop: Mapping[str, Any]) -> Dict[str, Any]:
+    """``values`` less the leaves ``drop`` names (mappings left empty stay, as plug-ins switched on)."""
+    out: Dict[str, Any] = {}
+    for key, value in values.items():
+        if key in drop and isinstance(drop[key], Mapping) and isinstance(value, Mapping):
+            out[key] = _without(value, drop[key])
+        elif key not in drop:
+            out[key] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -36,6 +96,40 @@ class Method:
     #: One line on when to use it, from what was measured (``streamfl methods`` lists it); every
     #: shipped run says it, a run from elsewhere may leave it empty.
     when: str = ""
+    #: The settings the run behind the method's published figures (``figures``) gave its
+    #: plug-ins through its scenario: ``{"plugins": {name: {key: value}}, "agent": {"plugins":
+    #: ...}}``. They are the method's: on construction they are laid under ``plugins`` and
+    #: ``agent`` (a key there and here is an error), so a fleet (``--method NAME``) runs what the
+    #: figures measured. A simulator run takes them from its scenario instead (``scenario_side``):
+    #: a scenario is a setting, its ``plugins:`` say how the methods are set for it, and the
+    #: figures' own scenario sets these (tests/test_named_method_figures.py checks it), so no
+    #: table changes what it measured.
+    measured: Dict[str, Any] = field(default_factory=dict)
+    #: Where the published figures come from (None: the method has none).
+    figures: Optional[Figures] = None
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.measured) - {"plugins", "agent"})
+        if unknown:
+            raise ValueError("method %s: measured settings are plugins and agent, not %s" % (self.name, unknown[0]))
+        for plugin in self.measured.get("plugins") or {}:
+            if plugin not in self.plugins:
+                raise ValueError("method %s: measured settings of plug-in %s, which it does not run"
+                                 % (self.name, plugin))
+        if self.measured:
+            object.__setattr__(self, "plugins", _layered(self.measured.get("plugins") or {}, self.plugins,
+                                                         "%s: plugins" % self.name))
+            object.__setattr__(self, "agent", _layered(self.measured.get("agent") or {}, self.agent,
+                                                       "%s: agent" % self.name))
+
+    def scenario_side(self) -> "Method":
+        """The method as a simulator scenario runs it: ``measured``'s settings left to the
+        scenario (the method's own settings still win over the scenario's)."""
+        if not self.measured:
+            return self
+        return dataclasses.replace(
+            self, plugins=_without(self.plugins, self.measured.get("plugins") or {}),
+            agent=_without(self.agent, self.measured.get("agent") or {}), measured={})
 
 
 @dataclass(frozen=True)

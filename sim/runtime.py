@@ -39,7 +39,7 @@ from streamfl.sensors.window import Window
 from streamfl.sim.device import DeviceModel, make_devices
 from streamfl.sim.device_state import DeviceState, device_specs
 from streamfl.sim.events import Event, EventQueue
-from streamfl.sim.methods import Method
+from streamfl.sim.methods import Method, run_settings
 from streamfl.sim.rounds.base import RoundRunner
 from streamfl.sim.rounds.inline import InlineRounds
 from streamfl.sim.scenario import Scenario
@@ -94,19 +94,15 @@ class SimRun:
         T, C, K = data.shape
         self.spec = ModelSpec(name=scenario.model.name, in_channels=C, window_len=T, num_classes=K,
                               hidden=scenario.model.hidden)
-        plugins = {name: merge(scenario.plugins.get(name, {}), settings)
-                   for name, settings in method.plugins.items()}
-        lr = scenario.method_lr.get(method.name)
-        # A tuned rate is the coordinator's lr and whatever rate settings the methods' agent
-        # plug-ins keep of their own (``tuned_lr_settings``), over the scenario's and the run's.
-        self._lr_agent = {} if lr is None else plugin_settings("tuned_lr_settings", lr)
+        # The method laid over the scenario (``streamfl.sim.methods.run_settings``): its plug-ins
+        # with the scenario's settings under its own, a tuned rate over both.
+        coordinator, self._agent_values = run_settings(scenario, method)
         # Simulated boards are honest and train back to back in virtual time, faster than the
         # fixed cap a real coordinator puts on a device, and the event queue hands the coordinator
         # uploads and ticks in the order they complete, not always in time order: the per-device
         # rate limit is off here (a scenario may set it).
         ccfg = merge({"fleet": FLEET, "seed": int(seed), "model": dataclasses.asdict(self.spec)},
-                     scenario.coordinator, method.coordinator, {"plugins": plugins},
-                     {} if lr is None else {"hparams": {"lr": lr}})
+                     coordinator)
         admission = ccfg.setdefault("admission", {})     # (merge drops None values: set it here)
         admission.setdefault("max_updates_per_s", None)
         admission.setdefault("round_time_fraction", 0.0)
@@ -170,7 +166,7 @@ class SimRun:
                         "sensor": {"kind": "mqtt", "window_len": T, "channels": C, "num_classes": K},
                         "dvfs": {"backend": "simulated", "board": dev.profile.name, "policy": policy},
                         "seed": self.seed * 100003 + i, "round_interval_s": 1.0, "min_buffer": 32},
-                       facts, self.scenario.agent, self.method.agent, self._lr_agent)
+                       facts, self._agent_values)
         cfg = build(AgentConfig, values, "%s: agent" % self.scenario.name)
         agent = AgentCore(cfg, clock=self._now, timer=lambda: 0.0)
         backend = SimulatedBackend([SimulatedDomain(s.name, s.kind, s.levels_khz, clock=self._now)

@@ -52,6 +52,23 @@ def listing(named: list) -> str:
     return "\n".join(out) + "\n"
 
 
+def figures(method) -> str:
+    """Where ``method``'s published figures come from and which of that run's settings the name
+    carries to a fleet (``Method.figures``, ``Method.measured``), in one paragraph."""
+    from streamfl.methods.base import settings_text
+    found = method.figures
+    if found is None:
+        return "Figures: none published; the settings below are the method's own."
+    run = " ".join(["streamfl sim %s" % found.scenario] + ["--set %s" % s for s in found.sets])
+    text = "Figures: docs/results.md, '%s' (%s)." % (found.table, run)
+    if method.measured:
+        text += " The name carries that run's %s to a fleet (in the simulator a scenario sets its own)." % (
+            settings_text(method.measured))
+    if found.setting_keys:
+        text += " Not carried, the run's setting: %s: %s." % (", ".join(found.setting_keys), found.why)
+    return text
+
+
 def show(method) -> str:
     """What ``method`` sets on a fleet, as three commented YAML documents."""
     import yaml
@@ -70,6 +87,7 @@ def show(method) -> str:
     parts = [comment("%s: %s" % (method.name, method.description))]
     if method.when:
         parts.append(comment("When: %s" % method.when))
+    parts.append(comment(figures(method)))
     parts.append(comment("Coordinator YAML: what 'method: %s' (or --method %s) lays over the "
                          "coordinator's file; its keys win over the file's." % (method.name, method.name)))
     parts.append(dump(coordinator))

@@ -130,7 +130,10 @@ def test_a_config_that_names_a_method_it_does_not_run_is_refused():
         build(CoordinatorConfig, {"method": "fedavg"})
     with pytest.raises(ConfigError, match="plugins are"):
         build(CoordinatorConfig, {"method": "adaclp"})
-    assert build(CoordinatorConfig, {"method": "adaclp", "plugins": {"clp": {}}}).method_settings.settings == {
+    with pytest.raises(ConfigError, match="plugins.clp.trace_window is 10, the method's 50"):
+        build(CoordinatorConfig, {"method": "adaclp", "plugins": {"clp": {}}})
+    probe = {"trace_window": 50, "growth_threshold": 0.002}   # the probe of adaclp's figures
+    assert build(CoordinatorConfig, {"method": "adaclp", "plugins": {"clp": probe}}).method_settings.settings == {
         "dvfs": {"policy": "clp-aware"}}
 
 

@@ -2,7 +2,7 @@
 from typing import List
 
 from streamfl.methods.base import FEDASYNC as _FEDASYNC, Method
-from streamfl.methods.clp.presets import LEARNED as _LEARNED
+from streamfl.methods.clp.presets import LEARNED as _LEARNED, MEASURED_PROBE as _PROBE, paper_figures
 
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).
 PRESETS: List[Method] = []
@@ -18,16 +18,19 @@ PRESETS.append(Method("fedasync+balance", "FedAsync with class-balanced mixing (
                                           "classes the model already holds too much of weigh less",
                       coordinator=_FEDASYNC, plugins={"balance": {}},
                       when="classes arrive unevenly over time and energy is no concern: +5.5 points "
-                           "over FedAsync at the same energy (extreme setting, 3 seeds)"))
+                           "over FedAsync at the same energy (extreme setting, 3 seeds)",
+                      figures=paper_figures("fedasync+balance", 0.4, setting_keys=(), why="")))
 PRESETS.append(Method("fedasync+balance-rest", "fedasync+balance, and a device whose update weighed under "
                                                "0.25 rests 5 round intervals (ours)",
                       coordinator=_FEDASYNC, plugins={"balance": _REST},
                       when="most boards see the same few classes at once: +4.5 points over FedAsync "
                            "at 88% of its energy (3 seeds; +4.1 on the seed the rests were not "
-                           "chosen on), +4.6 at 86% on synthetic data, +1.1 at 96% on Dirichlet mixes"))
+                           "chosen on), +4.6 at 86% on synthetic data, +1.1 at 96% on Dirichlet mixes",
+                      figures=paper_figures("fedasync+balance-rest", 0.4, setting_keys=(), why="")))
 PRESETS.append(Method("streamclp+balance", "streamclp with class-balanced mixing and the same rests (ours)",
                       coordinator=_FEDASYNC, plugins={"clp": {}, "balance": _REST}, agent=_LEARNED,
                       dvfs_policy="none",
                       when="the same when energy matters more than the last point: +2.2 points at "
                            "83% of FedAsync's energy (extreme), +2.3 at 95% (Dirichlet mixes), +1.5 "
-                           "at 55% (synthetic)"))
+                           "at 55% (synthetic)",
+                      measured=_PROBE, figures=paper_figures("streamclp+balance", 0.4)))

@@ -1,10 +1,36 @@
 """Device scheduling's named runs: FedTeddi, its baselines, and its compositions with AdaCLP."""
 from typing import List
 
-from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Method
+from streamfl.methods.base import FEDASYNC as _FEDASYNC, FEDAVG as _FEDAVG, Figures, Method
+from streamfl.methods.clp.presets import CLP_SETTING_KEYS as _CLP_KEYS, CLP_SETTING_WHY as _CLP_WHY
 
 #: The named simulator runs of this method (``streamfl sim --methods NAME``).
 PRESETS: List[Method] = []
+
+#: Where the scheduling methods' figures come from: the new-classes scenario, one frame of new
+#: data, T_max = 1 s, on digits (``make eval-fedteddi``'s teddi-digits-1.0; the other eight
+#: settings vary the dataset and T_max), and the compositions with AdaCLP under FedAsync at the
+#: baselines' rate 0.1 (teddi-digits-async).
+_SCENARIO = "configs/scenarios/fedteddi-new-classes.yaml"
+#: What those runs set for their setting: a fleet keeps its own.
+_SETTING_KEYS = ("plugins.schedule.deadline_s", "plugins.schedule.total_bandwidth_hz",
+                 "plugins.schedule.frame_rounds")
+_SETTING_WHY = ("T_max (deadline_s) is the run's round deadline, which a fleet states once as its "
+                "FedAvg deadline; total_bandwidth_hz is the shared channel the simulator models "
+                "(unset on real boards: latency measured against the deadline); frame_rounds is the "
+                "run's frame of new data in rounds (60 s frames at 1 s rounds)")
+
+
+def _figures(name: str = "") -> Figures:
+    """The synchronous methods' run, or (``name``) a composition's with AdaCLP under FedAsync."""
+    if not name:
+        return Figures(_SCENARIO, sets=("stream.params.new_frames=1", "coordinator.fedavg.deadline_s=1.0",
+                                        "plugins.schedule.deadline_s=1.0"),
+                       table="Every setting: rounds against `random`", setting_keys=_SETTING_KEYS,
+                       why=_SETTING_WHY)
+    return Figures(_SCENARIO, sets=("stream.params.new_frames=1", "method_lr.%s=0.1" % name),
+                   table="FedTeddi composed with AdaCLP (FedAsync)", setting_keys=_SETTING_KEYS + _CLP_KEYS,
+                   why="%s; %s" % (_SETTING_WHY, _CLP_WHY))
 
 # Device scheduling (methods/schedule/coordinator.py): FedTeddi (the FedTeddi paper) and its baselines
 # (sec. V-A), each a policy of the one plug-in, in synchronous deadline rounds as in the paper.
@@ -33,13 +59,14 @@ for _policy, _what, _when in (
         ("fedcgd", "greedy choice by collective divergence and eq. 17, no drift term ([29])",
          "a baseline: about random's rounds (+2%)")):
     PRESETS.append(Method(_policy, _what, coordinator=_FEDAVG, plugins={"schedule": {"policy": _policy}},
-                          when=_when))
+                          when=_when, figures=_figures()))
 PRESETS.append(Method("fedteddi+adaclp", "FedTeddi's choice of who trains next, composed with AdaCLP "
                                          "(FedAsync, CLP probe, CLP hyper-parameters and clocks)",
                       coordinator=_FEDASYNC, plugins={"clp": {}, "schedule": {"policy": "fedteddi"}},
                       dvfs_policy="clp-aware",
                       when="not recommended: 0.9-10.1 points below random+adaclp; AdaCLP's lowest "
-                           "clocks and the round deadline pull against each other"))
+                           "clocks and the round deadline pull against each other",
+                      figures=_figures("fedteddi+adaclp")))
 # The composition's own references under the same band: the paper's random choice with AdaCLP, and
 # ours (the band filled in FedTeddi's order) with AdaCLP.
 PRESETS.append(Method("random+adaclp", "random choice of who trains next in the shared band, with AdaCLP "
@@ -47,14 +74,16 @@ PRESETS.append(Method("random+adaclp", "random choice of who trains next in the 
                       coordinator=_FEDASYNC, plugins={"clp": {}, "schedule": {"policy": "random"}},
                       dvfs_policy="clp-aware",
                       when="the reference for fedteddi+adaclp; every such composition stayed far "
-                           "below FedAsync (0.18-0.39 mean accuracy against 0.52-0.60)"))
+                           "below FedAsync (0.18-0.39 mean accuracy against 0.52-0.60)",
+                      figures=_figures("random+adaclp")))
 PRESETS.append(Method("fedteddi-fill+adaclp", "fedteddi-fill's choice of who trains next, with AdaCLP "
                                               "(ours)",
                       coordinator=_FEDASYNC,
                       plugins={"clp": {}, "schedule": {"policy": "fedteddi", "gradient_noise": 1.0e9}},
                       dvfs_policy="clp-aware",
                       when="not recommended: on par with random+adaclp (-0.5 to -3.8 points), which "
-                           "learned little"))
+                           "learned little",
+                      figures=_figures("fedteddi-fill+adaclp")))
 # Ours: FedTeddi's greedy order (divergence, lambda_k-weighted drift) with the set grown until the
 # band or the deadline is full. Eq. 17 stops the greedy where sigma / sqrt(b) no longer outweighs
 # the divergence a device adds; with the gradient noise the devices report that is after 3-4
@@ -66,4 +95,5 @@ PRESETS.append(Method("fedteddi-fill", "FedTeddi's greedy order with the set gro
                       plugins={"schedule": {"policy": "fedteddi", "gradient_noise": 1.0e9}},
                       when="a synchronous fleet with a round deadline and a shared radio band, new "
                            "data reaching some boards: 34% fewer rounds than random on average, "
-                           "20% fewer at worst"))
+                           "20% fewer at worst",
+                      figures=_figures()))
