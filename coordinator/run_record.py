@@ -145,16 +145,25 @@ class RunRecord:
              on_eval: Callable[[Dict[str, Any], float], None]) -> int:
         """Hand the earlier ``update`` and ``eval`` lines to the fleet table (their time on this
         process's clock, so before 0); returns how many."""
-        n = 0
+        n = skipped = 0
         for rec in self.lines:
-            t = float(rec.get("time_s", 0.0)) - self.offset_s
-            if rec.get("event") == "update":
-                on_update(rec, t)
-            elif rec.get("event") == "eval":
-                on_eval(rec, t)
-            else:
+            t = float(rec["time_s"]) - self.offset_s
+            try:
+                if rec.get("event") == "update":
+                    on_update(rec, t)
+                elif rec.get("event") == "eval":
+                    on_eval(rec, t)
+                else:
+                    continue
+            except (TypeError, ValueError, KeyError) as exc:  # a line edited or damaged by hand
+                skipped += 1
+                if skipped == 1:
+                    log.warning("run %s: an earlier %s line is not counted (%s)", self.run_id,
+                                rec.get("event"), exc)
                 continue
             n += 1
+        if skipped:
+            log.warning("run %s: %d earlier line(s) of the record could not be counted", self.run_id, skipped)
         self.lines = []
         return n
 
@@ -190,6 +199,14 @@ def _timed(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The records with a finite number for ``time_s`` (a line without one has no place on the axis)."""
     return [r for r in records if isinstance(r.get("time_s"), (int, float))
             and not isinstance(r.get("time_s"), bool) and math.isfinite(r["time_s"])]
+
+
+def _read(path: Path) -> List[Dict[str, Any]]:
+    """The record's lines a starting process reads back; ``StateFileError`` if it cannot read them."""
+    try:
+        return _timed(read_metrics(path, events=READ_BACK))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StateFileError("cannot read the run's record %s: %s" % (path, exc)) from None
 
 
 def _record_run_id(records: List[Mapping[str, Any]]) -> Optional[str]:
@@ -232,7 +249,7 @@ def open_run(state_dir: Path, run_id: str, asked_dir: Optional[Path], fresh: boo
         saved = None
     run_dir = Path(asked_dir) if asked_dir is not None else (
         Path(saved["run_dir"]) if saved is not None else default_run_dir())
-    records = _timed(read_metrics(run_dir / METRICS_FILE, events=READ_BACK))
+    records = _read(run_dir / METRICS_FILE)
     owner = _record_run_id(records)
     if records and (owner not in (None, run_id) or (owner is None and fresh)):
         _move_aside(run_dir, owner or "before-%s" % time.strftime("%Y%m%d-%H%M%S"))
@@ -240,11 +257,15 @@ def open_run(state_dir: Path, run_id: str, asked_dir: Optional[Path], fresh: boo
     before = Path(saved["run_dir"]) if saved is not None else None
     if (not records and before is not None and before.resolve() != run_dir.resolve()
             and not (run_dir / METRICS_FILE).exists() and (before / METRICS_FILE).is_file()):
-        run_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(str(before / METRICS_FILE), str(run_dir / METRICS_FILE))
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(str(before / METRICS_FILE), str(run_dir / METRICS_FILE))
+        except OSError as exc:
+            raise StateFileError("cannot copy run %s's record from %s into %s: %s" % (
+                run_id, before, run_dir, exc)) from None
         log.warning("run %s's record moves from %s to %s (--run-dir): its metrics.jsonl so far is "
                     "copied there; %s is left as it was", run_id, before, run_dir, before)
-        records = _timed(read_metrics(run_dir / METRICS_FILE, events=READ_BACK))
+        records = _read(run_dir / METRICS_FILE)
     times = run_times(records) if records else []
     if saved is not None:
         started = float(saved["started_wall_s"])

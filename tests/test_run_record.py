@@ -228,3 +228,49 @@ def test_a_new_run_never_appends_to_another_runs_record(tmp_path, mqtt_broker):
 @pytest.fixture(autouse=True)
 def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a default runs/<timestamp> would land here
+
+
+def test_the_cli_restarted_without_run_dir_goes_on_in_the_runs_folder(tmp_path, mqtt_broker):
+    """As systemd restarts it: the same command line, no --run-dir; the first process is killed
+    (-9), the second stops on SIGTERM: one folder, one axis, the kill told by the second's start."""
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "c.yaml").write_text(
+        "model: {name: mlp, in_channels: 2, window_len: 4, num_classes: 3, hidden: 4}\n"
+        "monitor: {enabled: false}\npersist_interval_s: 0.0\n")
+    cmd = [sys.executable, "-m", "streamfl.coordinator", "--config", "c.yaml", "--broker",
+           mqtt_broker.host, "--port", str(mqtt_broker.port), "--fleet", FLEET, "--state-dir", "state"]
+    device = FakeDevice(mqtt_broker, "board1")
+    procs = []
+    try:
+        for n, sig in ((1, signal.SIGKILL), (2, signal.SIGTERM)):
+            procs.append(subprocess.Popen(cmd, cwd=str(tmp_path), stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+            assert wait_for(lambda: device.newest() is not None and device.newest().version == n - 1,
+                            timeout_s=30), procs[-1].poll()
+            device.train_and_send()
+            folders = list((tmp_path / "runs").iterdir())
+            assert len(folders) == 1, folders                   # never a new folder per process
+            assert wait_for(lambda: sum('"event": "update"' in line for line in (
+                folders[0] / "metrics.jsonl").read_text().splitlines()) == n, timeout_s=15)
+            assert wait_for(lambda: json.loads((tmp_path / "state" / "state.json").read_text())[
+                "version"] == n, timeout_s=10)
+            procs[-1].send_signal(sig)
+            out, _ = procs[-1].communicate(timeout=30)
+    finally:
+        device.transport.close()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    record = lines(folders[0])
+    times = [r["time_s"] for r in record]
+    assert all(b >= a for a, b in zip(times, times[1:])), times
+    starts = [r for r in record if r["event"] == "process_start"]
+    assert [s["previous_ended"] for s in starts] == [None, NO_STOP]
+    assert starts[1]["resumed_version"] == starts[1]["record_version"] == 1
+    summary = json.loads((folders[0] / "summary.json").read_text())
+    assert summary["methods"]["fedasync"]["runs"][0]["updates"] == 2 and summary["restarts"] == 1
+    assert "2 coordinator processes" in out
