@@ -3,6 +3,7 @@ take-over watch and back-off, its coordinator-silence warning, the registry's an
 count of a second process under one id, and where the agent's id came from."""
 import logging
 import socket
+import time
 
 import pytest
 
@@ -204,3 +205,68 @@ def test_hello_instance_is_optional_on_the_wire():
     old = frame.replace(field, b" " * len(field))
     assert old != frame
     assert decoder.decode(old).instance == ""
+
+
+# ---- the daemon and the CLI ----------------------------------------------------------------------
+
+def test_daemon_warns_once_while_the_coordinator_is_silent_and_says_when_it_is_back(tmp_path, caplog):
+    """Over the in-memory broker: a model, then the coordinator's will; the agent warns once,
+    naming what it does meanwhile, and logs once when a newer model comes."""
+    import threading
+
+    from polling import wait_until
+    from test_agent_daemon import DEV, FLEET, FakeCoordinator, make_config
+
+    from streamfl.agent.daemon import AgentDaemon
+    from streamfl.protocol.messages import CoordinatorStatus
+    from streamfl.protocol.topics import Topics
+    from streamfl.protocol.transport.memory import MemoryBroker, MemoryTransport
+    from streamfl.sensors import make_source
+
+    broker = MemoryBroker()
+    coord = FakeCoordinator(broker)
+    coord.publish_model(3)
+    status = Topics(FLEET).coordinator_status
+    coord.t.publish(status, encode(CoordinatorStatus(online=False, run_id="")), qos=1, retain=True)
+    config = make_config(coordinator_silence_warn_s=0.6)
+    transport = MemoryTransport(broker, DEV)
+    daemon = AgentDaemon(config, transport, make_source(config.sensor, DEV), tmp_path / "state")
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    silent = "nothing heard from the coordinator of fleet %r" % FLEET
+    with caplog.at_level(logging.INFO, logger="streamfl.agent.coordinator_watch"):
+        thread.start()
+        try:
+            wait_until(lambda: silent in caplog.text, timeout_s=20, what="the silence warning")
+            time.sleep(1.5)   # still silent: no second warning
+            coord.publish_model(4)
+            wait_until(lambda: "is heard again (global model v4)" in caplog.text, timeout_s=30,
+                       what="the coordinator back")
+        finally:
+            daemon.stop()
+            thread.join(30)
+    warnings = [r.getMessage() for r in caplog.records if silent in r.getMessage()]
+    assert len(warnings) == 1 and daemon.counters["coordinator_silences"] == 1
+    assert "keeps training from v3 of run (unnamed)" in warnings[0]
+    assert "its updates wait in the broker" in warnings[0]
+    assert "retained status says offline" in warnings[0]
+    assert caplog.text.count("is heard again (") == 1
+
+
+def _check_config(*flags):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "streamfl.agent", "--check-config"] + list(flags),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_check_config_says_where_the_device_id_came_from():
+    derived = _check_config()
+    assert derived.returncode == 0, derived.stderr
+    host = socket.gethostname()
+    first = derived.stdout.splitlines()[0]
+    assert first.startswith("# device_id ") and "derived from the hostname %r" % host in first
+    assert "flashed from one image" in derived.stderr and "set device_id" in derived.stderr
+    given = _check_config("--device-id", "pi-07")
+    assert given.returncode == 0, given.stderr
+    assert given.stdout.splitlines()[0] == "# device_id pi-07: from --device-id"
+    assert "flashed from one image" not in given.stderr
