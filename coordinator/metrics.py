@@ -1,7 +1,7 @@
 """metrics.jsonl, written and read: append-only JSON lines; a full disk never stops training.
 
 One line per event (``eval``, ``update``, ...), flushed as written so a crash loses at most the line
-being written. Write errors are logged (first one and then every 100th) and counted.
+being written; the next writer ends such a torn line before its first, so that one is not lost too. Write errors are logged (first one and then every 100th) and counted.
 
 The coordinator writes it with ``MetricsWriter``; the simulator writes the same kind of lines, one
 file for all its runs, each event tagged with ``method`` and ``seed``. Every line carries ``time_s``:
@@ -47,7 +47,10 @@ class MetricsWriter:
     def _open(self):
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            torn = _ends_torn(self.path)
             self._fh = open(self.path, "a", encoding="utf-8")
+            if torn:  # the half line a killed process left: ours must not be glued to it
+                self._fh.write("\n")
         return self._fh
 
     def write(self, record: Dict[str, Any]) -> bool:
@@ -82,6 +85,19 @@ class MetricsWriter:
     def close(self) -> None:
         self._reset()
         self._closed = True
+
+
+def _ends_torn(path: Path) -> bool:
+    """Whether ``path`` ends inside a line (a process killed while it wrote one)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, 2)
+            return fh.read(1) != b"\n"
+    except OSError:
+        return False
 
 
 def _plain(value: Any) -> Optional[Any]:

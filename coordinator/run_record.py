@@ -123,7 +123,7 @@ class RunRecord:
     earlier: List[Dict[str, Any]] = field(default_factory=list)
     #: The earlier processes' ``update`` and ``eval`` lines, in order (dropped once fed).
     lines: List[Dict[str, Any]] = field(default_factory=list)
-    #: The highest global version the record reached ("" none).
+    #: The highest global version the record reached (None: no update or eval line).
     record_version: Optional[int] = None
     #: How the time axis was continued: "wall clock" or "after the record's last line".
     time_from: str = "wall clock"

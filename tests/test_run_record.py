@@ -274,3 +274,32 @@ def test_the_cli_restarted_without_run_dir_goes_on_in_the_runs_folder(tmp_path, 
     summary = json.loads((folders[0] / "summary.json").read_text())
     assert summary["methods"]["fedasync"]["runs"][0]["updates"] == 2 and summary["restarts"] == 1
     assert "2 coordinator processes" in out
+
+
+def test_a_wall_clock_set_back_never_sends_the_times_backwards(tmp_path):
+    """The wall clock says 10 s since the run started, the record already reaches 500 s: the new
+    process's times go on after the record's last line, and its start line says so."""
+    from streamfl.coordinator.run_record import open_run
+    run_dir, state = tmp_path / "run", tmp_path / "state"
+    run_dir.mkdir()
+    state.mkdir()
+    now = time.time()
+    (state / RUN_FILE).write_text(json.dumps({"run_id": "r1", "run_dir": str(run_dir),
+                                              "started_wall_s": now}))
+    (run_dir / "metrics.jsonl").write_text(
+        json.dumps({"event": "process_start", "run_id": "r1", "instance": "a", "time_s": 0.0,
+                    "wall_s": now}) + "\n"
+        + json.dumps({"event": "update", "outcome": "aggregated", "device": "d", "version": 7,
+                      "time_s": 500.0, "wall_s": now + 500}) + "\n"
+        + '{"event": "upda')                                     # the half line a kill leaves
+    record = open_run(state, "r1", None, fresh=False, wall_now=now + 10.0)
+    assert record.run_dir == run_dir and record.offset_s > 500.0
+    assert record.time_from == "after the record's last line" and record.record_version == 7
+    assert [p["ended"] for p in record.earlier] == [NO_STOP]
+    line = record.start_line(instance="b", software="x", resumed_version=5, fresh=False)
+    assert line["previous_ended"] == NO_STOP and line["previous_last_t_s"] == 500.0
+    from streamfl.coordinator.metrics import MetricsWriter, read_metrics
+    writer = MetricsWriter.in_run_dir(run_dir)
+    assert writer.write(dict(line, time_s=record.offset_s))
+    writer.close()
+    assert read_metrics(run_dir / "metrics.jsonl")[-1]["instance"] == "b"   # not glued to the half line
