@@ -23,6 +23,8 @@ def device_row(i: int, version: int, online: bool = True, t: float = 0.0) -> Dic
         # A Jetson Nano here runs on its board profile's power model, an Orin on its INA3221.
         "power_source": ("modelled" if i % 3 == 1 else "measured") if jetson else None,
         "energy_j": 10.0 * version + i,
+        "energy_j_by_source": {(("modelled" if i % 3 == 1 else "measured") if jetson else "unknown"):
+                               10.0 * version + i},
         "temperature_c": 45.0 + i % 10,
         "buffer_fill": min(200, 20 * (version + i)), "buffer_capacity": 200,
         "methods": {"clp": {"lr": 0.01 * (1 + i % 3), "critical": i % 2 == 0}},
@@ -39,7 +41,10 @@ def snapshot(n_devices: int, version: int = 10, t: float = 5.0, online: Optional
         "strategy": "fedasync", "plugins": ["clp"], "time_s": t, "wall_s": 1795000000.0 + t,
         "version": version, "versions_per_s": 5.0, "accuracy": min(0.95, 0.3 + 0.01 * version),
         "loss": 1.5, "eval_version": version - version % 5,
-        "devices_online": online, "devices_known": n_devices,
+        "devices_online": online, "devices_known": n_devices, "devices_offline": n_devices - online,
+        "devices_unknown": 0,
+        "broker": {"connected": True, "since_wall_s": 1795000000.0, "disconnects": 0, "connects": 1,
+                   "reason": ""},
         "updates": {"received": 3 * version, "aggregated": version, "buffered": 0, "stale": 1,
                     "duplicate": 1, "rejected": 4, "withheld": 0, "clipped": 2},
         "rejected_by_reason": {"unknown_device": 3, "norm": 1},

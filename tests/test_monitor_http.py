@@ -350,7 +350,10 @@ def test_metrics_parse_and_say_what_the_snapshot_says(serve):
     for name in ("streamfl_device_clock_hertz", "streamfl_device_temperature_celsius"):
         assert "dev-0004" not in {dict(labels)["device"] for labels in _samples(fam[name])}, name
     assert value("streamfl_devices_unlabelled") == 0
-    assert "streamfl_broker_connected" not in fam  # a snapshot that does not say has no such sample
+    assert value("streamfl_broker_connected") == 1 and value("streamfl_broker_disconnects") == 0
+    assert "streamfl_broker_lost_since_timestamp_seconds" not in fam  # only while it is lost
+    del snap["broker"]
+    assert "streamfl_broker_connected" not in _render(snap)  # a snapshot that does not say: no sample
 
 
 def _render(snap) -> Dict[str, Any]:

@@ -51,9 +51,10 @@ def test_the_header_and_every_device(serve, capsys, monkeypatch):
     lines = out.splitlines()
     assert lines[0].startswith("fleet lab · run run-test · method fedasync+clp")
     assert lines[1] == "from %s" % server.url.rstrip("/")  # whose fleet: the URL it read
-    assert "version 10 · 5.00 versions/s · accuracy 40.0 % (version 10) · devices 4/5 online" in lines[2]
-    assert "updates: 30 received, 10 aggregated, 4 rejected (norm 1, unknown_device 3)" in lines[3]
-    assert "stale 1" in lines[4] and "duplicate 1" in lines[4]
+    assert lines[2].startswith("broker connected since ") and lines[2].endswith("0 disconnect(s) so far")
+    assert "version 10 · 5.00 versions/s · accuracy 40.0 % (version 10) · devices 4/5 online" in lines[3]
+    assert "updates: 30 received, 10 aggregated, 4 rejected (norm 1, unknown_device 3)" in lines[4]
+    assert "stale 1" in lines[5] and "duplicate 1" in lines[5]
     head = next(i for i, text in enumerate(lines) if text.startswith("DEVICE"))
     titles = lines[head].split()
     for title in ("STATE", "SEEN", "VERSION", "STALE", "ROUNDS", "ACCEPTED", "REJECTED", "CPU_MHZ",
