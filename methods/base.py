@@ -40,6 +40,9 @@ class Figures:
     setting_keys: Tuple[str, ...] = ()
     #: Why ``setting_keys`` are the setting's (one sentence; ``streamfl methods --show`` prints it).
     why: str = ""
+    #: Other tables where the name ran with other settings of its plug-ins, and which (the name
+    #: carries ``table``'s); "" where there are none.
+    elsewhere: str = ""
 
 
 def _layered(under: Mapping[str, Any], over: Mapping[str, Any], where: str) -> Dict[str, Any]:

@@ -66,6 +66,8 @@ def figures(method) -> str:
             settings_text(method.measured))
     if found.setting_keys:
         text += " Not carried, the run's setting: %s: %s." % (", ".join(found.setting_keys), found.why)
+    if found.elsewhere:
+        text += " Elsewhere: %s." % found.elsewhere
     return text
 
 
@@ -79,7 +81,7 @@ def show(method) -> str:
     coordinator["plugins"] = {name: dict(values) for name, values in method.plugins.items()}
 
     def comment(text: str) -> str:
-        return "".join("# %s\n" % line for line in textwrap.wrap(text, WIDTH - 2))
+        return "".join("# %s\n" % line for line in textwrap.wrap(text, WIDTH - 2, break_on_hyphens=False))
 
     def dump(values: dict) -> str:
         return yaml.safe_dump(values, sort_keys=False, default_flow_style=False) if values else "{}\n"

@@ -26,6 +26,7 @@ from streamfl.coordinator.config import load_config
 from streamfl.coordinator.plugins import registered as coordinator_plugins
 from streamfl.methods.agent_side import board_keys, method_settings
 from streamfl.methods.base import Figures, Method
+from streamfl.method_list import show
 from streamfl.plugins import build_settings
 from streamfl.sim.methods import run_settings
 from streamfl.sim.scenario import load_scenario, parse_sets
@@ -120,6 +121,9 @@ def test_every_shipped_method_with_a_verdict_says_where_its_figures_come_from():
         assert (ROOT / figures.scenario).is_file(), (method.name, figures.scenario)
         assert figures.table in headings, (method.name, figures.table)
         assert bool(figures.setting_keys) == bool(figures.why), method.name
+        shown = show(method)   # streamfl methods --show NAME
+        shown = shown.replace("\n# ", " ")
+        assert figures.scenario in shown and figures.table in shown, method.name
         for key in figures.setting_keys:
             side, _, rest = key.partition("plugins.")
             plugin, _, field = rest.partition(".")
