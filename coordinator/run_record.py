@@ -84,9 +84,9 @@ def processes(records: List[Mapping[str, Any]]) -> List[Dict[str, Any]]:
         current["lines"] += 1
         current["last_t_s"] = round(t, 3)
         if event == PROCESS_STOP:
-            current.update(ended=rec.get("ended") or "stopped", stopped_t_s=round(t, 3),
-                           counters=dict(rec.get("counters") or {}),
-                           implausible_telemetry=dict(rec.get("implausible_telemetry") or {}))
+            current.update(ended=str(rec.get("ended") or "stopped"), stopped_t_s=round(t, 3),
+                           counters=_counts(rec.get("counters")),
+                           implausible_telemetry=_counts(rec.get("implausible_telemetry")))
     return out
 
 
@@ -102,6 +102,13 @@ def run_counters(current: Mapping[str, int], earlier: List[Mapping[str, Any]],
                 continue
             out[key] = out.get(key, 0) + value
     return dict(sorted(out.items()))
+
+
+def _counts(value: Any) -> Dict[str, int]:
+    """A stop line's counts: its integer values by name (anything else is dropped)."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _iso(wall_s: Any) -> Optional[str]:
