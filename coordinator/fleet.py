@@ -449,11 +449,14 @@ class FleetTable:
         ``t_s`` is seconds since the coordinator started. Returns the snapshot."""
         rate = self._versions_per_s(t_s, version)
         energy = self.energy_j()
+        by_source = self.energy_j_by_source()
         if t_s - self._last_point_s >= self.config.series_every_s:
             self._last_point_s = t_s
             with self._lock:
                 self._series["versions"].append((round(t_s, 3), version, round(rate, 4)))
-                self._series["energy_j"].append((round(t_s, 3), round(energy, 3)))
+                # (t, all, measured, modelled, unknown): the chart draws the sources apart.
+                self._series["energy_j"].append((round(t_s, 3), round(energy, 3))
+                                                + tuple(by_source[k] for k in POWER_SOURCES))
         broker = self.broker()
         states = {d: self._state(self._rows.get(d), devices.get(d), broker)
                   for d in set(self._rows) | set(devices)}
@@ -489,7 +492,7 @@ class FleetTable:
             "rejected_by_reason": dict(sorted(self._reasons.items())),
             "implausible": dict(sorted(self._implausible.items())),
             "energy_j": round(energy, 3),
-            "energy_j_by_source": self.energy_j_by_source(),
+            "energy_j_by_source": by_source,
             "power_w_by_source": {k: round(v, 3) for k, v in power.items()},
             "devices_powered_by_source": powered,
             "methods": {name: _state_dict(state.fleet) for name, state in methods.items() if state.fleet},

@@ -197,7 +197,7 @@ def test_a_lost_broker_an_offline_board_modelled_watts_and_a_taken_port_on_the_p
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen(1)
-    server = MonitorServer(MonitorConfig(port=taken.getsockname()[1]), snap, lambda since: {}, tmp_path / "run")
+    server = MonitorServer(MonitorConfig(port=taken.getsockname()[1]), snap, table.series, tmp_path / "run")
     try:
         url = server.start()
         driver.get(url)
@@ -213,6 +213,7 @@ def test_a_lost_broker_an_offline_board_modelled_watts_and_a_taken_port_on_the_p
         assert notice.is_displayed() and "monitor.port %d was taken" % taken.getsockname()[1] in notice.text
         assert url in notice.text
         assert "run folder %s" % (tmp_path / "run") in text(driver, "whose")
+        wait(lambda: inked(driver, "chart-energy") > 500, 10, "the energy chart, by source", driver)
         # The broker goes: it sends the live boards' wills, then drops the coordinator.
         for d in ("orin-1", "nano-1"):
             registry.on_offline(Offline(d), 3.0)

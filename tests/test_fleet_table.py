@@ -259,6 +259,7 @@ def test_modelled_watts_are_told_apart_from_measured_ones():
     assert snap["energy_j_by_source"] == {"measured": 10.0, "modelled": 20.0, "unknown": 10.0}
     assert table.figures()["energy_j_by_source"] == {"measured": 10.0, "modelled": 20.0, "unknown": 10.0}
     assert snap["energy_j"] == 40.0
+    assert table.series()["energy_j"][-1] == [3.0, 40.0, 10.0, 20.0, 10.0]  # the chart's sources apart
     nano = next(r for r in snap["devices"] if r["device"] == "nano")
     assert nano["power_meter"] == "modeled" and nano["energy_j_by_source"] == {"modelled": 10.0}
     # The update's line in metrics.jsonl says where its energy came from, and counts there when an

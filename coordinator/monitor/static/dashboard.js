@@ -284,7 +284,12 @@
     function col(line, i) { return line.map(function (p) { return [p[0], p[i]]; }); }
     plot($("chart-accuracy"), [{label: "accuracy", pts: col(store.accuracy, 2)}], {ymin: 0, ymax: 1});
     plot($("chart-versions"), [{label: "versions/s", pts: col(store.versions, 2)}], {ymin: 0});
-    plot($("chart-energy"), [{label: "energy J", pts: col(store.energy, 1)}], {ymin: 0});
+    // Points of today's coordinators carry the sources apart: (t, all, measured, modelled, unknown).
+    var bySource = store.energy.length && store.energy[store.energy.length - 1].length >= 5;
+    plot($("chart-energy"), bySource ? [
+      {label: "measured J", pts: col(store.energy, 2)}, {label: "modelled J", pts: col(store.energy, 3)},
+      {label: "source unknown J", pts: col(store.energy, 4)}
+    ] : [{label: "energy J", pts: col(store.energy, 1)}], {ymin: 0});
     plot($("chart-clocks"), Object.keys(store.clocks).sort().map(function (k) {
       return {label: k, pts: col(store.clocks[k], 1)};
     }), {ymin: 0});
