@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fleet import FleetRun
+from streamfl.sim.demo import DemoOptions
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository root, for field/
 from field.broker import ShippedBroker  # noqa: E402
@@ -32,7 +33,10 @@ def test_two_boards_with_one_id_are_caught_on_both_sides_and_back_off(tmp_path):
             return dict({"tls_ca": str(broker.ca_file), "username": account,
                          "password_file": str(broker.password_file(account))}, **more)
 
-        run = FleetRun(tmp_path / "fleet", broker.host, broker.port)
+        # A tiny model, no predictions, slow rounds: the test is about connections, not learning.
+        run = FleetRun(tmp_path / "fleet", broker.host, broker.port,
+                       opts=DemoOptions(seed=0, model="mlp"),
+                       agent_overrides={"round_interval_s": 5.0, "predict": {"enabled": False}})
         try:
             run.start_coordinator(mqtt=mqtt("coordinator"), exclusive={
                 "probe_password_file": str(broker.password_file("coordinator-probe"))})
