@@ -273,8 +273,9 @@ def broker_line(s: Dict[str, Any]) -> Optional[str]:
         return "broker connected since %s · %s disconnect(s) so far" % (_clock(b.get("since_wall_s")),
                                                                        disconnects)
     reason = str(b.get("reason") or "")
-    return ("BROKER LOST since %s%s · %s disconnect(s): the coordinator hears nothing, so the "
+    return ("%s since %s%s · %s disconnect(s): the coordinator hears nothing, so the "
             "devices' states are unknown (last heard shown)" % (
+                "BROKER LOST" if b.get("connects") != 0 else "NO BROKER YET",
                 _clock(b.get("since_wall_s")), " (%s)" % reason if reason else "", disconnects))
 
 

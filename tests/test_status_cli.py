@@ -176,6 +176,9 @@ def test_a_lost_broker_a_moved_port_and_modelled_watts_are_said(serve, capsys, m
     server.port_taken = 8470  # as if monitor.port 8470 had been taken
     code, out, _ = status(capsys, monkeypatch, "--url", server.url, columns=400)
     assert code == 0
+    snap["broker"]["connects"] = 0  # never had it: not "lost", and not live either
+    assert "NO BROKER YET since 04:05:06" in status(capsys, monkeypatch, "--url", server.url, columns=400)[1]
+    snap["broker"]["connects"] = 3
     assert ("BROKER LOST since 04:05:06 (connection lost) · 3 disconnect(s): the coordinator hears "
             "nothing, so the devices' states are unknown") in out
     assert "its monitor.port 8470 was taken: it listens on %s" % server.url in out

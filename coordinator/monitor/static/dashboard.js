@@ -82,7 +82,8 @@
   function brokerLost(s) {
     var b = s.broker;
     if (!b || b.connected) { return null; }
-    return "broker lost since " + clock(b.since_wall_s) + (b.reason ? " (" + b.reason + ")" : "") +
+    return (b.connects ? "broker lost since " : "no broker yet, since ") + clock(b.since_wall_s) +
+      (b.reason ? " (" + b.reason + ")" : "") +
       " · " + fmt(b.disconnects) + " disconnect(s)";
   }
 
