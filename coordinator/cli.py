@@ -6,6 +6,9 @@ effective configuration and exits 0, or that line and 2. A state file that canno
 corrupt (``streamfl.coordinator.persistence``) exits 2 too, naming it. SIGTERM/SIGINT stop
 cleanly (state persisted, offline status published) and exit 0. Logs go to stdout for journald. Under systemd
 ``Type=notify`` it reports READY and pings the watchdog while its worker threads are alive.
+Before it connects it looks for another live coordinator of its fleet (``liveness.check_fleet``):
+one found, a probe account the broker refuses, or a probe the ACL blinds exits 2; a broker that
+cannot be reached is waited for (systemd is told, and its start timeout extended).
 """
 import argparse
 import logging
@@ -164,8 +167,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         server = CoordinatorServer(config, PahoTransport(settings), args.state_dir, run_dir)
         if broker is None:  # an embedded broker just started holds no other coordinator's status
             from streamfl.coordinator.liveness import check_fleet
+            # It waits for an unreachable broker (publishing nothing before it knows it is alone);
+            # systemd hears why and gives the start more time.
+            wait_notifier = SystemdNotifier.from_environ(os.environ)
+            extend_us = int((2 * config.exclusive.connect_wait_s + 30.0) * 1e6)
             other = check_fleet(settings, config.fleet, server.status_message(online=True),
-                                config.exclusive)
+                                config.exclusive, environ=os.environ,
+                                on_wait=lambda message: wait_notifier.notify(
+                                    "STATUS=%s\nEXTEND_TIMEOUT_USEC=%d" % (message, extend_us)))
             server.took_over = other.instance if other is not None else ""
     except ConfigError as exc:
         print("streamfl-coordinator: configuration error: %s" % exc, file=sys.stderr)

@@ -22,6 +22,15 @@ would fork the run's versions or silently drop what the file holds. The one exce
 inspection) and the plug-ins start without its arrays, logged as an ERROR, since nothing in it can
 be read back anyway and the model and the rest of the state are whole. A file that exists but
 cannot be read (permissions, an I/O error) is never moved: its content may be fine.
+
+Across software versions: ``state.json`` says its ``format`` (``STATE_FORMAT``) and the streamfl
+version that wrote it (``written_by``). A newer streamfl reads every older format (keys it does
+not know are ignored, keys an older one did not write take their defaults), so a new wheel over
+the same state folder continues the run (``tests/test_state_upgrade.py`` loads the state folder
+this version wrote, kept as ``tests/golden/state-format-1``). A state of a NEWER
+format than this streamfl reads stops the start with a ``StateFileError`` naming the file, both
+versions and the fix (run the newer streamfl again): reading it as far as it goes would drop
+what it added without a word, and its next save would erase it for good.
 """
 import json
 import logging
@@ -32,6 +41,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
+from streamfl import __version__
 from streamfl.errors import ConfigError, StateFileError, StorageError
 from streamfl.models import load_checkpoint, save_checkpoint, tensor_spec
 from streamfl.models.serialize import atomic_write_bytes
@@ -81,6 +91,7 @@ class StateStore:
                                                                  exc.strerror or exc)) from exc
         doc = {k: v for k, v in state.items() if k != PLUGIN_TENSORS}
         doc["format"] = STATE_FORMAT
+        doc["written_by"] = __version__
         atomic_write_bytes(self.state_path, json.dumps(doc, sort_keys=True, indent=1).encode("utf-8"))
 
     def load(self, spec) -> Optional[Tuple[Tensors, Dict[str, Any]]]:
@@ -163,6 +174,16 @@ class StateStore:
         if not isinstance(state, dict) or "version" not in state or "arch_id" not in state:
             raise StateFileError("%s is corrupt: expected an object with version and arch_id; move the "
                                  "state directory away to start over" % self.state_path)
+        written = state.get("format", 1)
+        if not isinstance(written, int) or isinstance(written, bool) or written < 1:
+            raise StateFileError("%s is corrupt: its format is %r; move the state directory away to "
+                                 "start over" % (self.state_path, written))
+        if written > STATE_FORMAT:
+            raise StateFileError(
+                "%s was written by a newer streamfl (%s, state format %d); this one (%s) reads "
+                "formats up to %d: run that version or a newer one on this state folder (nothing "
+                "in it was changed)" % (self.state_path, state.get("written_by") or "version unknown",
+                                        written, __version__, STATE_FORMAT))
         for key, kinds in _STATE_KEYS.items():
             if state.get(key) is not None and not isinstance(state[key], kinds):
                 raise StateFileError("%s is corrupt: %r is a %s; move the state directory away to "

@@ -39,7 +39,8 @@ from streamfl.coordinator.evaluation import Evaluator, make_evaluator
 from streamfl.coordinator.fleet import FleetTable, method_name, status_result
 from streamfl.coordinator.metrics import MetricsWriter
 from streamfl.coordinator.admission import admission_counters
-from streamfl.coordinator.liveness import beats, describe, new_instance
+from streamfl.coordinator.liveness import (ConnectGate, GatedTransport, beats, describe, new_instance,
+                                           yields_on_connect)
 from streamfl.coordinator.operator_gate import STAMP_FILE, OperatorGate
 from streamfl.coordinator.persistence import Persister, StateStore
 from streamfl.coordinator.publisher import DurablePublisher
@@ -89,6 +90,10 @@ class CoordinatorServer:
         #: This process among the fleet's coordinators (its status names it).
         self.instance = new_instance()
         self.started_s = time.time()
+        #: Closed on each connection until the retained status was read there (``liveness.py``):
+        #: the publisher, commands and replies see the transport through it.
+        self._gate = ConnectGate(self.topics, self.instance)
+        self._gated = GatedTransport(transport, self._gate)
         #: The instance of the coordinator this one took over at start ("" for none; the CLI sets it).
         self.took_over = ""
         #: The status of the coordinator that took the fleet over from this one (it then stops).
@@ -150,7 +155,7 @@ class CoordinatorServer:
         self._count_lock = threading.Lock()
         self._queue: "queue.Queue" = queue.Queue(maxsize=QUEUE_MAX)
         self.publisher = DurablePublisher(
-            transport, self.topics.model, self.persister, self.signer, self._count,
+            self._gated, self.topics.model, self.persister, self.signer, self._count,
             model_encoding=config.model_encoding,
             min_interval_s=max(config.persist_interval_s, config.publish_min_interval_s),
             on_idle=self._wake_worker)
@@ -181,6 +186,7 @@ class CoordinatorServer:
             self.transport.subscribe(self.topics.all_devices(kind), qos=1)
         self.transport.subscribe(self.topics.coordinator_command, qos=1)
         self.transport.subscribe(self.topics.coordinator_status, qos=1)
+        self.transport.subscribe(self._gate.echo_topic, qos=1)
         if not self.config.operator.authenticated:
             log.warning("operator commands are not authenticated (no operator.public_keys): whoever "
                         "the broker's ACL lets write %s can send them; they are still stamped against "
@@ -226,7 +232,7 @@ class CoordinatorServer:
                 return
             self._stopped = True
         self._stop_requested.set()
-        if self._started and self.transport.connected and self.taken_over_by is None:
+        if self._started and self._gated.connected and self.taken_over_by is None:
             self.transport.publish(self.topics.coordinator_status, self._status(online=False),
                                    qos=1, retain=True)
         self.transport.close()
@@ -355,6 +361,10 @@ class CoordinatorServer:
         if topic == self.topics.coordinator_status:
             self._on_status_frame(topic, payload)
             return
+        if topic == self._gate.echo_topic:
+            if self._gate.echo(payload):
+                self._go_online("read the retained coordinator status")
+            return
         parsed = self.topics.parse_device_topic(topic)
         if parsed is None or parsed[1] not in KIND_TYPES:
             self._count("bad_topic")
@@ -394,11 +404,15 @@ class CoordinatorServer:
 
     def _on_status_frame(self, topic: str, payload: bytes) -> None:
         """A coordinator status of this fleet (our own echo, or another coordinator's): step down
-        if another one took the fleet over (``liveness.beats``)."""
+        if another one took the fleet over (``liveness.beats``), or, read on a connection before
+        this one said anything there, if it must yield to it (``liveness.yields_on_connect``)."""
         msg = self.decoder.try_decode(payload, source=topic)
         if not isinstance(msg, CoordinatorStatus) or self.taken_over_by is not None:
             return
-        if beats(msg, self.status_message(online=True)):
+        mine = self.status_message(online=True)
+        if beats(msg, mine) or (not self._gate.is_open
+                                and yields_on_connect(msg, mine, self._gate.reconnect)):
+            self._gate.hold()
             self.taken_over_by = msg
             log.error("another coordinator of fleet %s keeps the fleet (%s): this one (run %s) steps "
                       "down", self.config.fleet, describe(msg), self.core.run_id)
@@ -421,8 +435,19 @@ class CoordinatorServer:
     def _on_connect(self, session_present: bool) -> None:
         self.fleet.on_broker(True)  # the fleet view says the coordinator has the broker again
         log.info("connected to the broker (session present: %s)", session_present)
+        echo = self._gate.connected()
         if self.taken_over_by is not None:  # stepping down: say nothing over the new coordinator
+            self._gate.hold()
             return
+        # Nothing is published here until the retained status was read (liveness.py): the echo
+        # comes back after it, since the transport subscribed before this callback.
+        self.transport.publish(self._gate.echo_topic, echo, qos=1)
+
+    def _go_online(self, why: str) -> None:
+        """The gate opened on this connection: say online and (re)publish the newest model."""
+        if self.taken_over_by is not None:
+            return
+        log.info("no other coordinator holds fleet %s (%s): publishing", self.config.fleet, why)
         self.transport.publish(self.topics.coordinator_status, self._status(online=True), qos=1,
                                retain=True)
         self.publisher.republish()  # the broker may have lost the retained model
@@ -430,6 +455,7 @@ class CoordinatorServer:
     def _on_disconnect(self, reason: str) -> None:
         self.fleet.on_broker(False, reason)  # the fleet view says so, rather than a dead fleet
         log.warning("disconnected from the broker: %s", reason)
+        self._gate.disconnected()
 
     # ---- worker thread ------------------------------------------------------------------------
     def _work_loop(self) -> None:
@@ -491,10 +517,16 @@ class CoordinatorServer:
         """Answer an operator on the reply topic (QoS 1, not retained, signed like commands)."""
         topic = self.topics.coordinator_reply
         frame = self.signer.sign(topic, encode(replace(reply, run_id=self.core.run_id)))
-        if not (self.transport.connected and self.transport.publish(topic, frame, qos=1)):
+        if not (self._gated.connected and self.transport.publish(topic, frame, qos=1)):
             log.warning("could not answer the operator's %s command (broker unreachable)", reply.kind)
 
     def _tick(self, now: float) -> None:
+        if self.transport.connected and self._gate.overdue(self.config.exclusive.probe_wait_s):
+            log.warning("the echo on %s did not come back within %g s (exclusive.probe_wait_s): "
+                        "publishing without having read the retained coordinator status (the "
+                        "broker's ACL must let this account read and write it)",
+                        self._gate.echo_topic, self.config.exclusive.probe_wait_s)
+            self._go_online("echo overdue")
         self._apply(self.core.tick(now), now)
         self._refresh_fleet(now)
         self._log_progress()
@@ -557,7 +589,7 @@ class CoordinatorServer:
         self._command_seq = max(self._command_seq + 1, int(time.time() * 1e6))
         command = replace(command, run_id=self.core.run_id, seq=self._command_seq)
         frame = self.signer.sign(topic, encode(command))
-        if self.transport.connected and self.transport.publish(topic, frame, qos=1):
+        if self._gated.connected and self.transport.publish(topic, frame, qos=1):
             self._count("commands_sent")
             log.debug("sent %s command to %s", command.kind, device_id)
         else:

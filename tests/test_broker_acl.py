@@ -7,7 +7,7 @@ certificates, password file, ACL, persistence folder and log file; the certifica
 gets the README's two listener lines. When the tests run as root, ``user root`` is appended (else
 mosquitto drops to a user that cannot read the test's files), and the one warning that causes is
 the only one tolerated. Certificates come from ``openssl``, the password file from
-``mosquitto_passwd -b`` for ``coordinator``, ``operator``, ``dashboard`` and the ACL's two
+``mosquitto_passwd -b`` for ``coordinator``, ``coordinator-probe``, ``operator``, ``dashboard`` and the ACL's two
 example devices, ``pi-01`` (device A) and ``pi-02`` (device B).
 
 A negative (a message that must not arrive) is checked only after a positive control, sent later
@@ -109,7 +109,7 @@ class _Broker:
 def _running_broker(d: Path, certificates: bool) -> Iterator[_Broker]:
     """mosquitto with the shipped files; ``certificates``: the README's certificate variant
     (``require_certificate true`` and ``use_identity_as_username true`` added to the listener)."""
-    users = ("coordinator", OPERATOR, A, B, DASHBOARD)
+    users = ("coordinator", "coordinator-probe", OPERATOR, A, B, DASHBOARD)
     _make_certificates(d, users if certificates else ())
     passwd = d / "passwd"
     for user in users:
