@@ -16,7 +16,7 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Collection, Dict, List, Mapping, Optional
+from typing import Any, Collection, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from streamfl.errors import StreamflError
 
@@ -126,12 +126,17 @@ def read_metrics(path: Path, strict: bool = False, events: Optional[Collection[s
     missing, or a NaN ``time_s``) raise ``StreamflError`` naming the file and the line. ``events``
     keeps only those event kinds.
     """
+    return list(iter_metrics(path, strict, events, required))
+
+
+def iter_metrics(path: Path, strict: bool = False, events: Optional[Collection[str]] = None,
+                 required: Collection[str] = ()) -> Iterator[Dict[str, Any]]:
+    """``read_metrics`` one record at a time (a long run's record need not fit in memory)."""
     path = Path(path)
     if not path.is_file():
         if strict:
             raise StreamflError("%s: not found (is this a run directory?)" % path)
-        return []
-    records = []
+        return
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
@@ -153,8 +158,7 @@ def read_metrics(path: Path, strict: bool = False, events: Optional[Collection[s
                 problem = _check_fields(rec, required)
                 if problem:
                     raise StreamflError("%s line %d: %s" % (path, lineno, problem))
-            records.append(rec)
-    return records
+            yield rec
 
 
 def _check_fields(rec: Dict[str, Any], required: Collection[str]) -> Optional[str]:
@@ -174,17 +178,22 @@ def elapsed_s(records: List[Dict[str, Any]]) -> List[float]:
 
 
 def run_times(records: List[Mapping[str, Any]]) -> List[float]:
-    """The records' ``time_s`` on one axis: as written where it never falls back (one process, or
-    a record with process lines); in a record from before them, where each process restarted at
-    0, wall time since the first process started (``wall_s``, every coordinator line has it),
-    else each process's times after the last of the one before."""
-    times = [float(r["time_s"]) for r in records]
+    """The records' ``time_s`` on one axis (``axis_times``)."""
+    return axis_times([float(r["time_s"]) for r in records], [r.get("wall_s") for r in records])
+
+
+def axis_times(times: Sequence[float], walls: Sequence[Any]) -> List[float]:
+    """Times on one axis: as written where they never fall back (one process, or a record with
+    process lines); in a record from before them, where each process restarted at 0, wall time
+    since the first process started (``walls``: each line's ``wall_s``, every coordinator line has
+    it), else each process's times after the last of the one before."""
     if all(b >= a for a, b in zip(times, times[1:])):
-        return times
-    if all(isinstance(r.get("wall_s"), (int, float)) for r in records):
-        origin = float(records[0]["wall_s"]) - times[0]
-        return [float(r["wall_s"]) - origin for r in records]
-    out, shift = [], 0.0
+        return list(times)
+    if all(isinstance(w, (int, float)) and not isinstance(w, bool) for w in walls):
+        origin = float(walls[0]) - times[0]
+        return [float(w) - origin for w in walls]
+    out: List[float] = []
+    shift = 0.0
     for i, t in enumerate(times):
         if i and t + shift < out[-1]:
             shift = out[-1] - t
@@ -192,22 +201,17 @@ def run_times(records: List[Mapping[str, Any]]) -> List[float]:
     return out
 
 
-def first_start(records: List[Mapping[str, Any]]) -> int:
-    """The index of the first ``process_start`` line (``len(records)`` if none)."""
-    return next((i for i, r in enumerate(records) if r.get("event") == PROCESS_START), len(records))
-
-
-def starts_here(records: List[Mapping[str, Any]], i: int, first: int) -> bool:
-    """Whether a process starts at record ``i``: its start line, the record's first line, or,
-    before the first start line, a ``time_s`` below the line before it (a process from before
-    process lines, whose clock restarted at 0)."""
-    if records[i].get("event") == PROCESS_START or i == 0:
-        return True
-    return i < first and float(records[i]["time_s"]) < float(records[i - 1]["time_s"])
+def start_indices(times: Sequence[float], is_start: Sequence[bool]) -> List[int]:
+    """Where coordinator processes start in a record: each ``process_start`` line, the first line,
+    and, before the first start line, each time below the one before it (a process from before
+    process lines, whose clock restarted at 0). ``times``: each line's ``time_s`` as written."""
+    first = next((i for i, s in enumerate(is_start) if s), len(is_start))
+    return [i for i in range(len(times))
+            if i == 0 or is_start[i] or (i < first and times[i] < times[i - 1])]
 
 
 def process_starts(records: List[Mapping[str, Any]]) -> List[float]:
     """When each coordinator process of a record started, on the record's axis (``run_times``)."""
-    times, first = run_times(records), first_start(records)
-    return [t for i, t in enumerate(times) if starts_here(records, i, first)]
-
+    axis = run_times(records)
+    return [axis[i] for i in start_indices([float(r["time_s"]) for r in records],
+                                           [r.get("event") == PROCESS_START for r in records])]

@@ -25,6 +25,8 @@ continue it (a clean restart, a kill -9, an upgrade). Its record is the run fold
   to its fleet table, so the live view and the ``summary.json`` at stop count the whole run; the
   server's own counters, which a process does not save, are summed over the processes' stop
   lines (``run_counters``); the core's are saved with the state and continue by themselves.
+  The record is read once, one line at a time, keeping per line only its time and kind
+  (``Scan``): tens of MB and a few seconds per hundred thousand lines, at start only.
 """
 import json
 import logging
@@ -33,12 +35,13 @@ import os
 import shutil
 import socket
 import time
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Dict, List, Mapping, Optional
+from typing import Any, Callable, Collection, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from streamfl.coordinator.metrics import (METRICS_FILE, PROCESS_START, PROCESS_STOP, first_start,
-                                          read_metrics, run_times, starts_here)
+from streamfl.coordinator.metrics import (METRICS_FILE, PROCESS_START, PROCESS_STOP, axis_times,
+                                          iter_metrics, start_indices)
 from streamfl.coordinator.run_summary import SUMMARY_FILE
 from streamfl.errors import StateFileError
 from streamfl.fileio import atomic_write
@@ -47,8 +50,6 @@ log = logging.getLogger(__name__)
 
 #: The run's identity, start and folder, in the state folder.
 RUN_FILE = "run.json"
-#: The events a starting process reads back from the record.
-READ_BACK = ("update", "eval", PROCESS_START, PROCESS_STOP)
 #: How far past the record's last line a process starts its axis when the wall clock is behind it
 #: (seconds): enough to keep ``time_s`` strictly growing at the lines' 6 decimals.
 AFTER_LAST_S = 0.001
@@ -63,30 +64,125 @@ def default_run_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
 
 
-def processes(records: List[Mapping[str, Any]]) -> List[Dict[str, Any]]:
-    """The coordinator processes of a record, oldest first: when each started and was last heard
-    of, how it ended, and (from its stop line) its own counters."""
-    times, first = run_times(records), first_start(records)
-    out: List[Dict[str, Any]] = []
-    current: Optional[Dict[str, Any]] = None
-    for i, (rec, t) in enumerate(zip(records, times)):
-        event = rec.get("event")
-        if starts_here(records, i, first):
-            current = {"started_t_s": round(t, 3), "last_t_s": round(t, 3), "ended": NO_STOP,
-                       "lines": 0}
-            if event == PROCESS_START:
-                current.update({k: rec.get(k) for k in ("instance", "pid", "host", "software",
-                                                        "resumed_version", "previous_ended")})
-                current["started"] = _iso(rec.get("wall_s"))
+@dataclass
+class Scan:
+    """A record read once, in little memory: each timed line's time on the run's axis and its kind;
+    the process lines themselves (few) are kept whole."""
+
+    #: Each line's ``time_s`` on one axis (``axis_times``), in file order.
+    axis: "array" = field(default_factory=lambda: array("d"))
+    #: Its kind: ``OTHER``, ``COUNTED`` (update, eval), ``START``, ``STOP``.
+    kinds: "array" = field(default_factory=lambda: array("b"))
+    #: The process lines by their index.
+    marks: Dict[int, Dict[str, Any]] = field(default_factory=dict)
+    #: Line indices where a process starts (``start_indices``).
+    starts: List[int] = field(default_factory=list)
+    #: The run the record belongs to: its last start line's ``run_id`` (None: no start lines).
+    owner: Optional[str] = None
+    #: The highest global version an update or eval line names (None: none).
+    version: Optional[int] = None
+    #: The first line's ``wall_s`` minus its ``time_s`` (the run's start, as a record from before
+    #: ``run.json`` tells it), None without one.
+    origin_wall_s: Optional[float] = None
+
+    def __len__(self) -> int:
+        return len(self.axis)
+
+    def processes(self) -> List[Dict[str, Any]]:
+        """The coordinator processes of the record, oldest first: when each started and was last
+        heard of, how it ended, and (from its stop line) its own counters."""
+        out: List[Dict[str, Any]] = []
+        bounds = list(self.starts) + [len(self.axis)]
+        for begin, end in zip(bounds, bounds[1:]):
+            t0, t1 = round(self.axis[begin], 3), round(self.axis[end - 1], 3)
+            proc: Dict[str, Any] = {"started_t_s": t0, "last_t_s": t1, "ended": NO_STOP,
+                                    "lines": end - begin}
+            head = self.marks.get(begin) if self.kinds[begin] == START else None
+            if head is not None:
+                proc.update({k: head.get(k) for k in ("instance", "pid", "host", "software",
+                                                      "resumed_version", "previous_ended")})
+                proc["started"] = _iso(head.get("wall_s"))
             else:
-                current["ended"] = "unknown (recorded before process lines)"
-            out.append(current)
-        current["lines"] += 1
-        current["last_t_s"] = round(t, 3)
-        if event == PROCESS_STOP:
-            current.update(ended=str(rec.get("ended") or "stopped"), stopped_t_s=round(t, 3),
-                           counters=_counts(rec.get("counters")),
-                           implausible_telemetry=_counts(rec.get("implausible_telemetry")))
+                proc["ended"] = "unknown (recorded before process lines)"
+            stops = [i for i in range(begin, end) if self.kinds[i] == STOP]
+            if stops:
+                stop = self.marks[stops[-1]]
+                proc.update(ended=str(stop.get("ended") or "stopped"),
+                            stopped_t_s=round(self.axis[stops[-1]], 3),
+                            counters=_counts(stop.get("counters")),
+                            implausible_telemetry=_counts(stop.get("implausible_telemetry")))
+            out.append(proc)
+        return out
+
+
+#: A scanned line's kind.
+OTHER, COUNTED, START, STOP = 0, 1, 2, 3
+_KINDS = {"update": COUNTED, "eval": COUNTED, PROCESS_START: START, PROCESS_STOP: STOP}
+
+
+def _time(rec: Mapping[str, Any]) -> Optional[float]:
+    """A line's ``time_s`` if it is a finite number (a line without one has no place on the axis)."""
+    t = rec.get("time_s")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+        return None
+    return float(t)
+
+
+def _timed_lines(path: Path) -> Iterator[Tuple[float, Dict[str, Any]]]:
+    """The record's timed lines, in order; ``StateFileError`` if it cannot be read."""
+    try:
+        for rec in iter_metrics(path):
+            t = _time(rec)
+            if t is not None:
+                yield t, rec
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StateFileError("cannot read the run's record %s: %s" % (path, exc)) from None
+
+
+def _first(path: Path) -> Tuple[Optional[str], Optional[float], bool]:
+    """The run a record belongs to (its first start line's ``run_id``; None: none), the run's start
+    as its first line tells it (``wall_s - time_s``; None: no ``wall_s``), and whether it has lines;
+    read only as far as the first start line."""
+    origin, any_line = None, False
+    for t, rec in _timed_lines(path):
+        if not any_line:
+            any_line, wall = True, rec.get("wall_s")
+            if isinstance(wall, (int, float)) and not isinstance(wall, bool):
+                origin = float(wall) - t
+        if rec.get("event") == PROCESS_START:
+            return (rec["run_id"] if isinstance(rec.get("run_id"), str) else None), origin, True
+    return None, origin, any_line
+
+
+def scan(path: Path, feed: Optional[Callable[[Dict[str, Any], float], None]] = None,
+         started_wall_s: Optional[float] = None) -> Scan:
+    """Read a record once (``Scan``), handing each ``update`` and ``eval`` line to ``feed`` with
+    its time since ``started_wall_s`` by its ``wall_s`` (or its ``time_s``)."""
+    out = Scan()
+    times, walls = array("d"), []
+    for t, rec in _timed_lines(path):
+        kind = _KINDS.get(rec.get("event"), OTHER)
+        if kind == COUNTED and feed is not None:
+            wall = rec.get("wall_s")
+            feed(rec, float(wall) - started_wall_s if started_wall_s is not None and isinstance(
+                wall, (int, float)) and not isinstance(wall, bool) else t)
+        if kind in (START, STOP):
+            out.marks[len(times)] = rec
+            if kind == START and isinstance(rec.get("run_id"), str):
+                out.owner = rec["run_id"]
+        elif kind == COUNTED:
+            v = rec.get("version")
+            if isinstance(v, int) and not isinstance(v, bool):
+                out.version = v if out.version is None else max(out.version, v)
+        wall = rec.get("wall_s")
+        if not times and isinstance(wall, (int, float)) and not isinstance(wall, bool):
+            out.origin_wall_s = float(wall) - t
+        times.append(t)
+        walls.append(wall if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None)
+        out.kinds.append(kind)
+    if times:
+        out.starts = start_indices(times, [k == START for k in out.kinds])
+        out.axis = array("d", axis_times(times, walls))
     return out
 
 
@@ -128,8 +224,9 @@ class RunRecord:
     offset_s: float
     #: The earlier processes (``processes``).
     earlier: List[Dict[str, Any]] = field(default_factory=list)
-    #: The earlier processes' ``update`` and ``eval`` lines, in order (dropped once fed).
-    lines: List[Dict[str, Any]] = field(default_factory=list)
+    #: How many earlier ``update`` and ``eval`` lines were fed back, and how many could not be.
+    fed: int = 0
+    not_fed: int = 0
     #: The highest global version the record reached (None: no update or eval line).
     record_version: Optional[int] = None
     #: How the time axis was continued: "wall clock" or "after the record's last line".
@@ -147,32 +244,6 @@ class RunRecord:
                 "previous_ended": prev["ended"] if prev else None,
                 "previous_last_t_s": prev["last_t_s"] if prev else None,
                 "processes_before": len(self.earlier), "time_from": self.time_from}
-
-    def feed(self, on_update: Callable[[Dict[str, Any], float], None],
-             on_eval: Callable[[Dict[str, Any], float], None]) -> int:
-        """Hand the earlier ``update`` and ``eval`` lines to the fleet table (their time on this
-        process's clock, so before 0); returns how many."""
-        n = skipped = 0
-        for rec in self.lines:
-            t = float(rec["time_s"]) - self.offset_s
-            try:
-                if rec.get("event") == "update":
-                    on_update(rec, t)
-                elif rec.get("event") == "eval":
-                    on_eval(rec, t)
-                else:
-                    continue
-            except (TypeError, ValueError, KeyError) as exc:  # a line edited or damaged by hand
-                skipped += 1
-                if skipped == 1:
-                    log.warning("run %s: an earlier %s line is not counted (%s)", self.run_id,
-                                rec.get("event"), exc)
-                continue
-            n += 1
-        if skipped:
-            log.warning("run %s: %d earlier line(s) of the record could not be counted", self.run_id, skipped)
-        self.lines = []
-        return n
 
 
 def _read_run_file(state_dir: Path) -> Optional[Dict[str, Any]]:
@@ -202,28 +273,6 @@ def _save_run_file(state_dir: Path, run_id: str, run_dir: Path, started_wall_s: 
         raise StateFileError("cannot write %s: %s" % (path, exc)) from None
 
 
-def _timed(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The records with a finite number for ``time_s`` (a line without one has no place on the axis)."""
-    return [r for r in records if isinstance(r.get("time_s"), (int, float))
-            and not isinstance(r.get("time_s"), bool) and math.isfinite(r["time_s"])]
-
-
-def _read(path: Path) -> List[Dict[str, Any]]:
-    """The record's lines a starting process reads back; ``StateFileError`` if it cannot read them."""
-    try:
-        return _timed(read_metrics(path, events=READ_BACK))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StateFileError("cannot read the run's record %s: %s" % (path, exc)) from None
-
-
-def _record_run_id(records: List[Mapping[str, Any]]) -> Optional[str]:
-    """The run a record belongs to: its last process line's ``run_id`` (None: no process lines)."""
-    for rec in reversed(records):
-        if rec.get("event") == PROCESS_START and isinstance(rec.get("run_id"), str):
-            return rec["run_id"]
-    return None
-
-
 def _move_aside(run_dir: Path, tag: str) -> None:
     """Another run's record in ``run_dir``: renamed ``metrics.<tag>.jsonl`` (and the summary), so
     this run's starts empty and nothing of the other is lost."""
@@ -243,12 +292,16 @@ def _move_aside(run_dir: Path, tag: str) -> None:
             log.warning("%s holds the record of another run: moved aside to %s", path, aside)
 
 
-def open_run(state_dir: Path, run_id: str, asked_dir: Optional[Path], fresh: bool,
-             wall_now: float) -> RunRecord:
+def open_run(state_dir: Path, run_id: str, asked_dir: Optional[Path], fresh: bool, wall_now: float,
+             on_update: Optional[Callable[[Dict[str, Any], float], None]] = None,
+             on_eval: Optional[Callable[[Dict[str, Any], float], None]] = None) -> RunRecord:
     """The run's record for a starting process: its folder (``asked_dir``, else the one the state
-    folder remembers, else ``default_run_dir()``), time origin and earlier processes; ``run.json``
-    is saved before this returns. ``fresh``: the state folder was just made (a new run).
-    ``StateFileError`` if ``run.json`` is unreadable or cannot be written."""
+    folder remembers, else ``default_run_dir()``), time origin and earlier processes, read in one
+    pass that hands each earlier ``update`` and ``eval`` line to ``on_update`` / ``on_eval`` (with
+    its time on this process's clock, so before 0: the fleet table's); ``run.json`` is saved
+    before this returns. ``fresh``: the state folder was just made (a new run).
+    ``StateFileError`` if ``run.json`` or the record is unreadable, or ``run.json`` cannot be
+    written."""
     saved = _read_run_file(state_dir)
     if saved is not None and saved["run_id"] != run_id:
         log.warning("%s names run %s, not this state's run %s: ignored", Path(state_dir) / RUN_FILE,
@@ -256,41 +309,58 @@ def open_run(state_dir: Path, run_id: str, asked_dir: Optional[Path], fresh: boo
         saved = None
     run_dir = Path(asked_dir) if asked_dir is not None else (
         Path(saved["run_dir"]) if saved is not None else default_run_dir())
-    records = _read(run_dir / METRICS_FILE)
-    owner = _record_run_id(records)
-    if records and (owner not in (None, run_id) or (owner is None and fresh)):
+    path = run_dir / METRICS_FILE
+    owner, origin, any_line = _first(path)
+    if any_line and (owner not in (None, run_id) or (owner is None and fresh)):
         _move_aside(run_dir, owner or "before-%s" % time.strftime("%Y%m%d-%H%M%S"))
-        records = []
+        origin, any_line = None, False
     before = Path(saved["run_dir"]) if saved is not None else None
-    if (not records and before is not None and before.resolve() != run_dir.resolve()
-            and not (run_dir / METRICS_FILE).exists() and (before / METRICS_FILE).is_file()):
+    if (not any_line and before is not None and before.resolve() != run_dir.resolve()
+            and not path.exists() and (before / METRICS_FILE).is_file()):
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(str(before / METRICS_FILE), str(run_dir / METRICS_FILE))
+            shutil.copyfile(str(before / METRICS_FILE), str(path))
         except OSError as exc:
             raise StateFileError("cannot copy run %s's record from %s into %s: %s" % (
                 run_id, before, run_dir, exc)) from None
         log.warning("run %s's record moves from %s to %s (--run-dir): its metrics.jsonl so far is "
                     "copied there; %s is left as it was", run_id, before, run_dir, before)
-        records = _read(run_dir / METRICS_FILE)
-    times = run_times(records) if records else []
+        owner, origin, any_line = _first(path)
     if saved is not None:
         started = float(saved["started_wall_s"])
-    elif records and isinstance(records[0].get("wall_s"), (int, float)):
-        started = float(records[0]["wall_s"]) - times[0]  # a record from before run.json
+    elif origin is not None:
+        started = origin  # a record from before run.json
     else:
         started = wall_now
-    offset, time_from = max(0.0, wall_now - started), "wall clock"
-    if times and offset <= max(times):
-        offset, time_from = max(times) + AFTER_LAST_S, "after the record's last line"
+    offset = max(0.0, wall_now - started)
+    counts = {"fed": 0, "not_fed": 0}
+
+    def feed(rec: Dict[str, Any], t_s: float) -> None:
+        event = rec.get("event")
+        handler = on_update if event == "update" else on_eval
+        if handler is None:
+            return
+        try:
+            handler(rec, t_s - offset)
+        except (TypeError, ValueError, KeyError) as exc:  # a line edited or damaged by hand
+            counts["not_fed"] += 1
+            if counts["not_fed"] == 1:
+                log.warning("run %s: an earlier %s line is not counted (%s)", run_id, event, exc)
+            return
+        counts["fed"] += 1
+
+    found = scan(path, feed, started) if any_line else Scan()
+    if counts["not_fed"]:
+        log.warning("run %s: %d earlier line(s) of the record could not be counted", run_id,
+                    counts["not_fed"])
+    time_from = "wall clock"
+    last = max(found.axis) if len(found) else None
+    if last is not None and offset <= last:
+        offset, time_from = last + AFTER_LAST_S, "after the record's last line"
         log.warning("the wall clock says %.1f s since run %s started, its record already reaches "
                     "%.1f s: this process's times continue after the record's last line",
-                    wall_now - started, run_id, max(times))
-    versions = [r["version"] for r in records if r.get("event") in ("update", "eval")
-                and isinstance(r.get("version"), int) and not isinstance(r.get("version"), bool)]
+                    wall_now - started, run_id, last)
     _save_run_file(state_dir, run_id, run_dir, started)
-    earlier = processes(records) if records else []
-    lines = [r for r in records if r.get("event") in ("update", "eval")]
     return RunRecord(run_id=run_id, run_dir=run_dir, started_wall_s=started, offset_s=offset,
-                     earlier=earlier, lines=lines, record_version=max(versions) if versions else None,
-                     time_from=time_from)
+                     earlier=found.processes(), fed=counts["fed"], not_fed=counts["not_fed"],
+                     record_version=found.version, time_from=time_from)

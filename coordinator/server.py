@@ -128,16 +128,16 @@ class CoordinatorServer:
         # The run's record spans its processes: its folder and time axis, then its earlier lines
         # fed to the fleet table, so the live view and the summary count the whole run.
         self.record = open_run(Path(state_dir), self.core.run_id, run_dir, fresh=loaded is None,
-                               wall_now=self.started_s)
+                               wall_now=self.started_s, on_update=self.fleet.on_record,
+                               on_eval=self._replay_eval)
         self.run_dir = self.record.run_dir
         self._run_offset_s = self.record.offset_s
         self._resumed_version, self._fresh_run = self.core.version, loaded is None
         self.metrics = MetricsWriter.in_run_dir(self.run_dir, tags={"method": self.method, "seed": config.seed})
-        fed = self.record.feed(lambda rec, t: self.fleet.on_record(rec, t), self._replay_eval)
         self._implausible_at_start = dict(self.fleet.figures().get("implausible") or {})
         if self.record.earlier:
             log.info("run %s continues in %s: %d earlier process(es), %d of their lines counted, "
-                     "times from %.1f s", self.core.run_id, self.run_dir, len(self.record.earlier), fed,
+                     "times from %.1f s", self.core.run_id, self.run_dir, len(self.record.earlier), self.record.fed,
                      self._run_offset_s)
         self.fleet.served_by(str(self.run_dir.resolve()))
         self.monitor = None
