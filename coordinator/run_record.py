@@ -11,7 +11,8 @@ continue it (a clean restart, a kill -9, an upgrade). Its record is the run fold
   and ``run.json`` names the new one from then on (the old folder is left as it was).
 - **A folder holding another run's record** (its process lines name another ``run_id``, or a
   fresh state meets lines from before process lines) has it moved aside, never appended to:
-  ``metrics.jsonl`` becomes ``metrics.<that run>.jsonl`` (``summary.json`` likewise), logged.
+  ``metrics.jsonl`` becomes ``metrics.<that run>.jsonl`` (``summary.json`` likewise), logged; when
+  that run starts again in the folder and finds no record of its own there, it moves its record back.
 - **Its time axis**: every line's ``time_s`` is seconds since the run started; a process starts
   its axis at the wall-clock time since the run's start, or just after the record's last line when
   the wall clock says less (it was set back): ``time_s`` never runs backwards nor restarts at 0.
@@ -273,17 +274,35 @@ def _save_run_file(state_dir: Path, run_id: str, run_dir: Path, started_wall_s: 
         raise StateFileError("cannot write %s: %s" % (path, exc)) from None
 
 
+def _aside_name(name: str, tag: str) -> str:
+    stem, dot, ext = name.partition(".")
+    return "%s.%s%s%s" % (stem, tag, dot, ext)
+
+
+def _move_back(run_dir: Path, run_id: str) -> None:
+    """This run's record, which another run's start moved aside (two state folders on one run
+    folder), back in place."""
+    for name in (METRICS_FILE, SUMMARY_FILE):
+        aside, path = run_dir / _aside_name(name, run_id), run_dir / name
+        if aside.is_file() and not path.exists():
+            try:
+                aside.rename(path)
+            except OSError as exc:
+                raise StateFileError("cannot move run %s's record %s back to %s: %s" % (
+                    run_id, aside, path, exc)) from None
+            log.warning("%s is this run's record, moved aside by another run's start: moved back to %s",
+                        aside, path)
+
+
 def _move_aside(run_dir: Path, tag: str) -> None:
     """Another run's record in ``run_dir``: renamed ``metrics.<tag>.jsonl`` (and the summary), so
     this run's starts empty and nothing of the other is lost."""
     for name in (METRICS_FILE, SUMMARY_FILE):
         path = run_dir / name
         if path.exists():
-            stem, dot, ext = name.partition(".")
-            aside = run_dir / ("%s.%s%s%s" % (stem, tag, dot, ext))
-            n = 1
+            aside, n = run_dir / _aside_name(name, tag), 1
             while aside.exists():
-                aside, n = run_dir / ("%s.%s-%d%s%s" % (stem, tag, n, dot, ext)), n + 1
+                aside, n = run_dir / _aside_name(name, "%s-%d" % (tag, n)), n + 1
             try:
                 path.rename(aside)
             except OSError as exc:
@@ -314,6 +333,9 @@ def open_run(state_dir: Path, run_id: str, asked_dir: Optional[Path], fresh: boo
     if any_line and (owner not in (None, run_id) or (owner is None and fresh)):
         _move_aside(run_dir, owner or "before-%s" % time.strftime("%Y%m%d-%H%M%S"))
         origin, any_line = None, False
+    if not any_line and not path.exists() and (run_dir / _aside_name(METRICS_FILE, run_id)).is_file():
+        _move_back(run_dir, run_id)  # this run's record, moved aside by another run's start
+        owner, origin, any_line = _first(path)
     before = Path(saved["run_dir"]) if saved is not None else None
     if (not any_line and before is not None and before.resolve() != run_dir.resolve()
             and not path.exists() and (before / METRICS_FILE).is_file()):

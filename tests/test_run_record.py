@@ -203,8 +203,9 @@ def test_a_run_folder_from_before_process_lines_still_loads_and_continues(tmp_pa
 
 
 def test_a_new_run_never_appends_to_another_runs_record(tmp_path, mqtt_broker):
-    """A fresh state folder over a folder holding another run's record moves that record aside;
-    a run moved to another --run-dir takes its record along."""
+    """A fresh state folder over a folder holding another run's record moves that record aside (and
+    the other run, started there again, moves its own back); a run moved to another --run-dir
+    takes its record along."""
     first = start(tmp_path, mqtt_broker)
     first.stop()
     old_run = first.core.run_id
@@ -216,10 +217,17 @@ def test_a_new_run_never_appends_to_another_runs_record(tmp_path, mqtt_broker):
     assert (run_dir / ("metrics.%s.jsonl" % old_run)).read_text().count("process_start") == 1
     assert {r.get("run_id") for r in lines(run_dir) if r["event"] == "process_start"} == {
         second.core.run_id}
+    for state, run, processes in (("state-old", old_run, 2), ("state-new", second.core.run_id, 2)):
+        (tmp_path / "state").rename(tmp_path / ("state-old" if state == "state-new" else "state-new"))
+        (tmp_path / state).rename(tmp_path / "state")           # swap the state folders: each run
+        back = start(tmp_path, mqtt_broker)                      # gets its own record back
+        back.stop()
+        starts = [r for r in lines(run_dir) if r["event"] == "process_start"]
+        assert {r["run_id"] for r in starts} == {run} and len(starts) == processes
     moved = start(tmp_path, mqtt_broker, run_dir=tmp_path / "elsewhere")
     moved.stop()
     record = lines(tmp_path / "elsewhere")
-    assert [r["event"] for r in record].count("process_start") == 2
+    assert [r["event"] for r in record].count("process_start") == 3
     again = start(tmp_path, mqtt_broker, run_dir=None)          # the state folder remembers it
     again.stop()
     assert again.run_dir == tmp_path / "elsewhere"
