@@ -250,9 +250,11 @@ def whose(s: Dict[str, Any]) -> str:
     """Where the snapshot came from and whose coordinator that is."""
     source = s.get("_source") if isinstance(s.get("_source"), dict) else {}
     c = s.get("coordinator") if isinstance(s.get("coordinator"), dict) else {}
-    parts = ["from %s" % source.get("url", "-")]
-    if source.get("run_dir"):
-        parts[0] += " (%s/%s)" % (source["run_dir"], URL_FILE)
+    parts = []
+    if source.get("url"):  # ``streamfl operator status`` renders an answer that came over MQTT
+        parts.append("from %s" % source["url"])
+        if source.get("run_dir"):
+            parts[0] += " (%s/%s)" % (source["run_dir"], URL_FILE)
     if c:
         parts.append("coordinator pid %s on %s, run folder %s" % (
             _num(c.get("pid")), c.get("host") or "-", c.get("run_dir") or "-"))
@@ -313,7 +315,6 @@ def header(s: Dict[str, Any]) -> List[str]:
         "fleet %s · run %s · method %s · up %s" % (
             s.get("fleet", "-"), str(s.get("run_id") or "-")[:12], s.get("method", "-"),
             _ago(s.get("time_s"))),
-        whose(s),
         "version %s · %s versions/s · accuracy %s · devices %s/%s online%s" % (
             _num(s.get("version")), _num(s.get("versions_per_s"), "%.2f"), acc,
             _num(s.get("devices_online")), _num(s.get("devices_known")),
@@ -326,7 +327,9 @@ def header(s: Dict[str, Any]) -> List[str]:
         lines.append("         %s" % others)
     broker = broker_line(s)
     if broker is not None:
-        lines.insert(2, broker)
+        lines.insert(1, broker)
+    if whose(s):
+        lines.insert(1, whose(s))
     power = power_line(s)
     if power is not None:
         lines.append(power)
