@@ -238,6 +238,8 @@ def _in_tmp(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a default runs/<timestamp> would land here
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_the_cli_restarted_without_run_dir_goes_on_in_the_runs_folder(tmp_path, mqtt_broker):
     """As systemd restarts it: the same command line, no --run-dir; the first process is killed
     (-9), the second stops on SIGTERM: one folder, one axis, the kill told by the second's start."""
