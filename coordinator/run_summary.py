@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
 
+#: Processes of a run the log line at stop names (``summary.json`` lists them all).
+LOG_PROCESSES = 5
+
 #: Why an update was not merged, in words, for each fate (``UpdateRecord.outcome``).
 FATES = {
     "aggregated": "merged into a new version",
@@ -78,9 +81,11 @@ def summary_lines(summary: Mapping[str, Any]) -> List[str]:
         c.get("version", 0), summary.get("devices", 0))]
     procs = summary.get("processes") or []
     if len(procs) > 1:
-        lines.append("%d coordinator processes: %s" % (len(procs), "; ".join(
-            "from %.0f s to %.0f s, %s" % (p.get("started_t_s") or 0.0, p.get("last_t_s") or 0.0,
-                                          p.get("ended") or "?") for p in procs)))
+        shown = procs[-LOG_PROCESSES:]
+        lines.append("%d coordinator processes%s: %s" % (
+            len(procs), "" if len(shown) == len(procs) else " (the last %d)" % len(shown), "; ".join(
+                "from %.0f s to %.0f s, %s" % (p.get("started_t_s") or 0.0, p.get("last_t_s") or 0.0,
+                                              p.get("ended") or "?") for p in shown)))
     if f.get("evaluations"):
         lines.append("accuracy: %s at the end, %s at the start, %s best, %s mean over %d evaluations" % (
             _num(f.get("final_accuracy")), _num(f.get("initial_accuracy")), _num(f.get("best_accuracy")),
