@@ -10,7 +10,7 @@ STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
 AGENT_SIDE := streamfl protocol sensors models agent dvfs methods
 
-.PHONY: demo test venv lint bench load capacity eval-adaclp eval-fedteddi eval-fedteddi-paper eval-stewc eval-stewc-forget eval-stewc-lambda1 eval-sessions eval-sessions-more eval-sessions-beside eval-sfedpo eval-sfedpo-digits golden clean
+.PHONY: demo test venv lint bench load field capacity eval-adaclp eval-fedteddi eval-fedteddi-paper eval-stewc eval-stewc-forget eval-stewc-lambda1 eval-sessions eval-sessions-more eval-sessions-beside eval-sfedpo eval-sfedpo-digits golden clean
 
 venv: $(STAMP)
 
@@ -55,6 +55,14 @@ bench: $(STAMP)
 load: $(STAMP)
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/load.py --chaos
+
+# The field lab (docs/field.md): mosquitto from the shipped config, a coordinator and 6 boards, each
+# installed from the built wheel into its own venv and run in its own network namespace over a
+# shaped link, through every scenario of field/lab.py; one JSON record each. Needs root, iproute2,
+# nftables and libfaketime; about an hour on 2 cores (the cut board alone is off for 5 minutes).
+# `make test` runs the short version (tests/test_field_lab.py).
+field: $(STAMP)
+	$(BIN)/python field/lab.py
 
 # The boards' downlink and the capacity model's inputs (docs/capacity.md): models and bytes per
 # board per round and per hour at 10, 100, 300 and 1,000 boards and at 2.1 MB, then the model.
