@@ -11,8 +11,9 @@ PRESETS: List[Method] = []
 #: (configs/scenarios/adaclp-paper-*.yaml, docs/results.md): eq. 2's window m = 50 and eq. 3's
 #: sigma = 0.002, widened from the defaults (m = 10, sigma = 0.01) because per-update traces vary
 #: 2-3x and with the defaults the CLP flag flipped on noise (663 segments in 2,741 versions in a
-#: trial run of adaclp-extreme; on a fleet, 40 flips in 2.7 minutes). Every method whose figures come from those
-#: runs carries it (``Method.measured``), so ``--method NAME`` runs the probe that was measured.
+#: trial run of adaclp-extreme; on a fleet, 40 flips in 2.7 minutes). Every method whose figures
+#: come from those runs carries it (``Method.measured``), so ``--method NAME`` runs the probe that
+#: was measured.
 PAPER_PROBE: Dict[str, object] = {"trace_window": 50, "growth_threshold": 0.002}
 MEASURED_PROBE = {"plugins": {"clp": PAPER_PROBE}}
 #: What AdaCLP's runs set for their own setting, not for the method: a fleet keeps its own.
