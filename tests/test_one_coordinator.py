@@ -10,6 +10,12 @@ Now: the second one exits 2 naming the first (run, client id, host, pid) without
 retained status and model stay the newcomer's; a coordinator restarted right after ``kill -9`` on
 its state folder (its retained status still says online until the broker fires its last will) is
 not locked out by its own status; ``--embedded-broker`` on a taken port exits 2 in one line.
+
+In process (a MemoryBroker), the connect gate: a coordinator publishes nothing on a connection
+before it has read the retained status there, so one that finds an older coordinator online
+steps down having said nothing, and a reconnect that finds an older one's offline status (the
+sign of one sharing its client id) yields instead of fighting. The shipped broker config's side
+(one account for both, ``use_username_as_clientid``) is ``tests/test_shipped_broker_restart.py``.
 """
 import signal
 import socket
@@ -23,7 +29,7 @@ import yaml
 from fleet import ModelWatcher, Proc
 from factories import SPEC
 from polling import wait_until
-from streamfl.protocol.messages import CoordinatorStatus
+from streamfl.protocol.messages import CoordinatorStatus, GlobalModel
 from streamfl.protocol.topics import Topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -195,3 +201,100 @@ def test_an_embedded_broker_on_a_taken_port_exits_2_in_one_line(coordinators, mq
     assert len(lines) == 1 and "Traceback" not in done.stdout, done
     assert "cannot listen on %s:%d" % (mqtt_broker.host, mqtt_broker.port) in lines[0], lines
     assert "holds the port" in lines[0]
+
+
+# ---- the connect gate, in process (coordinator/liveness.py, ConnectGate) ------------------------
+# MemoryBroker delivers in order, like mosquitto: the retained status, then the coordinator's echo.
+
+class _Watch:
+    """Everything published on the fleet's model and coordinator status topics, in order."""
+
+    def __init__(self, broker):
+        from streamfl.protocol.transport.memory import MemoryTransport
+        self.got = []
+        self.transport = MemoryTransport(broker, "watch", persistent_session=False)
+        self.transport.on_message = lambda topic, payload: self.got.append((topic, payload))
+        self.transport.subscribe(TOPICS.model)
+        self.transport.subscribe(TOPICS.coordinator_status)
+        self.transport.connect()
+
+    def retain_status(self, status: CoordinatorStatus) -> None:
+        from streamfl.protocol.codec import encode
+        assert self.transport.publish(TOPICS.coordinator_status, encode(status), qos=1, retain=True)
+
+    def from_instance(self, instance: str):
+        """What was published naming ``instance`` (its statuses), and every model."""
+        from streamfl.models import tensor_spec
+        from streamfl.protocol.codec import Decoder
+        decoder = Decoder({SPEC.arch_id: tensor_spec(SPEC)})
+        out = []
+        for topic, payload in list(self.got):
+            msg = decoder.try_decode(payload, source=topic)
+            if topic == TOPICS.model or (isinstance(msg, CoordinatorStatus) and msg.instance == instance):
+                out.append(msg)
+        return out
+
+
+def _server(broker, tmp_path):
+    from streamfl.coordinator.config import CoordinatorConfig
+    from streamfl.coordinator.server import CoordinatorServer
+    from streamfl.protocol.transport.memory import MemoryTransport
+    from streamfl.coordinator.monitor.config import MonitorConfig
+    config = CoordinatorConfig(fleet=FLEET, model=SPEC, persist_interval_s=0.0,
+                               monitor=MonitorConfig(enabled=False))
+    return CoordinatorServer(config, MemoryTransport(broker, "coordinator-" + FLEET),
+                             tmp_path / "state", tmp_path / "run")
+
+
+@pytest.fixture
+def memory_broker():
+    from streamfl.protocol.transport.memory import MemoryBroker
+    return MemoryBroker()
+
+
+def _older(online: bool, run_id: str = "other-run") -> CoordinatorStatus:
+    return CoordinatorStatus(online=online, run_id=run_id, client_id="coordinator-" + FLEET,
+                             host="elsewhere", pid=1, started_s=1.0, instance="older")
+
+
+def test_a_coordinator_publishes_nothing_where_an_older_one_is_online(memory_broker, tmp_path):
+    """Before: it said online and republished its model the moment it connected, and stepped
+    down only when the retained status reached it just after."""
+    watch = _Watch(memory_broker)
+    watch.retain_status(_older(online=True))
+    server = _server(memory_broker, tmp_path)
+    try:
+        server.start()
+        wait_until(lambda: server.taken_over_by is not None, 10, "the server to step down")
+        time.sleep(0.3)
+        assert watch.from_instance(server.instance) == []
+    finally:
+        server.stop()
+    assert watch.from_instance(server.instance) == []  # not even offline over the other's status
+
+
+def test_an_offline_status_does_not_hold_a_first_connection_but_yields_a_reconnect(
+        memory_broker, tmp_path):
+    """A previous coordinator's offline status at start is the normal case: go online. The same
+    status at a reconnect means an older coordinator had the fleet while this one was away, and
+    is offline because this connection took its client id: yield, instead of kicking it off in
+    turn forever (one account under use_username_as_clientid)."""
+    watch = _Watch(memory_broker)
+    watch.retain_status(_older(online=False))
+    server = _server(memory_broker, tmp_path)
+    try:
+        server.start()
+        wait_until(lambda: any(isinstance(m, CoordinatorStatus) and m.online
+                               for m in watch.from_instance(server.instance)), 10, "online")
+        wait_until(lambda: any(isinstance(m, GlobalModel) for m in watch.from_instance(server.instance)),
+                   10, "its model")
+        memory_broker.drop(server.transport.client_id)    # its will: offline
+        watch.retain_status(_older(online=False))         # the older one's will, as it was kicked
+        seen = len(watch.got)
+        server.transport.connect()
+        wait_until(lambda: server.taken_over_by is not None, 10, "the reconnect to yield")
+        assert server.taken_over_by.instance == "older"
+        time.sleep(0.3)
+        assert watch.got[seen:] == []  # no online status, no model
+    finally:
+        server.stop()

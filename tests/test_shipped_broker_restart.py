@@ -32,10 +32,13 @@ from paho.mqtt.enums import CallbackAPIVersion
 from factories import SPEC, UNBOUNDED_ADMISSION, make_hello, make_update
 from fleet import Proc
 from polling import wait_until
+from streamfl.coordinator.liveness import ExclusiveConfig, check_fleet
+from streamfl.errors import StartupError
 from streamfl.models import tensor_spec
 from streamfl.protocol.codec import Decoder, encode
 from streamfl.protocol.messages import CoordinatorStatus, GlobalModel
 from streamfl.protocol.topics import Topics
+from streamfl.protocol.transport.base import MqttSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -220,21 +223,21 @@ def _running_with_updates(field: Field) -> Proc:
     return first
 
 
-@pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
-def test_updates_sent_while_the_coordinator_is_down_all_arrive_after_a_restart(field, stop):
-    first = _running_with_updates(field)
-    if stop == "sigterm":
-        assert first.terminate() == 0, first.tail()
-    else:
-        first.kill()
-    while_down = field.updates(30)
-    again = field.start()
-    field.online(again)
-    field.wait_handled(while_down, again)
-    assert "session present: True" in again.log_text(), again.tail()
-    outcomes = field.handled()
-    assert all(outcomes[i] for i in while_down)
-    assert again.terminate() == 0, again.tail()
+def test_updates_sent_while_the_coordinator_is_down_all_arrive_after_sigterm_and_sigkill(field):
+    proc = _running_with_updates(field)
+    for stop in ("sigterm", "sigkill"):
+        if stop == "sigterm":
+            assert proc.terminate() == 0, proc.tail()
+        else:
+            proc.kill()  # the broker fires its will at once: the socket closed
+        while_down = field.updates(30)
+        proc = field.start()
+        field.online(proc)
+        field.wait_handled(while_down, proc)
+        assert "session present: True" in proc.log_text(), (stop, proc.tail())
+        outcomes = field.handled()
+        assert all(outcomes[i] for i in while_down)
+    assert proc.terminate() == 0, proc.tail()
 
 
 def test_a_broker_restart_while_the_coordinator_is_down_keeps_more_than_1000_updates(field):
@@ -278,13 +281,18 @@ def test_a_second_coordinator_on_the_same_account_exits_2_and_disturbs_nothing(f
 
 
 def test_a_probe_account_the_broker_refuses_stops_the_start_naming_it(field):
-    config = yaml.safe_load(field.config.read_text())
-    config["exclusive"]["probe_username"] = "nobody-probe"
-    field.config.write_text(yaml.safe_dump(config))
-    done = subprocess.run(field.argv("refused"), capture_output=True, text=True, timeout=90,
-                          cwd=str(field.root))
-    assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
-    message = done.stderr.strip().splitlines()[-1]
+    """In process (the CLI turns this StartupError into exit code 2, as for the live one above)."""
+    settings = MqttSettings(host=field.broker.host, port=field.broker.port, client_id="coordinator-x",
+                            tls_ca=field.broker.ca_file, username="coordinator",
+                            password=field.broker.password("coordinator"),
+                            reconnect_min_s=0.2, reconnect_max_s=0.5)
+    mine = CoordinatorStatus(online=True, run_id="mine", instance="i")
+    started = time.monotonic()
+    with pytest.raises(StartupError) as caught:
+        check_fleet(settings, FLEET, mine, ExclusiveConfig(probe_username="nobody-probe",
+                                                            connect_wait_s=30.0))
+    message = str(caught.value)
     assert "refused the start-up probe's account nobody-probe" in message, message
-    assert "exclusive.probe_username" in message and "Traceback" not in done.stderr
-    assert not [s for s in field.watcher.statuses() if s.online]
+    assert "exclusive.probe_username" in message and "configs/mosquitto/acl" in message
+    assert time.monotonic() - started < 10  # at the broker's answer, not after a wait
+    assert caught.value.exit_code == 2
