@@ -17,7 +17,6 @@ broker also kept at most 1000 queued messages for the session (mosquitto's defau
 """
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import time
