@@ -154,6 +154,8 @@ def wheelhouse() -> Path:
     house = CACHE / ("wheelhouse-" + digest)
     if (house / ".complete").exists():
         return house
+    for stale in CACHE.glob("wheelhouse-*"):  # an earlier run's, for other versions
+        shutil.rmtree(stale, ignore_errors=True)
     house.mkdir(parents=True, exist_ok=True)
     log.info("downloading the dependencies' wheels into %s: %s", house, ", ".join(pins))
     _run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "--no-deps",

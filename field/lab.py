@@ -724,9 +724,10 @@ def prepare(args, scenarios: List[Scenario]) -> Dict[str, Any]:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    wheels = {"current": install.build_wheel(install.CACHE / "wheel")}
+    tree = Path(args.tree).resolve() if args.tree else install.ROOT
+    wheels = {"current": install.build_wheel(install.CACHE / "wheel", tree)}
     if any(s.name == "coordinator-upgrade" for s in scenarios):
-        wheels["next"] = install.build_bumped_wheel(install.CACHE / "wheel-next")
+        wheels["next"] = install.build_bumped_wheel(install.CACHE / "wheel-next", tree)
     house = install.wheelhouse()
     layer = install.torch_layer()
     names = ["coordinator"] + ["board-%02d" % i for i in range(1, args.boards + 2)]
@@ -845,6 +846,9 @@ def parse(argv: List[str]):
     p.add_argument("--drain-s", type=float, default=60.0, help="wait for the coordinator to record every update")
     p.add_argument("--one-fleet", action="store_true",
                    help="play the scenarios one after another on one fleet (the default with --short)")
+    p.add_argument("--tree", help="build the boards' and coordinators' wheels from this source tree "
+                   "instead of this checkout (e.g. an older commit's `git archive`, to see the lab fail "
+                   "where that code did)")
     p.add_argument("--inner", help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
