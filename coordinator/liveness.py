@@ -278,11 +278,11 @@ def check_fleet(settings: MqttSettings, fleet: str, mine: CoordinatorStatus,
     or if the probe cannot look (module docstring). Blocks while the broker is unreachable,
     calling ``on_wait(message)`` with each warning."""
     topics = Topics(fleet)
-    probe_config = probe_settings(settings, config, environ)
-    probe = _Probe(probe_config, topics)
+    probe_mqtt = probe_settings(settings, config, environ)
+    probe = _Probe(probe_mqtt, topics)
     try:
         probe.transport.connect()
-        other = _read_status(probe, probe_config, fleet, config, on_wait)
+        other = _read_status(probe, probe_mqtt, fleet, config, on_wait)
         if other is None or not other.online:
             log.info("no other coordinator of fleet %s is online%s", fleet,
                      "" if other is None else " (the last one, %s, went offline)" % describe(other))
