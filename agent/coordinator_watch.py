@@ -13,7 +13,7 @@ meanwhile; once the coordinator is heard again, one INFO line. Sans-I/O: the dae
 its clock.
 """
 import logging
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple, Union
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +64,14 @@ class CoordinatorWatch:
             return self.heard(now, "its status says online, run %s" % (run_id or "(unnamed)"))
         return False
 
-    def check(self, now: float, doing: str) -> bool:
+    def check(self, now: float, doing: Union[str, Callable[[], str]]) -> bool:
         """True when this call logged the warning; ``doing`` says what the agent does meanwhile
-        ("keeps training from v12 of run R; its updates wait in the broker")."""
+        ("keeps training from v12 of run R; its updates wait in the broker"), or is a function
+        that says it (called only for the warning)."""
         if self.warn_after_s <= 0 or self.silent or now - self._heard_s < self.warn_after_s:
             return False
+        if callable(doing):
+            doing = doing()
         self.silent = True
         self.warnings += 1
         if self._status is not None and not self._status[0]:

@@ -481,7 +481,7 @@ class AgentDaemon:
         with self._watch_lock:
             if self.takeover.check(now):
                 self.transport.delay_reconnect(0.0)
-            due = self.coordinator_watch.check(now, self._doing())
+            due = self.coordinator_watch.check(now, self._doing)
         if due:
             self._counts["coordinator_silences"] += 1
 
