@@ -3,6 +3,7 @@
 account and its password, as boards flashed from one image do. Both detect the broker's take-over
 cycle, say so and back off (the broker's log shows the take-overs slowing down), and the
 coordinator process counts ``duplicate_device_id`` from their alternating Hellos."""
+import json
 import re
 import sys
 import time
@@ -70,3 +71,6 @@ def test_two_boards_with_one_id_are_caught_on_both_sides_and_back_off(tmp_path):
         assert "Backing off: next reconnect in" in text
         assert "use_username_as_clientid" in text
     assert "device id %s is used by 2 agent processes" % DEVICE in log
+    # The core's counter, kept in its state (and so across its restarts).
+    state = json.loads((run.coordinator_state / "state.json").read_text())
+    assert state["counters"]["duplicate_device_id"] >= 1
