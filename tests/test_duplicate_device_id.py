@@ -270,3 +270,14 @@ def test_check_config_says_where_the_device_id_came_from():
     assert given.returncode == 0, given.stderr
     assert given.stdout.splitlines()[0] == "# device_id pi-07: from --device-id"
     assert "flashed from one image" not in given.stderr
+
+
+def test_the_fleet_table_marks_the_row_of_a_shared_id():
+    from streamfl.coordinator.fleet import FleetTable, FleetTableConfig
+    table, registry = FleetTable(FleetTableConfig(), "lab", "fedasync", "fedasync", []), DeviceRegistry()
+    for t, instance in enumerate("aba"):
+        registry.on_hello(hello(instance=instance), float(t))
+    registry.on_hello(hello("pi-02", instance="c"), 0.0)
+    snap = table.refresh(now=4.0, t_s=4.0, version=0, devices=registry.devices(), methods={})
+    rows = {row["device"]: row for row in snap["devices"]}
+    assert rows["pi-01"]["duplicate_device_id"] == 1 and rows["pi-02"]["duplicate_device_id"] == 0
