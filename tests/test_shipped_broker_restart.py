@@ -13,7 +13,10 @@ Before: the coordinator's start-up probe connected as ``coordinator`` with a cle
 broker made that its client id, so the probe wiped the coordinator's persistent session and
 every update queued while it was down was gone (``session present: False``), and a second
 coordinator on the account kicked the live one off, saw its will and published a fresh v0. The
-broker also kept at most 1000 queued messages for the session (mosquitto's default).
+broker also kept at most 1000 queued messages for the session (mosquitto's default). Now the
+probe has an account of its own (``coordinator-probe``), the coordinator publishes nothing on a
+connection before it read the retained status there, and ``--take-over`` on the one account
+settles in one change of run.
 """
 import json
 import shutil
@@ -142,8 +145,9 @@ class Field:
         return COORDINATOR + ["--config", str(self.config), "--state-dir", str(self.root / ("state-" + name)),
                               "--run-dir", str(self.root / ("run-" + name))]
 
-    def start(self, name: str = "c") -> Proc:
-        proc = Proc(name, self.argv(name), self.root / ("%s-%d.log" % (name, len(self.procs))), self.root)
+    def start(self, name: str = "c", *extra: str) -> Proc:
+        proc = Proc(name, self.argv(name) + list(extra), self.root / ("%s-%d.log" % (name, len(self.procs))),
+                    self.root)
         self.procs.append(proc)
         return proc
 
@@ -257,6 +261,10 @@ def test_a_broker_restart_while_the_coordinator_is_down_keeps_more_than_1000_upd
 
 
 def test_a_second_coordinator_on_the_same_account_exits_2_and_disturbs_nothing(field):
+    """Then one with --take-over: on one account the broker hands it the client id and cuts the
+    live one off (its will says offline); the live one, reconnecting, cuts the newcomer off in
+    turn and finds the newcomer's status (online, or its will) naming it as taken over: it steps
+    down without a word instead of fighting, and the fleet changes run once."""
     first = _running_with_updates(field)
     live = field.online(first)
     wait_until(lambda: any(m.run_id == live.run_id for m in field.watcher.models()), 30, "its model")
@@ -276,7 +284,20 @@ def test_a_second_coordinator_on_the_same_account_exits_2_and_disturbs_nothing(f
     assert "lost connection" not in log and "disconnected from the broker" not in log, first.tail()
     assert [m for m in field.watcher.models(since) if m.run_id != live.run_id or m.version < newest] == []
     assert [s for s in field.watcher.statuses() if s.run_id != live.run_id] == []
-    assert first.terminate() == 0, first.tail()
+
+    taking = field.start("taking", "--take-over")
+    new = field.online(taking)
+    wait_until(lambda: not first.alive, 30, "the live one to step down")
+    assert first.popen.returncode == 2, first.tail()
+    assert "another coordinator keeps fleet %s" % FLEET in first.log_text(), first.tail()
+    assert new.took_over == live.instance and new.run_id != live.run_id
+    time.sleep(2.0)  # the newcomer's reconnect after the old one's: it must hold the fleet then
+    assert taking.alive, taking.tail()
+    wait_until(lambda: field.watcher.statuses()[-1].instance == new.instance
+               and field.watcher.statuses()[-1].online, 10, "the newcomer's status, retained last")
+    runs = [m.run_id for m in field.watcher.models(since)]
+    assert sum(1 for x, y in zip(runs, runs[1:]) if x != y) <= 1 and runs[-1] == new.run_id, runs
+    assert taking.terminate() == 0, taking.tail()
 
 
 def test_a_probe_account_the_broker_refuses_stops_the_start_naming_it(field):
