@@ -82,6 +82,9 @@ class Scan:
     owner: Optional[str] = None
     #: The highest global version an update or eval line names (None: none).
     version: Optional[int] = None
+    #: The global version after each ``update`` line of the last process (since the last start
+    #: line): those above the version the next process resumed at were rolled back by its end.
+    tail_versions: "array" = field(default_factory=lambda: array("q"))
     #: The first line's ``wall_s`` minus its ``time_s`` (the run's start, as a record from before
     #: ``run.json`` tells it), None without one.
     origin_wall_s: Optional[float] = None
@@ -169,12 +172,16 @@ def scan(path: Path, feed: Optional[Callable[[Dict[str, Any], float], None]] = N
                 wall, (int, float)) and not isinstance(wall, bool) else t)
         if kind in (START, STOP):
             out.marks[len(times)] = rec
-            if kind == START and isinstance(rec.get("run_id"), str):
-                out.owner = rec["run_id"]
+            if kind == START:
+                out.tail_versions = array("q")
+                if isinstance(rec.get("run_id"), str):
+                    out.owner = rec["run_id"]
         elif kind == COUNTED:
             v = rec.get("version")
             if isinstance(v, int) and not isinstance(v, bool):
                 out.version = v if out.version is None else max(out.version, v)
+                if rec.get("event") == "update":
+                    out.tail_versions.append(v)
         wall = rec.get("wall_s")
         if not times and isinstance(wall, (int, float)) and not isinstance(wall, bool):
             out.origin_wall_s = float(wall) - t
@@ -232,6 +239,16 @@ class RunRecord:
     record_version: Optional[int] = None
     #: How the time axis was continued: "wall clock" or "after the record's last line".
     time_from: str = "wall clock"
+    #: The version after each update the last process handled (``Scan.tail_versions``).
+    tail_versions: "array" = field(default_factory=lambda: array("q"))
+
+    def rolled_back(self, resumed_version: int) -> int:
+        """Updates the last process handled into a version above the saved one this process
+        resumes at: their effect ended with that process (a kill -9 before its next save), so a
+        record that says they were aggregated is corrected here. A lower bound: an update that made
+        no version after the last save is not told apart. With the durable intake
+        (``coordinator/intake.py``) such updates are applied again from its journal."""
+        return sum(1 for v in self.tail_versions if v > resumed_version)
 
     def start_line(self, *, instance: str, software: str, resumed_version: int,
                    fresh: bool) -> Dict[str, Any]:
@@ -244,7 +261,9 @@ class RunRecord:
                 "previous_instance": prev.get("instance") if prev else None,
                 "previous_ended": prev["ended"] if prev else None,
                 "previous_last_t_s": prev["last_t_s"] if prev else None,
-                "processes_before": len(self.earlier), "time_from": self.time_from}
+                "processes_before": len(self.earlier), "time_from": self.time_from,
+                "rolled_back_updates": self.rolled_back(resumed_version),
+                "rolled_back_versions": max(0, (self.record_version or 0) - resumed_version)}
 
 
 def _read_run_file(state_dir: Path) -> Optional[Dict[str, Any]]:
@@ -385,4 +404,5 @@ def open_run(state_dir: Path, run_id: str, asked_dir: Optional[Path], fresh: boo
     _save_run_file(state_dir, run_id, run_dir, started)
     return RunRecord(run_id=run_id, run_dir=run_dir, started_wall_s=started, offset_s=offset,
                      earlier=found.processes(), fed=counts["fed"], not_fed=counts["not_fed"],
-                     record_version=found.version, time_from=time_from)
+                     record_version=found.version, time_from=time_from,
+                     tail_versions=found.tail_versions)
