@@ -459,7 +459,14 @@ class CoordinatorServer:
 
     # ---- worker thread ------------------------------------------------------------------------
     def _work_loop(self) -> None:
-        self._write_event(self._start_line(), self.clock())  # the record marks each process's start
+        start = self._start_line()
+        self._write_event(start, self.clock())  # the record marks each process's start
+        if start.get("rolled_back_updates"):
+            log.warning("the last process of run %s ended (%s) after handling %d update(s) into "
+                        "versions up to %s that it never saved; this one resumes at version %d "
+                        "(the record's process_start line counts them as rolled_back_updates)",
+                        self.core.run_id, start.get("previous_ended"), start["rolled_back_updates"],
+                        self.record.record_version, self._resumed_version)
         try:
             self._evaluate(self.clock())
         except Exception:
