@@ -333,10 +333,13 @@ class Scenario:
 
     def __init__(self, name: str, fault: Callable[["Fleet", "Lab"], None], what: str,
                  board_opts: Optional[Dict[int, Dict[str, Any]]] = None,
-                 needs: Callable[["Lab"], Optional[str]] = lambda lab: None):
+                 needs: Callable[["Lab"], Optional[str]] = lambda lab: None,
+                 expect: Callable[[Dict[str, Any]], List[str]] = lambda rec: []):
         self.name, self.fault, self.what = name, fault, what
         self.board_opts = board_opts or {}
         self.needs = needs
+        #: What this scenario demands beyond the common bounds: failures, from its record.
+        self.expect = expect
 
 
 def _restart_coordinator(sig: int) -> Callable[[Fleet, "Lab"], None]:
@@ -417,6 +420,18 @@ def _clock(fleet: Fleet, lab: "Lab") -> None:
     time.sleep(lab.args.hold_s)
 
 
+def _clone_reported(rec: Dict[str, Any]) -> List[str]:
+    """Both sides must say in words that one device id runs twice: a warning naming
+    ``device id field-01`` from the boards and one from a coordinator."""
+    words = "device id field-01"
+    out = []
+    for side, said in (("boards", rec.get("warnings_of_boards")), ("coordinator", rec.get("warnings_of_coordinators"))):
+        if not any(words in (entry.get("said") or []) or words in entry.get("first", "")
+                   for entry in (said or {}).values()):
+            out.append("the %s said nothing naming %r" % (side, words))
+    return out
+
+
 def _needs_faketime(lab: "Lab") -> Optional[str]:
     return None if lab.faketime_lib else "no libfaketime (apt-get install faketime)"
 
@@ -436,7 +451,7 @@ SCENARIOS = [
     Scenario("board-cut", _cut, "board-02's veth taken down for --cut-s (300 s in the full lab)"),
     Scenario("link-loss-20", _loss, "board-03's link at 20% packet loss each way (nftables)"),
     Scenario("duplicate-id", _clone, "a 7th board in its own namespace with board-01's device id "
-             "and credentials, for --hold-s"),
+             "and credentials, for --hold-s", expect=_clone_reported),
     Scenario("second-coordinator", _second_coordinator,
              "a second coordinator on the same account (own state and run folders) for --hold-s"),
     Scenario("disk-full", _disk_full, "board-04's state folder is a 4 MiB tmpfs; it is filled "
@@ -657,7 +672,7 @@ class Lab:
         wall = (window.get("wall_fault") if begin != float("-inf") else None, window.get("wall_end"))
         agents_said = warnings(list(fleet.agents.values()) + fleet.old_agents, *wall)
         coordinators_said = warnings(fleet.coordinators, *wall)
-        return {
+        rec = {
             "scenario": scenario.name, "what": scenario.what, "ok": not failures, "failures": failures,
             "acknowledged": len(witnessed), "aggregated": aggregated, "counted": dict(counted),
             "lost": len(lost_ids), "lost_ids": lost_ids[:10],
@@ -678,6 +693,9 @@ class Lab:
             "notes": fleet.notes[window.get("notes_from", 0):window.get("notes_to", len(fleet.notes))],
             "chained": chained, "duration_s": round(duration_s, 1), "folder": str(fleet.dir),
         }
+        failures.extend(scenario.expect(rec))
+        rec["ok"] = not failures
+        return rec
 
 
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+ (WARNING|ERROR|CRITICAL) (\S+): (.*)$")
@@ -699,6 +717,9 @@ def warnings(procs: List[Proc], wall_from: Optional[float], wall_to: Optional[fl
             entry = out.setdefault(match.group(3), {"lines": 0, "first": "%s %s" % (
                 proc.name, match.group(4)[:240])})
             entry["lines"] += 1
+            said = entry.setdefault("said", [])
+            if "device id" in match.group(4) and len(said) < 3:
+                said.append(match.group(4)[:240])
     return out
 
 
