@@ -791,6 +791,7 @@ def outer(args, scenarios: List[Scenario]) -> int:
         if child is not None and child.poll() is None:
             child.send_signal(signum)
     old = signal.signal(signal.SIGTERM, forward)
+    old_int = signal.signal(signal.SIGINT, forward)  # Ctrl-C: the inner one cleans up, then we do
     try:
         net.create_hub()
         child = subprocess.Popen(["ip", "netns", "exec", net.HUB] + inner_argv,
@@ -798,10 +799,11 @@ def outer(args, scenarios: List[Scenario]) -> int:
         while True:
             try:
                 return child.wait()
-            except KeyboardInterrupt:  # Ctrl-C reached the inner one too; wait for its cleanup
+            except KeyboardInterrupt:  # wait for the inner one's cleanup
                 continue
     finally:
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGINT, old_int)
         if child is not None and child.poll() is None:
             child.kill()
             child.wait(10)
@@ -814,6 +816,8 @@ def inner(args, scenarios: List[Scenario], manifest_path: Path) -> int:
     def to_interrupt(signum, frame):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, to_interrupt)
+    # explicit: a process started in the background by a shell inherits SIGINT ignored
+    signal.signal(signal.SIGINT, to_interrupt)
     manifest = json.loads(manifest_path.read_text())
     lab = Lab(args, manifest)
     records = []
@@ -896,7 +900,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                         format="%(asctime)s field %(levelname)s %(message)s")
     scenarios = [BY_NAME[n] for n in args.names]
     if args.inner:
-        return inner(args, scenarios, Path(args.inner))
+        try:
+            return inner(args, scenarios, Path(args.inner))
+        except KeyboardInterrupt:  # everything it started is stopped and removed by now
+            print(json.dumps({"summary": "field lab interrupted"}), flush=True)
+            return 130
     if "--out" not in argv:
         args.passthrough += ["--out", args.out]
     return outer(args, scenarios)
