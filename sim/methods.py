@@ -15,6 +15,7 @@ the method's own settings, the settings the method measured its figures with
 from typing import Any, Dict, Tuple
 
 from streamfl.config import merge
+from streamfl import methods as method_packages
 from streamfl.methods import named_method as get_method
 from streamfl.methods import named_methods, register_named as register, resolve_named as resolve
 from streamfl.methods.base import Method
@@ -22,11 +23,22 @@ from streamfl.methods.base import Method
 METHODS = named_methods()
 
 
+def plugin_settings(hook: str, *args: Any) -> Dict[str, Any]:
+    """``{"plugins": {name: settings}}`` from every method package whose simulator hooks
+    (``MethodPackage.sim``) define ``hook``, called with ``args``; empty settings are left out."""
+    out = {}
+    for name, package in method_packages.packages().items():
+        fn = None if package.sim is None else getattr(package.resolve(package.sim), hook, None)
+        settings = {} if fn is None else fn(*args)
+        if settings:
+            out[name] = settings
+    return {"plugins": out} if out else {}
+
+
 def run_settings(scenario: Any, method: Method) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """``(coordinator values, agent values)`` of ``scenario``'s run of ``method``: the
     ``CoordinatorConfig`` and ``AgentConfig`` keys it sets over the configs' defaults, before the
     run's own keys (fleet, seed, model, sensor) and each device's facts."""
-    from streamfl.sim.runtime import plugin_settings
     side = method.scenario_side()
     plugins = {name: merge(scenario.plugins.get(name, {}), settings)
                for name, settings in side.plugins.items()}

@@ -23,7 +23,6 @@ import numpy as np
 
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.core import AgentCore, DivergedError, PlannedRound, RoundMeasurement
-from streamfl import methods as method_packages
 from streamfl.config import build, merge
 from streamfl.coordinator.config import CoordinatorConfig
 from streamfl.coordinator.core import CoordinatorCore, Step
@@ -39,7 +38,7 @@ from streamfl.sensors.window import Window
 from streamfl.sim.device import DeviceModel, make_devices
 from streamfl.sim.device_state import DeviceState, device_specs
 from streamfl.sim.events import Event, EventQueue
-from streamfl.sim.methods import Method, run_settings
+from streamfl.sim.methods import Method, plugin_settings, run_settings
 from streamfl.sim.rounds.base import RoundRunner
 from streamfl.sim.rounds.inline import InlineRounds
 from streamfl.sim.scenario import Scenario
@@ -51,18 +50,6 @@ log = logging.getLogger(__name__)
 
 Emit = Callable[[Dict[str, Any]], None]
 FLEET = "sim"
-
-
-def plugin_settings(hook: str, *args: Any) -> Dict[str, Any]:
-    """``{"plugins": {name: settings}}`` from every method package whose simulator hooks
-    (``MethodPackage.sim``) define ``hook``, called with ``args``; empty settings are left out."""
-    out = {}
-    for name, package in method_packages.packages().items():
-        fn = None if package.sim is None else getattr(package.resolve(package.sim), hook, None)
-        settings = {} if fn is None else fn(*args)
-        if settings:
-            out[name] = settings
-    return {"plugins": out} if out else {}
 
 
 @dataclasses.dataclass

@@ -1,4 +1,4 @@
-"""A named method runs on a fleet what its published figures measured (issue 48, point 5).
+"""A named method runs on a fleet what its published figures measured (the field-lab finding on --method streamclp-dvfs).
 
 Every named method whose figures are published says where they come from (``Method.figures``:
 the scenario file and ``--set`` flags of the run, the table of docs/results.md, the keys that are
