@@ -50,6 +50,11 @@ DUPLICATE_ID_LOG_S = 600.0
 
 #: How many recent update ids go into state.json (the in-memory window may be larger).
 PERSISTED_IDS = 1024
+#: Versions whose making times a saved state keeps (a float each in state.json): the rate limit
+#: asks when the base of a board's backlog was made; 1000 versions cover an outage of about an
+#: hour of a 30-board fleet at one update per board every two minutes, and a base older than that
+#: counts as made at the restart (its backlog beyond the burst is dropped as rejected_rate).
+SAVED_VERSION_TIMES = 1000
 
 
 @dataclass
@@ -397,14 +402,27 @@ class CoordinatorCore:
                 "recent_update_ids": self._recent_ids(),
                 "counters": dict(self.counters), "run_id": self.run_id,
                 "known_devices": self.registry.greeted_ids(), "admission": self.admission.state(),
-                PLUGIN_TENSORS: arrays}
+                "version_times": self._version_times(), PLUGIN_TENSORS: arrays}
 
-    def restore(self, tensors: Tensors, state: Dict[str, Any], now: float) -> None:
-        """Continue from a saved state: same version, same model, same counters, same plug-ins."""
+    def _version_times(self) -> Dict[str, Any]:
+        """When the last ``SAVED_VERSION_TIMES`` versions were made, relative to the newest, so a
+        restarted coordinator's rate limit still knows how old the base of a board's backlog is."""
+        newest = self.history.made_s(self.version)
+        return {} if newest is None else self.history.times_since(newest, SAVED_VERSION_TIMES)
+
+    def restore(self, tensors: Tensors, state: Dict[str, Any], now: float,
+                saved_ago_s: float = 0.0) -> None:
+        """Continue from a saved state: same version, same model, same counters, same plug-ins.
+        ``saved_ago_s``: how long ago the state was saved (the runtime's wall clock): the saved
+        version counts as made that long before ``now``, so the backlog boards trained from it
+        while the coordinator was down has that time to pay with in the rate limit (counted as
+        made ``now``, half of a restart's backlog was dropped as ``rejected_rate``)."""
         self.version = int(state["version"])
         self._model = tensors
         self.history = ModelHistory(self.config.history_size)
-        self.history.add(self.version, tensors, now)
+        made = now - max(0.0, float(saved_ago_s))
+        self.history.seed_times(state.get("version_times"), made, below=self.version)
+        self.history.add(self.version, tensors, made)
         if state.get("strategy") == self.strategy.name:
             self.strategy.load_state(dict(state.get("strategy_state") or {}))
         saved = state.get("plugins") or {}

@@ -6,7 +6,7 @@ much longer (``times_size`` versions, a float each): the rate limit asks it of t
 backlog a board sends after an outage.
 """
 from collections import deque
-from typing import Deque, List, NamedTuple, Optional
+from typing import Any, Deque, Dict, List, NamedTuple, Optional
 
 from streamfl.protocol.messages import Tensors
 
@@ -40,6 +40,34 @@ class ModelHistory:
         elif len(self._times) == self._times.maxlen:
             self._first_timed += 1
         self._times.append(float(time_s))
+
+    def times_since(self, newest_s: float, limit: int) -> Dict[str, Any]:
+        """When the last ``limit`` timed versions were made, as seconds before ``newest_s`` (JSON
+        for the state folder: a restart's clock is another process's)."""
+        times = list(self._times)[-int(limit):] if limit > 0 else []
+        first = self._first_timed + len(self._times) - len(times)
+        return {"first": first, "before_s": [round(newest_s - t, 3) for t in times]}
+
+    def seed_times(self, saved: Any, newest_s: float, below: int) -> int:
+        """Take back what ``times_since`` saved, on this clock (``newest_s``: when the newest saved
+        version counts as made here), for the versions below ``below`` (the restored one, which
+        ``add`` then records); anything malformed is ignored. Returns how many were taken."""
+        if not isinstance(saved, dict) or not isinstance(saved.get("first"), int):
+            return 0
+        ages = saved.get("before_s")
+        if not isinstance(ages, list) or not all(
+                isinstance(a, (int, float)) and not isinstance(a, bool) and 0.0 <= a < 1e9 for a in ages):
+            return 0
+        first = int(saved["first"])
+        ages = ages[:max(0, below - first)]
+        if not ages or first < 0:
+            return 0
+        self._times.clear()
+        self._first_timed = first
+        for age in ages[-(self._times.maxlen or len(ages)):]:
+            self._times.append(float(newest_s) - float(age))
+        self._first_timed = below - len(self._times)
+        return len(self._times)
 
     def made_s(self, version: int) -> Optional[float]:
         """When ``version`` was made, if still known."""
