@@ -40,6 +40,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python bench/bench_codec.py
 	$(BIN)/python bench/bench_coordinator.py
+	$(BIN)/python bench/bench_intake.py
 	$(BIN)/python bench/bench_fleet_scaling.py
 	$(BIN)/python bench/bench_buffer.py
 	$(BIN)/python bench/bench_dvfs.py

@@ -24,6 +24,7 @@ from streamfl.config import (FRAME_BYTES_MAX, SEED_MAX, bounded, build, merge, r
 from streamfl.coordinator.plugins import plugin_configs
 from streamfl.coordinator.admission import AdmissionConfig
 from streamfl.coordinator.fleet import FleetTableConfig
+from streamfl.coordinator.intake import IntakeConfig
 from streamfl.coordinator.monitor.config import MonitorConfig
 from streamfl.coordinator.liveness import ExclusiveConfig
 from streamfl.coordinator.operator_gate import OperatorConfig
@@ -159,6 +160,10 @@ class CoordinatorConfig:
     persist_interval_s: float = bounded(0.5, 0.0, 3600.0)
     #: Minimum seconds between two global-model publishes (0 = as fast as saving and sending allow).
     publish_min_interval_s: float = bounded(0.0, 0.0, 3600.0)
+    #: The journal of received updates (``coordinator/intake.py``): each valid update is saved
+    #: durably before MQTT acknowledges it, and what no saved state covers yet is handed back to
+    #: the core at start, so a kill -9 loses nothing the broker acknowledged.
+    intake: IntakeConfig = field(default_factory=IntakeConfig)
     #: Without held-out data (``eval_path``), log versions/s and devices online this often.
     progress_interval_s: float = bounded(60.0, 0.0, 86400.0, lo_open=True)
     #: How updates are bounded before mixing (known senders, value cap, adaptive norm bound).

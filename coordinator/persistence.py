@@ -5,7 +5,9 @@ model; its metadata carries version and arch id) and ``state.json`` (version, ar
 versions, strategy state, recent update ids, counters). The model is written first; if a crash falls
 between the two renames, the checkpoint's version wins (the version must describe the model).
 ``state.json`` also holds the run identity (``run_id``, made when the folder is first used), the
-devices that said Hello and the admission norms. Saves happen in the publisher thread before each
+devices that said Hello and the admission norms, and ``intake_seq``: the newest entry of the
+update journal (``intake.py``) whose effect it holds; the ``Persister`` tells the journal
+(``on_saved``) once a state is durable, and the journal deletes what it covers. Saves happen in the publisher thread before each
 publish (``publisher.py``), at most every ``persist_interval_s``: at hundreds of updates per second
 an fsync per aggregation would cost more than the aggregation itself.
 
@@ -37,11 +39,12 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
 from streamfl import __version__
+from streamfl.coordinator.intake import INTAKE_SEQ
 from streamfl.errors import ConfigError, StateFileError, StorageError
 from streamfl.models import load_checkpoint, save_checkpoint, tensor_spec
 from streamfl.models.serialize import atomic_write_bytes
@@ -60,7 +63,7 @@ PLUGIN_INTERVAL_S = 30.0
 #: The types ``CoordinatorCore.restore`` reads each top-level key of ``state.json`` as (when set).
 _STATE_KEYS = {"version": int, "arch_id": str, "run_id": str, "counters": dict, "admission": dict,
                "plugins": dict, "strategy": str, "strategy_state": dict,
-               "recent_update_ids": list, "known_devices": list}
+               "recent_update_ids": list, "known_devices": list, INTAKE_SEQ: int}
 
 
 class StateStore:
@@ -248,12 +251,18 @@ class Persister:
     not kill the coordinator; what was not saved is simply not published)."""
 
     def __init__(self, store: StateStore, plugin_interval_s: float = PLUGIN_INTERVAL_S,
-                 clock=time.monotonic):
+                 clock=time.monotonic, on_saved: Optional[Callable[[int], None]] = None):
         self.store = store
         self.saves = 0
         self.errors = 0
         #: The version last saved (None: nothing yet).
         self.saved_version: Optional[int] = None
+        #: The ``intake_seq`` of the state last saved (or loaded): the update journal's entries up
+        #: to it are covered.
+        self.saved_intake_seq = 0
+        #: Called with ``saved_intake_seq`` after each durable save whose state names one (the
+        #: journal's drop: ``IntakeJournal.drop_through``); its errors are logged, never raised.
+        self.on_saved = on_saved
         self.plugin_interval_s = float(plugin_interval_s)
         self._clock = clock
         self._plugins_saved_s: Optional[float] = None
@@ -276,7 +285,21 @@ class Persister:
         self.saved_version = int(state["version"])
         if due and PLUGIN_TENSORS in state:
             self._plugins_saved_s = now
+        mark = state.get(INTAKE_SEQ)
+        if mark is not None:
+            self.saved_intake_seq = int(mark)
+            if self.on_saved is not None:
+                try:
+                    self.on_saved(self.saved_intake_seq)
+                except Exception:  # the state is saved: a failed drop only leaves entries behind
+                    log.exception("dropping the update journal's entries up to %d failed", mark)
         return True
+
+    def is_saved(self, version: int, state: Dict[str, Any]) -> bool:
+        """True when ``version`` and its state's journal mark are what was last saved: saving
+        ``state`` again would change nothing that a restart reads back."""
+        return (self.saved_version == version
+                and state.get(INTAKE_SEQ, self.saved_intake_seq) == self.saved_intake_seq)
 
     def flush(self, core, now: float = 0.0) -> bool:
         """Save the core now, the plug-ins' arrays too (clean shutdown, start-up); only from the

@@ -11,6 +11,10 @@ Aggregations faster than save + send are coalesced: the worker offers a snapshot
 core state) only when the publisher has taken the previous one, so a burst of versions costs one
 save and one publish of the newest. Saves are at least ``min_interval_s`` apart
 (``persist_interval_s``), which bounds fsyncs on a board's SD card or a laptop's disk.
+
+The worker also offers a snapshot of the version already published when only the state moved
+(updates rejected or buffered since: the update journal, ``intake.py``, may drop their entries
+once such a state is durable); that one is saved, not published again.
 """
 import logging
 import threading
@@ -113,10 +117,12 @@ class DurablePublisher:
     def _save_and_publish(self, snapshot: Snapshot) -> bool:
         model, state = snapshot
         self._last_save_s = time.monotonic()
-        if self.persister.saved_version != model.version and not self.persister.save(model.tensors, state):
+        if not self.persister.is_saved(model.version, state) and not self.persister.save(model.tensors, state):
             self._count("publish_not_durable")
             log.error("global model version %d not published: it could not be saved", model.version)
             return False
+        if model.version == self.published_version:
+            return True  # a state saved for the update journal's sake: the model is out already
         frame = self.signer.sign(self.topic, encode(model, encoding=self.encoding))
         previous = self.published_version
         self._frame = frame

@@ -7,6 +7,12 @@ worker thread feeds ``CoordinatorCore`` and does evaluation and metrics; the pub
 durably, signs it and publishes it retained. When aggregations outpace save + send, intermediate
 versions are skipped (coalesced): devices always fetch the newest model anyway.
 
+MQTT acknowledges a message once ``on_message`` returns, long before the next save, so the
+network thread first writes each valid update's frame (and each device's Hello or Offline, which
+admission reads) into the intake journal (``intake.py``: write, fsync, rename); the snapshots name the newest entry the core handled (``intake_seq``), a
+durable save drops the entries it covers, and a start hands the core the rest before anything
+new: a kill -9 loses no acknowledged update.
+
 The worker also keeps the live fleet table (``fleet.py``): it sees every hello, last will,
 telemetry and update fate, asks the methods what to show about once a second, and serves it to
 the monitor (``monitor/``: dashboard, ``/metrics``), to ``streamfl operator status`` (answered on
@@ -42,7 +48,8 @@ from streamfl.coordinator.admission import admission_counters
 from streamfl.coordinator.liveness import (ConnectGate, GatedTransport, beats, describe, new_instance,
                                            yields_on_connect)
 from streamfl.coordinator.operator_gate import STAMP_FILE, OperatorGate
-from streamfl.coordinator.persistence import Persister, StateStore
+from streamfl.coordinator.intake import IntakeJournal
+from streamfl.coordinator.persistence import INTAKE_SEQ, Persister, StateStore
 from streamfl.coordinator.publisher import DurablePublisher
 from streamfl.coordinator.run_record import open_run, run_counters
 from streamfl.coordinator.run_summary import run_summary, summary_lines, write_summary
@@ -66,7 +73,21 @@ KIND_TYPES = {"status": (Hello, Offline), "update": (Update,), "telemetry": (Tel
 #: Operator command kinds the coordinator answers itself, before any plug-in.
 OWN_COMMANDS = ("status",)
 
+#: What the intake journal holds (``intake.py``): updates, and the device status an update needs
+#: to count (a Hello the last save did not hold would leave its updates "unknown device").
+JOURNALLED = (Update, Hello, Offline)
+
 _STOP = object()
+
+
+class _Journalled:
+    """A queued message the intake journal holds as entry ``seq`` (``intake.py``)."""
+
+    __slots__ = ("msg", "seq")
+
+    def __init__(self, msg, seq: int):
+        self.msg, self.seq = msg, seq
+
 #: Queued by the publisher when it took a snapshot: the worker may offer the next version.
 _WAKE = object()
 
@@ -115,15 +136,25 @@ class CoordinatorServer:
         else:
             tensors, state = loaded
             self.core = CoordinatorCore(config, now=now, tensors=tensors)
-            self.core.restore(tensors, state, now)
+            self.core.restore(tensors, state, now, saved_ago_s=self._saved_ago_s())
+            covered = state.get(INTAKE_SEQ)
+            self.persister.saved_intake_seq = max(0, covered) if isinstance(covered, int) else 0
             if not self.core.run_id:
                 self.core.run_id = uuid.uuid4().hex
-                self.store.save(self.core.model, self.core.state())
+                self.store.save(self.core.model, dict(self.core.state(),
+                                                      **{INTAKE_SEQ: self.persister.saved_intake_seq}))
                 log.info("state in %s had no run identity: it is now run %s", self.store.state_dir,
                          self.core.run_id)
             log.info("continuing from %s at version %d (run %s)", self.store.state_dir,
                      self.core.version, self.core.run_id)
         self.persister.saved_version = self.core.version
+        # The update journal (intake.py): opened by start(), after the one-coordinator probe; the
+        # entries a durable save covers are dropped from the publisher thread.
+        self.intake = IntakeJournal(Path(state_dir), config.intake)
+        self.persister.on_saved = self.intake.drop_through
+        #: The newest journal entry the core handled, and the newest a snapshot offered carried.
+        self._handled_seq = self._offered_seq = self.persister.saved_intake_seq
+        self._replay: list = []
         self.fleet.run_id = self.core.run_id
         # The run's record spans its processes: its folder and time axis, then its earlier lines
         # fed to the fleet table, so the live view and the summary count the whole run.
@@ -151,7 +182,7 @@ class CoordinatorServer:
         self._counts: Dict[str, int] = {k: 0 for k in (
             "frames", "bad_topic", "wrong_kind", "topic_mismatch", "publishes", "coalesced",
             "publish_failures", "publish_offline", "publish_not_durable", "evaluations",
-            "worker_errors", "commands_sent", "command_failures")}
+            "worker_errors", "commands_sent", "command_failures", "intake_replayed", "intake_duplicates")}
         self._count_lock = threading.Lock()
         self._queue: "queue.Queue" = queue.Queue(maxsize=QUEUE_MAX)
         self.publisher = DurablePublisher(
@@ -195,6 +226,9 @@ class CoordinatorServer:
         else:
             log.info("operator commands must be signed by one of %d pinned operator key(s)",
                      len(self.config.operator.public_keys))
+        # What the last saved state does not cover yet goes to the core before anything new (the
+        # worker replays it first): the updates a kill -9 took after their PUBACK.
+        self._replay = self.intake.open(self._handled_seq, fresh=self._fresh_run)
         self._offer_snapshot()
         self._refresh_fleet(self.clock())
         if self.monitor is not None:
@@ -225,7 +259,8 @@ class CoordinatorServer:
         The order loses nothing: MQTT acknowledges a message as soon as it is handed to us, so the
         network keeps feeding the queue until the connection is closed, and the worker drains the
         queue after that; what arrives later waits in the broker for this persistent session. The
-        versions made while draining are saved and published by the next start.
+        versions made while draining are saved and published by the next start; that save covers
+        every update handled, so the intake journal is empty after it.
         """
         with self._stop_lock:
             if self._stopped:
@@ -241,7 +276,8 @@ class CoordinatorServer:
             self._queue.put(_STOP)
             self._worker.join()
             self.publisher.stop()
-        self.persister.flush(self.core)
+        self.persister.save(self.core.model, self._state(), force=True)  # drops the journal's entries
+        self.intake.close()
         if self.monitor is not None:
             self.monitor.stop()
         if self._started:
@@ -256,6 +292,14 @@ class CoordinatorServer:
         if isinstance(acc, (int, float)) and isinstance(version, int) and not isinstance(acc, bool):
             self.fleet.on_eval(version, float(acc), float(loss) if isinstance(loss, (int, float)) else 0.0,
                                t_s)
+
+    def _saved_ago_s(self) -> float:
+        """How long ago the state folder was last saved (state.json's modification time; 0 if
+        unknown or in the future: a clock set back gives no credit)."""
+        try:
+            return max(0.0, time.time() - self.store.state_path.stat().st_mtime)
+        except OSError:
+            return 0.0
 
     def _ended(self) -> str:
         """How this process ends, in words (its stop line and the summary's ``processes``)."""
@@ -342,6 +386,7 @@ class CoordinatorServer:
         out["persist_errors"] = self.persister.errors
         out["metrics_errors"] = self.metrics.errors
         out["queue_depth"] = self._queue.qsize()
+        out.update(self.intake.counters())
         out.update(self.operator_gate.counters())
         return out
 
@@ -365,24 +410,37 @@ class CoordinatorServer:
             if self._gate.echo(payload):
                 self._go_online("read the retained coordinator status")
             return
+        msg = self._device_message(topic, payload)
+        if msg is None:
+            return
+        if isinstance(msg, JOURNALLED):  # journalled before paho acknowledges it (when we return)
+            seq = self.intake.append(topic, payload)
+            if seq is not None:
+                self._queue.put(_Journalled(msg, seq))
+                return
+        self._queue.put(msg)
+
+    def _device_message(self, topic: str, payload: bytes):
+        """A device's frame decoded and checked against its topic (kind, device id), or None
+        (counted and logged): the network thread's check, and the journal's replay's."""
         parsed = self.topics.parse_device_topic(topic)
         if parsed is None or parsed[1] not in KIND_TYPES:
             self._count("bad_topic")
             log.warning("ignoring message on unexpected topic %r", topic)
-            return
+            return None
         device_id, kind = parsed
         msg = self.decoder.try_decode(payload, source=topic)
         if msg is None:
-            return
+            return None
         if not isinstance(msg, KIND_TYPES[kind]):
             self._count("wrong_kind")
             log.warning("%s message on %s topic %s dropped", type(msg).__name__, kind, topic)
-            return
+            return None
         if msg.device_id != device_id:
             self._count("topic_mismatch")
             log.warning("message from %r on the topic of device %r dropped", msg.device_id, device_id)
-            return
-        self._queue.put(msg)
+            return None
+        return msg
 
     def _on_operator_frame(self, topic: str, payload: bytes) -> None:
         """An operator's command to the coordinator: queued for ``CoordinatorCore.on_operator`` if
@@ -472,6 +530,7 @@ class CoordinatorServer:
         except Exception:
             self._count("worker_errors")
             log.exception("evaluating the starting model failed")
+        self._replay_intake()
         next_tick = time.monotonic() + TICK_S
         while True:
             try:
@@ -482,7 +541,12 @@ class CoordinatorServer:
                 break
             try:
                 now = self.clock()
-                if item is not None and item is not _WAKE:
+                if isinstance(item, _Journalled):
+                    try:
+                        self._handle(item.msg, now)
+                    finally:  # handled, whatever came of it: the next save covers its entry
+                        self._handled_seq = item.seq
+                elif item is not None and item is not _WAKE:
                     self._handle(item, now)
                 self._offer_snapshot()
                 if time.monotonic() >= next_tick:
@@ -491,6 +555,38 @@ class CoordinatorServer:
             except Exception:  # a bug must not silently kill the only worker
                 self._count("worker_errors")
                 log.exception("coordinator worker failed on %s", type(item).__name__)
+
+    def _replay_intake(self) -> None:
+        """Hand the core the journalled updates no saved state covers (``start`` found them), in
+        journal order, before anything from the broker; counted and said in one line."""
+        seqs, self._replay = self._replay, []
+        covered = self.intake.covered_at_open
+        replayed = statuses = duplicates = skipped = 0
+        for seq in seqs:
+            entry = self.intake.read(seq)  # None: unreadable, counted and logged there
+            msg = self._device_message(*entry) if entry is not None else None
+            if not isinstance(msg, JOURNALLED):
+                skipped += 1
+            else:
+                before = self.core.counters["duplicates"]
+                try:
+                    self._handle(msg, self.clock())
+                    self._offer_snapshot()
+                except Exception:
+                    self._count("worker_errors")
+                    log.exception("coordinator worker failed on a journalled %s", type(msg).__name__)
+                replayed += isinstance(msg, Update)
+                statuses += not isinstance(msg, Update)
+                duplicates += self.core.counters["duplicates"] - before
+            self._handled_seq = seq
+        self._count("intake_replayed", replayed)
+        self._count("intake_duplicates", duplicates + covered)
+        if seqs or covered:
+            log.info("intake journal: %d acknowledged update(s) the saved state did not hold handed to "
+                     "the core again (%d of them duplicates), and %d device status message(s); %d "
+                     "entr%s skipped as unreadable, %d already in the saved state",
+                     replayed, duplicates, statuses, skipped,
+                     "y" if skipped == 1 else "ies", covered)
 
     def _handle(self, msg, now: float) -> None:
         if isinstance(msg, Command):  # only the operator's topic queues one
@@ -561,10 +657,19 @@ class CoordinatorServer:
             pass
 
     def _offer_snapshot(self) -> None:
-        """Hand the newest version to the publisher once it took the previous one (worker thread)."""
-        if self._dirty and self.publisher.wants_snapshot():
+        """Hand the newest version to the publisher once it took the previous one (worker thread),
+        or the same version once journalled updates moved only the state (rejected, buffered: the
+        publisher saves it without publishing, and the journal drops their entries)."""
+        if (self._dirty or self._handled_seq > self._offered_seq) and self.publisher.wants_snapshot():
             self._dirty = False
-            self.publisher.offer(self.core.global_model(), self.core.state())
+            self._offered_seq = self._handled_seq
+            self.publisher.offer(self.core.global_model(), self._state())
+
+    def _state(self) -> Dict:
+        """The core's state and the newest journal entry it covers (``intake_seq``)."""
+        state = self.core.state()
+        state[INTAKE_SEQ] = self._handled_seq
+        return state
 
     def _log_progress(self) -> None:
         """Without held-out data nothing else shows a running fleet: versions/s and devices online."""
