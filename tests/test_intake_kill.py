@@ -11,7 +11,6 @@ process never saw the updates the first had taken but not saved.
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
