@@ -522,7 +522,9 @@ class CoordinatorServer:
         if start.get("rolled_back_updates"):
             log.warning("the last process of run %s ended (%s) after handling %d update(s) into "
                         "versions up to %s that it never saved; this one resumes at version %d "
-                        "(the record's process_start line counts them as rolled_back_updates)",
+                        "and applies again what the intake journal holds of them (the record's "
+                        "process_start line counts them as rolled_back_updates, counters say "
+                        "intake_replayed)",
                         self.core.run_id, start.get("previous_ended"), start["rolled_back_updates"],
                         self.record.record_version, self._resumed_version)
         try:
