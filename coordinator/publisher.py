@@ -108,7 +108,10 @@ class DurablePublisher:
                 if snapshot is not None:
                     self._save_and_publish(snapshot)
                     self._on_idle()
-                elif self._frame is not None:
+                # A republish asked for beside a snapshot is still owed: the snapshot may be a
+                # state-only save of the version already out (sent while offline), which sends
+                # nothing; dropping the request then left a fresh fleet without its v0.
+                if republish and self._frame is not None:
                     self._send(self._frame, self.published_version)
             except Exception:
                 self._count("publish_failures")
