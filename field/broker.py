@@ -48,6 +48,8 @@ import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from streamfl.sim.brokers import free_port, wait_port
+
 ROOT = Path(__file__).resolve().parents[1]
 #: The shipped broker files this module deploys.
 SHIPPED = ROOT / "configs" / "mosquitto"
@@ -66,24 +68,6 @@ REWRITTEN = ("listener", "cafile", "certfile", "keyfile", "password_file", "acl_
 
 class BrokerError(RuntimeError):
     """The broker could not be set up or started (the message says why and where its log is)."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def _wait_port(host: str, port: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
 
 
 def deployed_conf(shipped: str, values: Dict[str, str]) -> str:
@@ -280,7 +264,7 @@ class ShippedBroker:
             self._proc = subprocess.Popen(self.argv(), stdout=err, stderr=subprocess.STDOUT,
                                           cwd=str(self.dir))
         deadline = time.monotonic() + timeout_s
-        while not _wait_port(self.host, self.port, 0.2):
+        while not wait_port(self.host, self.port, 0.2):
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 self.kill()
                 raise BrokerError("mosquitto did not start on %s:%d:\n%s" % (
