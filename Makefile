@@ -26,7 +26,8 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/vermin -t=3.8- --no-tips --violations --eval-annotations $(AGENT_SIDE)
 
-# The suite on every core (pytest-xdist), each test file in one worker process: a file's module
+# The suite on every core (pytest-xdist), each test file in one worker process (the 30 slowest
+# tests are listed at the end, to see what keeps the suite from its time goal): a file's module
 # fixtures (a broker, a Ray instance) are built once and never shared between processes. Its
 # temporary folders go under a short folder of its own: xdist puts each worker's one level deeper
 # (popen-gwN/), which took an agent's predictions socket (state dir/predictions.sock) past the
@@ -34,7 +35,7 @@ lint: $(STAMP)
 TEST_WORKERS ?= auto
 test: lint
 	@tmp=$$(mktemp -d /tmp/sfl-XXXXXX); \
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --basetemp=$$tmp; rc=$$?; \
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30 --basetemp=$$tmp; rc=$$?; \
 	rm -rf $$tmp; exit $$rc
 
 bench: $(STAMP)
