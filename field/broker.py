@@ -36,7 +36,9 @@ API (standard library only; no pytest)::
 ``prepare()`` may be called alone (writes the files without starting); a second ``prepare()`` on
 the same folder keeps the certificates and passwords it finds, so a restarted lab keeps its
 credentials. ``deployed_conf(shipped_text, values)`` and ``deployed_acl(shipped_text, devices)``
-are the two rewrites, for tests that check them.
+are the two rewrites, for tests that check them: ``streamfl provision``'s own
+(``streamfl.provision.broker_files``), so the lab's broker and a provisioned one differ only in
+the values.
 """
 import os
 import secrets
@@ -46,8 +48,9 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional
 
+from streamfl.provision.broker_files import EXAMPLE_DEVICES, deployed_acl, deployed_conf  # noqa: F401
 from streamfl.sim.brokers import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,8 +62,6 @@ DEFAULT_ACCOUNTS = ("coordinator", "coordinator-probe", "operator", "dashboard")
 #: Accounts that get another account's password: the probe's, as the coordinator's default
 #: (``exclusive.probe_password_file`` null: the coordinator's password file).
 SHARED_PASSWORDS = {"coordinator-probe": "coordinator"}
-#: The shipped ACL's example device blocks, replaced by one block per given device.
-EXAMPLE_DEVICES = ("pi-01", "pi-02")
 #: The conf options whose values are paths or the listener: the only lines rewritten.
 REWRITTEN = ("listener", "cafile", "certfile", "keyfile", "password_file", "acl_file",
              "persistence_location", "log_dest")
@@ -68,69 +69,6 @@ REWRITTEN = ("listener", "cafile", "certfile", "keyfile", "password_file", "acl_
 
 class BrokerError(RuntimeError):
     """The broker could not be set up or started (the message says why and where its log is)."""
-
-
-def deployed_conf(shipped: str, values: Dict[str, str]) -> str:
-    """``shipped`` with the value of each option named in ``values`` replaced; every other line is
-    kept as it is. Each option must occur exactly once (else ``BrokerError``: the shipped file
-    changed under this tool)."""
-    seen = {key: 0 for key in values}
-    lines = []
-    for line in shipped.splitlines(keepends=True):
-        key = line.split(" ", 1)[0]
-        if key in values:
-            seen[key] += 1
-            line = "%s %s\n" % (key, values[key])
-        lines.append(line)
-    wrong = {key: n for key, n in seen.items() if n != 1}
-    if wrong:
-        raise BrokerError("the shipped streamfl.conf must have each of these options once: %s" % wrong)
-    text = "".join(lines)
-    return text if text.endswith("\n") else text + "\n"
-
-
-def deployed_acl(shipped: str, devices: Sequence[str]) -> str:
-    """``shipped`` with its example device blocks (``EXAMPLE_DEVICES``: a ``user`` line and the
-    lines up to the next blank line) replaced, where the first one stood, by one block of the
-    same lines per device in ``devices``."""
-    lines = shipped.splitlines(keepends=True)
-    blocks = []  # (start, end) of each example block, end exclusive (the blank line stays)
-    i = 0
-    while i < len(lines):
-        if lines[i].strip() in ("user %s" % name for name in EXAMPLE_DEVICES):
-            j = i + 1
-            while j < len(lines) and lines[j].strip():
-                j += 1
-            blocks.append((i, j))
-            i = j
-        else:
-            i += 1
-    if len(blocks) != len(EXAMPLE_DEVICES):
-        raise BrokerError("the shipped acl must have the example device blocks %s, found %d"
-                          % (", ".join(EXAMPLE_DEVICES), len(blocks)))
-    start, end = blocks[0]
-    body = lines[start + 1:end]
-    if body and not body[-1].endswith("\n"):
-        body[-1] += "\n"
-    for device in devices:
-        if not device or any(c.isspace() for c in device) or any(c in device for c in "+#/"):
-            raise BrokerError("device id %r cannot be an ACL user name" % (device,))
-    new = []
-    for n, device in enumerate(devices):
-        if n:
-            new.append("\n")
-        new.append("user %s\n" % device)
-        new.extend(body)
-    out = lines[:start] + new
-    previous = end
-    for s, e in blocks[1:]:
-        between = lines[previous:s]
-        # drop the blank line(s) that separated the removed blocks
-        out.extend(line for line in between if line.strip())
-        previous = e
-    out.extend(lines[previous:])
-    text = "".join(out)
-    return text if text.endswith("\n") else text + "\n"
 
 
 def _run(argv: List[str], cwd: Path) -> None:

@@ -33,6 +33,7 @@ TOOLS = {
     "methods": "streamfl.method_list",
     "dataset": "streamfl.recordings",
     "export": "streamfl.export",
+    "provision": "streamfl.provision.cli",
 }
 
 
