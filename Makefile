@@ -10,7 +10,7 @@ STAMP := $(VENV)/.streamfl-installed
 # Folders that run on the boards, checked for Python 3.8 (JetPack 5) compatibility.
 AGENT_SIDE := streamfl protocol sensors models agent dvfs methods
 
-.PHONY: demo test venv lint bench load field capacity eval-adaclp eval-fedteddi eval-fedteddi-paper eval-stewc eval-stewc-forget eval-stewc-lambda1 eval-sessions eval-sessions-more eval-sessions-beside eval-sfedpo eval-sfedpo-digits golden clean
+.PHONY: demo test venv lint dist bench load field capacity eval-adaclp eval-fedteddi eval-fedteddi-paper eval-stewc eval-stewc-forget eval-stewc-lambda1 eval-sessions eval-sessions-more eval-sessions-beside eval-sfedpo eval-sfedpo-digits golden clean
 
 venv: $(STAMP)
 
@@ -37,6 +37,15 @@ test: lint
 	@tmp=$$(mktemp -d /tmp/sfl-XXXXXX); \
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30 --basetemp=$$tmp; rc=$$?; \
 	rm -rf $$tmp; exit $$rc
+
+# The wheel and one offline wheelhouse per board OS (docs/deployment.md, section 3): dist/ and
+# dist/wheelhouse/<target>/, each with the board install script. TARGETS=rpios-bookworm-aarch64,...
+# builds some (python -m streamfl.deploy.dist --list shows the table); downloads are cached there.
+# It needs only a Python with pip, not the dev venv (which it uses when there).
+TARGETS ?= all
+DIST_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+dist:
+	$(DIST_PYTHON) -m streamfl.deploy.dist --out dist --targets $(TARGETS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_codec.py

@@ -7,8 +7,10 @@ file tree, so a new subpackage ships without a line here (``tests/test_wheel_ins
 the wheel and imports every module; ``tests/test_import_graph.py`` scans the same list). The root
 package ``streamfl`` itself (errors, configuration, the ``streamfl`` command) lives in
 ``streamfl/``, the folder named for its import name; the board profiles, ``configs/boards/``, are a
-data package, ``streamfl.boards``. With the editable install (``pip install -e .``, what ``make``
-does) every name resolves from the checkout, wherever Python runs. With a regular install, run
+data package, ``streamfl.boards``, and so are the systemd units and rules, ``systemd/``
+(``streamfl.systemd``), which the board install script installs from the package. With the
+editable install (``pip install -e .``, what ``make`` does) every name resolves from the checkout,
+wherever Python runs. With a regular install, run
 Python from outside the checkout: with the repository root on ``sys.path`` (``python -m`` or
 ``python -c`` started there) its ``streamfl/`` folder shadows the installed package and hides
 ``streamfl.agent`` and the others, which live beside it rather than inside it.
@@ -36,6 +38,8 @@ ROOTS = {
     "streamfl.sim": "sim",
     "streamfl.methods": "methods",
     "streamfl.boards": "configs/boards",
+    # The systemd units and rules, as data: the board install script installs them from the package.
+    "streamfl.systemd": "systemd",
 }
 
 
@@ -81,6 +85,8 @@ if __name__ == "__main__":
         package_dir=PACKAGES,
         # The fleet view's page ships in the package: the coordinator fetches nothing from a CDN.
         package_data={"streamfl": ["py.typed"], "streamfl.boards": ["*.yaml"],
+                      "streamfl.deploy": ["install_board.sh"],
+                      "streamfl.systemd": ["*.service", "*.conf", "*.rules"],
                       "streamfl.coordinator.monitor": ["static/*.html", "static/*.js", "static/*.css"]},
         install_requires=AGENT_REQUIRES,
         extras_require={
