@@ -9,10 +9,13 @@ Wheels are fetched with ``pip download --only-binary=:all: --platform ... --pyth
 --implementation cp``: pip picks, for each requirement, the newest release with a wheel for that
 Python and machine, so nothing is pinned by hand but where ``TARGETS`` says why.
 
-torch is downloaded apart (``--no-deps``) and its own requirements are added after evaluating their
-markers for the target: ``pip download --platform`` evaluates markers against the machine running
-it, so on an x86-64 build machine it would fetch torch's ``platform_machine == "x86_64"`` CUDA
-packages for an arm64 board, or miss what a marker gives only arm64.
+``pip download --platform`` evaluates requirement markers against the machine running it, not the
+board: on an x86-64 build machine with Python 3.11 it would fetch torch's ``platform_machine ==
+"x86_64"`` CUDA packages for an arm64 board, and miss what a marker gives only older Pythons
+(cryptography's ``typing-extensions; python_full_version < '3.11'``). So torch is downloaded apart
+(``--no-deps``) with its requirements evaluated for the target, and after the download every
+wheel's requirements are evaluated for the target and what none of the wheels satisfies is
+downloaded too (``close_requirements``), until nothing is missing.
 
 A rerun with the same inputs downloads nothing (``.downloads.json`` in each wheelhouse records
 them); only the streamfl wheel, the script and ``target.json`` are written again.
@@ -32,13 +35,13 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 try:
-    from packaging.markers import Marker
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
 except ImportError:  # pip always carries a copy
-    from pip._vendor.packaging.markers import Marker  # type: ignore
     from pip._vendor.packaging.requirements import Requirement  # type: ignore
     from pip._vendor.packaging.utils import canonicalize_name  # type: ignore
+    from pip._vendor.packaging.version import InvalidVersion, Version  # type: ignore
 
 from streamfl.deploy import INSTALL_SCRIPT, install_script
 
@@ -263,8 +266,62 @@ def _pip_download(target: Target, requirements: List[str], dest: Path, index_arg
     _run(argv)
 
 
+#: Bumped when what a download fetches changes (the cache key includes it).
+DOWNLOAD_FORMAT = 2
+#: Rounds of ``close_requirements`` before a wheelhouse that keeps missing something is an error.
+CLOSE_ROUNDS_MAX = 5
+
+
+def _wheel_name_version(filename: str) -> Tuple[str, Optional[Version]]:
+    """``(canonical name, version)`` from a wheel's file name."""
+    parts = filename.split("-")
+    try:
+        return canonicalize_name(parts[0]), Version(parts[1])
+    except (IndexError, InvalidVersion):
+        return canonicalize_name(parts[0]), None
+
+
+def missing_requirements(target: Target, folder: Path, top: Sequence[str]) -> List[str]:
+    """Requirements (``top``, and every wheel's in ``folder``, markers evaluated for the target)
+    that no wheel in ``folder`` satisfies."""
+    have: Dict[str, List[Version]] = {}
+    wheels = sorted(folder.glob("*.whl"))
+    for wheel in wheels:
+        name, version = _wheel_name_version(wheel.name)
+        if version is not None:
+            have.setdefault(name, []).append(version)
+    env = target.marker_environment()
+    reqs = [Requirement(t) for t in top]
+    for wheel in wheels:
+        if not wheel.name.startswith("streamfl-"):
+            reqs.extend(requirements_for(wheel, env))
+    missing = []
+    for req in reqs:
+        if req.marker is not None and not req.marker.evaluate(env):
+            continue
+        found = have.get(canonicalize_name(req.name), [])
+        if not any(req.specifier.contains(v, prereleases=True) for v in found):
+            text = _plain(req)
+            if text not in missing:
+                missing.append(text)
+    return missing
+
+
+def close_requirements(target: Target, folder: Path, top: Sequence[str], index_args: Sequence[str]) -> None:
+    """Download what the wheels in ``folder`` require on the target and none of them satisfies."""
+    for _ in range(CLOSE_ROUNDS_MAX):
+        missing = missing_requirements(target, folder, top)
+        if not missing:
+            return
+        log.info("%s: also downloading %s (required on the target)", target.name, ", ".join(missing))
+        _pip_download(target, missing, folder, index_args)
+    missing = missing_requirements(target, folder, top)
+    if missing:
+        raise DistError("%s: still missing %s after %d rounds" % (target.name, ", ".join(missing), CLOSE_ROUNDS_MAX))
+
+
 def _download_key(target: Target, wheel_requires: List[str], index_args: Sequence[str]) -> str:
-    blob = json.dumps({"target": target.describe(), "support": list(target.torch_support),
+    blob = json.dumps({"format": DOWNLOAD_FORMAT, "target": target.describe(), "support": list(target.torch_support),
                        "requires": sorted(wheel_requires), "index": list(index_args)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -305,6 +362,9 @@ def download_wheels(target: Target, wheel: Path, house: Path, index_args: Sequen
         wanted += list(target.torch_support)
     log.info("%s: downloading %s", target.name, ", ".join(wanted))
     _pip_download(target, wanted + ["pip"], staging, list(index_args) + reuse)
+    close_requirements(target, staging, wanted, list(index_args) + reuse)
+    if target.torch is not None:
+        check_torch_requires(sorted(staging.glob("torch-*.whl"))[-1], target)
     files = sorted(p.name for p in staging.iterdir() if p.is_file() and p.name.endswith(".whl"))
     # A file someone put there (NVIDIA's torch wheel) that no build made is kept.
     if house.is_dir():
