@@ -5,6 +5,7 @@ adds boards while every key, certificate and password already issued stays byte 
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -235,3 +236,15 @@ def test_as_root_the_broker_files_belong_to_mosquitto(tmp_path):
     for name in ("server.key", "acl", "passwd", "data", "log"):
         assert (out / "broker" / name).stat().st_uid == ids[0], name
     assert (out / "ca" / "ca.key").stat().st_uid == 0
+
+
+def test_a_crl_near_its_next_update_is_made_again(tmp_path):
+    from cryptography import x509
+    out = tmp_path / "out"
+    _provision(tmp_path, out, auth="certificate", certificates={"crl_days": 1})
+    first = (out / "broker" / "crl.pem").read_bytes()
+    time.sleep(1.1)  # a new CRL's last update differs by at least a second
+    _provision(tmp_path, out, auth="certificate", certificates={"crl_days": 1})
+    second = (out / "broker" / "crl.pem").read_bytes()
+    assert first != second  # inside its last tenth (at least a day): renewed
+    assert x509.load_pem_x509_crl(second).next_update_utc > x509.load_pem_x509_crl(first).next_update_utc

@@ -152,9 +152,10 @@ def make_crl(ca_key, ca_cert: x509.Certificate, revoked: Iterable[Tuple[int, dat
     return builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
 
 
-def crl_serials(data: bytes, ca_cert: x509.Certificate) -> Optional[set]:
-    """The serials a PEM CRL revokes, or None where it is not one of ``ca_cert``'s CA, unreadable
-    or past its next update (it is then made again)."""
+def crl_serials(data: bytes, ca_cert: x509.Certificate,
+                renew_before: datetime.timedelta = datetime.timedelta(0)) -> Optional[set]:
+    """The serials a PEM CRL revokes, or None where it is not ``ca_cert``'s, unreadable or within
+    ``renew_before`` of its next update (it is then made again)."""
     try:
         crl = x509.load_pem_x509_crl(data)
     except ValueError:
@@ -162,6 +163,6 @@ def crl_serials(data: bytes, ca_cert: x509.Certificate) -> Optional[set]:
     next_update = crl.next_update_utc if hasattr(crl, "next_update_utc") else (
         crl.next_update.replace(tzinfo=datetime.timezone.utc) if crl.next_update else None)
     if crl.issuer != ca_cert.subject or not crl.is_signature_valid(ca_cert.public_key()) or (
-            next_update is None or next_update < utcnow()):
+            next_update is None or next_update < utcnow() + renew_before):
         return None
     return {entry.serial_number for entry in crl}

@@ -278,7 +278,9 @@ class Provisioner:
                 when = datetime.datetime.fromisoformat(record["revoked"])
                 revoked.append((int(record["serial"]), when))
         path = self.layout.broker / "crl.pem"
-        if path.exists() and pki.crl_serials(path.read_bytes(), ca_cert) == {s for s, _ in revoked}:
+        # kept while it revokes the same boards and has more than a tenth of its lifetime left
+        renew = datetime.timedelta(days=max(1, days // 10))
+        if path.exists() and pki.crl_serials(path.read_bytes(), ca_cert, renew) == {s for s, _ in revoked}:
             self.files.once(path, b"", SECRET_MODE)  # the same list: kept as it is
         else:
             self.files.always(path, pki.make_crl(ca_key, ca_cert, revoked, days), SECRET_MODE)
