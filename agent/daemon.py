@@ -13,6 +13,7 @@ from typing import Callable, Dict, Optional
 
 from streamfl.agent.config import AgentConfig
 from streamfl.agent.coordinator_watch import CoordinatorWatch
+from streamfl.agent.disk import state_disk
 from streamfl.agent.core import AgentCore, DivergedError, RoundInterrupted, RoundMeasurement
 from streamfl.agent.dvfs import AgentDvfs
 from streamfl.agent.model_feed import ModelFeed
@@ -371,6 +372,7 @@ class AgentDaemon:
         if not self.transport.connected:
             return False
         board = self.dvfs.telemetry()
+        disk = state_disk(self.state.path)
         with self._lock:
             tel = Telemetry(device_id=self.device_id, time_s=float(self._wall_clock()),
                             buffer_fill=len(self.core.buffer),
@@ -378,6 +380,7 @@ class AgentDaemon:
                             extras=self.core.report_extras(self._clock()),
                             **self.core.divergence.status(), **board,
                             duplicate_id_takeovers=self.takeover.takeovers,
+                            **disk,
                             **self.predictor.telemetry(self._clock()))
         ok = self.transport.publish(self.telemetry_topic, encode(tel), qos=0)
         if ok:

@@ -92,6 +92,10 @@ class FleetTableConfig:
     #: Plausible temperatures (degrees C).
     min_temperature_c: float = bounded(-60.0, -273.15, 0.0)
     max_temperature_c: float = bounded(150.0, 0.0, 1000.0)
+    #: Largest plausible filesystem of a board's state folder (bytes; 64 TiB: boards boot from SD
+    #: cards, eMMC and NVMe drives of at most a few TB); a larger size, or more free than its size,
+    #: is ignored.
+    max_disk_bytes: float = bounded(float(2 ** 46), 1.0, 1e18)
     #: Seconds before the coordinator loses the broker within which a device's last will is taken
     #: for the broker's own going down (mosquitto sends every client's will as it stops, just
     #: before it drops the coordinator), not for the device's: that device shows as unknown.
@@ -124,6 +128,9 @@ class DeviceRow:
     power_source: str = "unknown"
     clocks_mhz: Dict[str, float] = field(default_factory=dict)
     temperature_c: Optional[float] = None
+    #: Bytes free on its state folder's filesystem and that filesystem's size (bounded).
+    disk_free_bytes: Optional[int] = None
+    disk_size_bytes: Optional[int] = None
     buffer_fill: Optional[int] = None
     buffer_capacity: Optional[int] = None
     #: Predictions on live windows (the agent's ``predict:``): per second, the latest
@@ -325,6 +332,7 @@ class FleetTable:
                  for v in list(msg.temperatures_c.values())[:64]]
         temps = [v for v in temps if v is not None]
         row.temperature_c = max(temps) if temps else None
+        row.disk_free_bytes, row.disk_size_bytes = self._disk(msg)
         row.predictions_per_s = self._plausible("predictions_per_s", msg.predictions_per_s, 0.0,
                                                 c.max_predictions_per_s)
         row.prediction_confidence = self._plausible("prediction_confidence", msg.prediction_confidence,
@@ -339,9 +347,21 @@ class FleetTable:
                  "power_w": row.power_w, "power_source": row.power_source,
                  "power_meter": row.power_meter, "clocks_mhz": dict(clocks),
                  "temperature_c": row.temperature_c, "diverged_rounds": msg.diverged_rounds,
+                 "disk_free_bytes": row.disk_free_bytes, "disk_size_bytes": row.disk_size_bytes,
                  "predictions_per_s": row.predictions_per_s,
                  "prediction_confidence": row.prediction_confidence,
                  "predictions_dropped": row.predictions_dropped}]
+
+    def _disk(self, msg: Telemetry) -> Tuple[Optional[int], Optional[int]]:
+        """A telemetry's free and total bytes of the board's state folder, both None unless both
+        are plausible: a size within ``max_disk_bytes``, free space within the size."""
+        if msg.state_disk_free_bytes is None and msg.state_disk_size_bytes is None:
+            return None, None
+        size = self._plausible("disk_bytes", msg.state_disk_size_bytes, 1.0, self.config.max_disk_bytes)
+        free = None if size is None else self._plausible("disk_bytes", msg.state_disk_free_bytes, 0.0, size)
+        if size is None or free is None:
+            return None, None
+        return int(free), int(size)
 
     def _clock_points(self, device_id: str, clocks: Mapping[str, float], t_s: float) -> None:
         with self._lock:
@@ -509,7 +529,8 @@ class FleetTable:
         accepted = sum(n for k, n in row.outcomes.items() if k not in ("rejected", "duplicate"))
         live = state == "online"
         heard = {"power_w": row.power_w, "power_source": row.power_source if row.power_w is not None
-                 else None, "clocks_mhz": dict(row.clocks_mhz), "temperature_c": row.temperature_c}
+                 else None, "clocks_mhz": dict(row.clocks_mhz), "temperature_c": row.temperature_c,
+                 "disk_free_bytes": row.disk_free_bytes, "disk_size_bytes": row.disk_size_bytes}
         return {
             "device": device_id,
             "online": live,
@@ -531,6 +552,8 @@ class FleetTable:
             "power_source": heard["power_source"] if live else None,
             "power_meter": row.power_meter,
             "temperature_c": row.temperature_c if live else None,
+            "disk_free_bytes": row.disk_free_bytes if live else None,
+            "disk_size_bytes": row.disk_size_bytes if live else None,
             "last_heard": None if live else heard,
             "energy_j": round(row.energy_j, 3),
             "energy_j_by_source": {k: round(v, 3) for k, v in sorted(row.energy_by_source.items())},

@@ -176,6 +176,11 @@ class Telemetry:
     #: Broker take-overs of this device id the agent counted as another board's since it started
     #: (``agent/takeover.py``): 0 unless two boards share the id.
     duplicate_id_takeovers: int = 0
+    #: The filesystem of the agent's state folder (checkpoint, outbox, clock originals): bytes
+    #: free to the agent's user and its size (``shutil.disk_usage``); None = not read (older
+    #: agents, or it could not be read).
+    state_disk_free_bytes: Optional[int] = None
+    state_disk_size_bytes: Optional[int] = None
 
 
 Message = Union[Hello, Offline, CoordinatorStatus, GlobalModel, Update, Command, Telemetry, CommandReply]

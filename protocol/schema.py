@@ -28,7 +28,8 @@ NON_NEGATIVE = {(GlobalModel, "version"), (CoordinatorStatus, "version"), (Updat
                 (Telemetry, "buffer_capacity"), (Telemetry, "diverged_rounds"), (Command, "seq"),
                 (CommandReply, "seq"), (Telemetry, "predictions_per_s"),
                 (Telemetry, "prediction_confidence"), (Telemetry, "predictions_dropped"),
-                (Telemetry, "duplicate_id_takeovers")}
+                (Telemetry, "duplicate_id_takeovers"), (Telemetry, "state_disk_free_bytes"),
+                (Telemetry, "state_disk_size_bytes")}
 #: A run identity: "" (unknown) or up to 64 characters of a topic-safe name.
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
 

@@ -26,6 +26,7 @@ def device_row(i: int, version: int, online: bool = True, t: float = 0.0) -> Dic
         "energy_j_by_source": {(("modelled" if i % 3 == 1 else "measured") if jetson else "unknown"):
                                10.0 * version + i},
         "temperature_c": 45.0 + i % 10,
+        "disk_free_bytes": (4 + i % 5) * 2 ** 30, "disk_size_bytes": 32 * 2 ** 30,
         "buffer_fill": min(200, 20 * (version + i)), "buffer_capacity": 200,
         "methods": {"clp": {"lr": 0.01 * (1 + i % 3), "critical": i % 2 == 0}},
     }

@@ -17,8 +17,8 @@ What is exported is what is known now: the coordinator's own broker link
 (``streamfl_broker_connected``, ``streamfl_broker_disconnects_total``,
 ``streamfl_broker_lost_since_timestamp_seconds`` while it is lost); a device that is not online
 (offline, or unknown while the coordinator has lost the broker) has no power, clock, temperature,
-buffer or prediction sample, and no ``streamfl_device_online`` sample while its state is unknown;
-power and energy carry a ``source`` label (``measured``, ``modelled``, ``unknown``: what the
+disk, buffer or prediction sample, and no ``streamfl_device_online`` sample while its state is
+unknown; power and energy carry a ``source`` label (``measured``, ``modelled``, ``unknown``: what the
 device's telemetry said of its meter), and the fleet's totals are per source, never modelled and
 measured watts summed into one figure.
 """
@@ -42,7 +42,7 @@ NOT_OUTCOMES = {"received": "streamfl_updates_received", "clipped": "streamfl_up
 SOURCES = ("measured", "modelled", "unknown")
 #: A row's keys that say how the device is now, exported only while it is online.
 LIVE_ONLY = ("power_w", "temperature_c", "buffer_fill", "predictions_per_s", "prediction_confidence",
-             "clocks_mhz")
+             "clocks_mhz", "disk_free_bytes", "disk_size_bytes")
 
 
 def row_state(row: Dict[str, Any]) -> str:
@@ -229,6 +229,10 @@ DEVICE_GAUGES = (
     ("streamfl_device_staleness_versions", "Staleness of the device's last update, in versions",
      "staleness"),
     ("streamfl_device_temperature_celsius", "The device's hottest thermal zone", "temperature_c"),
+    ("streamfl_device_disk_free_bytes", "Bytes free to the agent on its state folder's filesystem",
+     "disk_free_bytes"),
+    ("streamfl_device_disk_size_bytes", "Size of the filesystem of the agent's state folder, in bytes",
+     "disk_size_bytes"),
     ("streamfl_device_buffer_fill_windows", "Windows in the device's training buffer", "buffer_fill"),
     ("streamfl_device_buffer_capacity_windows", "Capacity of the device's training buffer, in windows",
      "buffer_capacity"),
