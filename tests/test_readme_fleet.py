@@ -178,6 +178,13 @@ def test_the_readme_real_fleet_commands_run_from_a_clean_clone(folder):
             time.sleep(0.3)
             aggregated = [m for m in read_metrics(run_dir / "metrics.jsonl", events=("update",))
                           if m.get("outcome") == "aggregated" and m.get("device") == board]
+        # the operator's command line that the output's README gives: signed, answered
+        line = next(x for x in (clone / out / "README.md").read_text().splitlines()
+                    if x.startswith("streamfl operator status "))
+        argv = shlex.split(line)
+        done = subprocess.run([str(VENV_BIN / "streamfl")] + argv[1:], cwd=str(clone),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and board in done.stdout, done.stdout + done.stderr + tails()
     finally:
         for name in ("agent", "coordinator", "broker"):
             proc = procs.get(name)
