@@ -106,6 +106,15 @@ def test_each_named_threshold_is_written_where_it_is_used():
             assert re.search(r"(?<![\w.])%s(?![\w.])" % re.escape(value), code), (name, value, lines[i])
 
 
+def test_the_monitoring_page_names_every_alert_and_threshold():
+    page = (ROOT / "docs" / "monitoring.md").read_text()
+    section = page.split("\n## Alert rules\n", 1)[1].split("\n## ", 1)[0]
+    assert "configs/prometheus/streamfl-alerts.yml" in section
+    missing = [a for a in EXPECTED_ALERTS if "`%s`" % a not in section]
+    missing += [t for t in _thresholds() if "`%s`" % t not in section]
+    assert missing == []
+
+
 def _scaled(value: str, factor: float) -> str:
     """A threshold ``factor`` times as large: a duration in seconds, a number as a number."""
     duration = re.fullmatch(r"(\d+)([smhd])", value)
