@@ -248,3 +248,18 @@ def test_a_crl_near_its_next_update_is_made_again(tmp_path):
     second = (out / "broker" / "crl.pem").read_bytes()
     assert first != second  # inside its last tenth (at least a day): renewed
     assert x509.load_pem_x509_crl(second).next_update_utc > x509.load_pem_x509_crl(first).next_update_utc
+
+
+def test_a_boards_own_agent_keys_reach_its_kit_only_and_a_changed_kit_is_named(tmp_path):
+    out = tmp_path / "out"
+    boards = [{"id": "pi-01", "kind": "raspberry-pi-5", "agent": {"round_interval_s": 2.0}},
+              {"id": "pi-02", "kind": "raspberry-pi-4"}]
+    _provision(tmp_path, out, boards=boards)
+    one = yaml.safe_load((out / "kits" / "pi-01" / "agent.yaml").read_text())
+    two = yaml.safe_load((out / "kits" / "pi-02" / "agent.yaml").read_text())
+    assert one["round_interval_s"] == 2.0 and "round_interval_s" not in two
+    assert one["sensor"] == two["sensor"] == SENSOR and one["model"] == MODEL
+    again = _provision(tmp_path, out, boards=boards, broker={"hosts": ["127.0.0.1", "broker.local"],
+                                                               "port": 18999})
+    assert any("pi-01, pi-02" in note and "again" in note for note in again.notes), again.notes
+    assert yaml.safe_load((out / "kits" / "pi-02" / "agent.yaml").read_text())["mqtt"]["port"] == 18999

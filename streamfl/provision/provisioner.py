@@ -170,6 +170,10 @@ class Provisioner:
         reg.set("accounts", {a: {"state": ACTIVE} for a in ROLE_ACCOUNTS})
         if not reg.get("created"):
             reg.set("created", now_text())
+        changed = sorted(p.parent.name for p in self.files.changed if p.name == kits.AGENT_YAML)
+        if changed:
+            outcome.notes.append("the agent.yaml of %d kit(s) changed (%s): install them on their "
+                                 "boards again" % (len(changed), ", ".join(changed)))
         self._ownership(cert_auth, outcome)
         reg.save()
         return outcome
