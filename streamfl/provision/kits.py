@@ -78,8 +78,3 @@ def readme(board_id: str, kind: str, fleet: str, files: Dict[str, str]) -> str:
     lines += ["    %-14s %s" % (name, what) for name, what in files.items()]
     lines += ["", "Keep the kit as secret as its key or password: it is this board's identity."]
     return "\n".join(lines) + "\n"
-
-
-def require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)

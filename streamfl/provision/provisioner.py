@@ -18,8 +18,8 @@ Output folder::
 A re-run keeps every key, certificate and password it finds, byte for byte, and makes only what is
 missing: new boards, a new server certificate when ``broker.hosts`` changed.
 """
+import datetime
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -274,7 +274,6 @@ class Provisioner:
         self.files.always(self.layout.broker / "acl", acl.encode("utf-8"), SECRET_MODE)
 
     def _write_crl(self, ca_key, ca_cert, days: int) -> None:
-        import datetime
         revoked = []
         for board_id in self.registry.revoked_boards():
             record = self.registry.board(board_id)
