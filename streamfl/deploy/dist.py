@@ -22,6 +22,7 @@ them); only the streamfl wheel, the script and ``target.json`` are written again
 """
 import argparse
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -194,11 +195,9 @@ def build_wheel(tree: Path, out: Path) -> Path:
                 (staging / "src" / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(str(src), str(staging / "src" / name))
     argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(staging / "out")]
-    try:
-        import setuptools  # noqa: F401  (present: build here, offline; absent: pip fetches it)
+    # setuptools here: build with it, offline; absent: pip fetches it into an isolated build.
+    if importlib.util.find_spec("setuptools") is not None:
         argv.append("--no-build-isolation")
-    except ImportError:
-        pass
     _run(argv + [str(staging / "src")], cwd=staging)
     built = sorted((staging / "out").glob("streamfl-*.whl"))
     if len(built) != 1:

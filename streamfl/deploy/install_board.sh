@@ -177,12 +177,28 @@ if ! grep -q "^include-system-site-packages = $WANT_SITE\$" "$CFG"; then
     say "venv sees the system's packages: $WANT_SITE"
 fi
 [ -f "$PIP_WHEEL" ] || die "the wheelhouse has no pip wheel ($PIP_WHEEL)"
-"$VPY" "$PIP_WHEEL/pip" install --no-index --find-links "$WHEELHOUSE" --quiet --upgrade "$PIP_WHEEL" \
-    || die "could not install pip into $VENV from $PIP_WHEEL"
-say "pip $("$VPY" -m pip --version | cut -d' ' -f2) in the venv"
+PIP_VERSION=$(basename "$PIP_WHEEL" | cut -d- -f2)
+if [ "$("$VPY" -m pip --version 2>/dev/null | cut -d' ' -f2)" = "$PIP_VERSION" ]; then
+    say "pip $PIP_VERSION in the venv"
+else
+    "$VPY" "$PIP_WHEEL/pip" install --no-index --find-links "$WHEELHOUSE" --quiet --upgrade "$PIP_WHEEL" \
+        || die "could not install pip into $VENV from $PIP_WHEEL"
+    say "installed pip $PIP_VERSION into the venv"
+fi
 
 # 2. torch: in the wheelhouse (Raspberry Pi OS, Debian), or NVIDIA's wheel dropped into it, or one
 # installed system-wide and seen through --system-site-packages (JetPack).
+# Found, not imported (importing torch takes seconds on a board): its version, or exit 1.
+FIND_TORCH='
+import importlib.util, sys
+if importlib.util.find_spec("torch") is None:
+    sys.exit(1)
+try:
+    from importlib.metadata import version
+    print(version("torch"))
+except Exception:
+    print("(version unknown)")
+'
 if [ "$TORCH_INCLUDED" = no ]; then
     TORCH_WHEEL=
     for f in "$WHEELHOUSE"/torch-*.whl; do
@@ -192,19 +208,31 @@ if [ "$TORCH_INCLUDED" = no ]; then
         # By its path: NVIDIA's versions (2.1.0a0+...) are pre-releases pip would not pick by name.
         pip_offline "$TORCH_WHEEL" || die "could not install $TORCH_WHEEL: is it the wheel for this JetPack and Python (docs/deployment.md, section 3)?"
         say "torch from $TORCH_WHEEL"
-    elif "$VPY" -c 'import torch' >/dev/null 2>&1; then
-        say "torch $("$VPY" -c 'import torch; print(torch.__version__)') from the system's packages"
+    elif SYSTEM_TORCH=$("$VPY" -c "$FIND_TORCH" 2>/dev/null); then
+        say "torch $SYSTEM_TORCH from the system's packages"
     else
         die "the $TARGET wheelhouse leaves torch out: put the torch wheel for this board (on a Jetson, NVIDIA's for its JetPack and Python) into $WHEELHOUSE, or install it system-wide and rerun with --system-site-packages (docs/deployment.md, section 3, lists the wheels)"
     fi
 fi
 
-# 3. streamfl and its dependencies, then the wheel itself again: a rebuilt wheel of the same
-# version must replace the installed code.
+# 3. streamfl and its dependencies. A rebuilt wheel of the version already installed must still
+# replace the installed code: the venv records the sha256 of the wheel it holds, and a wheel
+# other than that one is installed again.
 SPEC=$WHEEL
 [ -z "$EXTRAS" ] || SPEC="${WHEEL}[$EXTRAS]"
+MARKER=$VENV/.streamfl-wheel
+WHEEL_SHA=$(sha256sum "$WHEEL" | cut -d' ' -f1)
+OLD_SHA=
+[ ! -f "$MARKER" ] || OLD_SHA=$(cut -d' ' -f1 "$MARKER")
+HAD_STREAMFL=no
+for f in "$VENV"/lib/python*/site-packages/streamfl-*.dist-info; do
+    [ ! -d "$f" ] || HAD_STREAMFL=yes
+done
 pip_offline "$SPEC" || die "pip could not install $SPEC from the wheelhouse alone (above: what it missed)"
-pip_offline --no-deps --force-reinstall "$WHEEL" || die "could not reinstall $WHEEL"
+if [ "$HAD_STREAMFL" = yes ] && [ "$OLD_SHA" != "$WHEEL_SHA" ]; then
+    pip_offline --no-deps --force-reinstall "$WHEEL" || die "could not reinstall $WHEEL"
+fi
+printf '%s %s\n' "$WHEEL_SHA" "$(basename "$WHEEL")" > "$MARKER"
 say "installed $(basename "$WHEEL")${EXTRAS:+ with [$EXTRAS]} into $VENV"
 mkdir -p "$ROOT/usr/local/bin"
 LINK=$ROOT/usr/local/bin/streamfl-agent
