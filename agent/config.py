@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 from streamfl.agent.buffer_policies import policies
+from streamfl.agent.fleet_control import ControlConfig
 from streamfl.agent.hparams import hparam_limits
 from streamfl.agent.plugins import plugin_configs
 from streamfl.agent.predict_config import PredictConfig
@@ -78,6 +79,9 @@ class AgentConfig:
     dvfs: DvfsConfig = field(default_factory=DvfsConfig)
     #: Predictions on live windows, published on MQTT and a local socket (docs/predictions.md).
     predict: PredictConfig = field(default_factory=PredictConfig)
+    #: Fleet control (docs/deployment.md, "Fleet control"): the log lines kept for ``streamfl
+    #: operator logs``.
+    control: ControlConfig = field(default_factory=ControlConfig)
     #: None = chosen by the CLI (/var/lib/streamfl-agent, else ~/.local/state/streamfl-agent).
     state_dir: Optional[Path] = None
     #: Windows the training buffer holds; its memory (capacity x window_len x channels x 4 bytes) is

@@ -16,6 +16,8 @@ from streamfl.agent.coordinator_watch import CoordinatorWatch
 from streamfl.agent.disk import state_disk
 from streamfl.agent.core import AgentCore, DivergedError, RoundInterrupted, RoundMeasurement
 from streamfl.agent.dvfs import AgentDvfs
+from streamfl.agent.fleet_control import FleetControl
+from streamfl.agent.log_ring import LogRing
 from streamfl.agent.model_feed import ModelFeed
 from streamfl.agent.model_wait import ModelWait
 from streamfl.notify import SystemdNotifier
@@ -26,7 +28,8 @@ from streamfl.agent.takeover import TakeoverWatch
 from streamfl.errors import ProtocolError, SensorError, StorageError, StreamflError
 from streamfl.models import model_to_arrays, tensor_spec
 from streamfl.protocol.codec import Decoder, encode, encode_update
-from streamfl.protocol.messages import Command, CoordinatorStatus, GlobalModel, Offline, Telemetry
+from streamfl.protocol.messages import (FLEET_CONTROL_KINDS, Command, CoordinatorStatus, GlobalModel,
+                                       Offline, Telemetry)
 from streamfl.protocol.signing import BAD_SIGNATURE, ENVELOPE_BYTES, UNSIGNED, make_verifier
 from streamfl.protocol.topics import Topics
 from streamfl.protocol.transport.base import Transport
@@ -53,6 +56,12 @@ class AgentDaemon:
         self._wall_clock = wall_clock
         self.notifier = notifier or SystemdNotifier()
         self.state = StateDir(state_dir).prepare()
+        #: The agent's newest log lines (``streamfl operator logs``), kept from ``start`` on.
+        self.log_ring = LogRing(config.control.log_lines, config.control.log_line_chars)
+        #: Fleet control's paused flag and live settings (``agent/fleet_control.py``): a setting
+        #: an operator pushed overrides the YAML's, here before anything reads it.
+        self.control = FleetControl(self.state.path, config, self.log_ring)
+        config = self.config = self.control.config
         self.core = AgentCore(config, clock=wall_clock)
         #: Clocks and energy; shares ``clock`` with the daemon so round times and joules line up.
         self.dvfs = dvfs or AgentDvfs.disabled()
@@ -65,6 +74,7 @@ class AgentDaemon:
         self.update_topic = self.topics.device(self.device_id, "update")
         self.command_topic = self.topics.device(self.device_id, "command")
         self.telemetry_topic = self.topics.device(self.device_id, "telemetry")
+        self.reply_topic = self.topics.device(self.device_id, "reply")
         self.decoder = Decoder({self.core.arch_id: tensor_spec(config.model)},
                                max_frame_bytes=config.max_frame_bytes + ENVELOPE_BYTES)
         #: Checks the coordinator's signature on models and commands (a null check without a key).
@@ -100,6 +110,7 @@ class AgentDaemon:
                         "windows": 0, "models_received": 0, "commands_received": 0,
                         "unexpected_messages": 0, "telemetry_sent": 0, "checkpoints": 0,
                         "checkpoint_errors": 0, "connects": 0, "coordinator_silences": 0,
+                        "control_commands": 0, "control_refused": 0, "control_reply_failures": 0,
                         UNSIGNED: 0, BAD_SIGNATURE: 0}
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -109,6 +120,7 @@ class AgentDaemon:
         if self._started:
             return
         self._started = True
+        self.log_ring.install()
         self.predictor.start()  # first: a socket it cannot serve stops the start before anything runs
         self.dvfs.start()
         self._seed_clock_timings()
@@ -144,7 +156,8 @@ class AgentDaemon:
             thread.start()
         log.info("agent %s started (fleet %s, model %s, state %s)", self.device_id,
                  self.config.fleet, self.core.arch_id, self.state.path)
-        self.notifier.ready("waiting for data and a global model")
+        self.notifier.ready("paused by the operator ('streamfl operator resume' resumes it)"
+                            if self.control.paused else "waiting for data and a global model")
 
     def run(self) -> None:
         """Start, then ping the watchdog and send telemetry until ``stop()``; then shut down."""
@@ -210,6 +223,7 @@ class AgentDaemon:
         elif self.core.rounds > 0 or self._restored:
             self.checkpoint()
         log.info("agent %s stopped after %d round(s)", self.device_id, self.core.rounds)
+        self.log_ring.remove()
 
     def _seed_clock_timings(self) -> None:
         """Hand the policy a probe profile's timings per level, so clp-aware judges its first steps
@@ -263,12 +277,15 @@ class AgentDaemon:
                         self._counts["windows"])
 
     def _train_loop(self) -> None:
-        interval_s = self.config.round_interval_s
         next_start: Optional[float] = None
         while not self._stop.is_set():
+            interval_s = self.config.round_interval_s  # ``streamfl operator set`` may change it
             now = self._clock()
+            paused = self.control.paused
+            if paused and self.dvfs.changed:  # between rounds: a paused board is not left throttled
+                self.dvfs.relax()
             with self._lock:
-                ready = self.core.ready(now)
+                ready = not paused and self.core.ready(now)
                 due = ready and (self.core.train_requested or next_start is None or now >= next_start)
                 start = due and self.core.round_opportunity(now)  # the methods may decline it
                 if start:
@@ -380,6 +397,7 @@ class AgentDaemon:
                             extras=self.core.report_extras(self._clock()),
                             **self.core.divergence.status(), **board,
                             duplicate_id_takeovers=self.takeover.takeovers,
+                            paused=self.control.paused,
                             **disk,
                             **self.predictor.telemetry(self._clock()))
         ok = self.transport.publish(self.telemetry_topic, encode(tel), qos=0)
@@ -457,8 +475,11 @@ class AgentDaemon:
                     self.coordinator_watch.heard(self._clock(), "global model v%d" % msg.version)
         elif topic == self.command_topic and isinstance(msg, Command):
             self._counts["commands_received"] += 1
-            with self._lock:
-                accepted = self.core.on_command(msg)
+            if msg.kind in FLEET_CONTROL_KINDS:
+                accepted = self._control_command(msg)
+            else:
+                with self._lock:
+                    accepted = self.core.on_command(msg)
             if accepted:
                 with self._watch_lock:
                     self.coordinator_watch.heard(self._clock(), "a %r command" % msg.kind)
@@ -468,6 +489,30 @@ class AgentDaemon:
             return
         if accepted:
             self._wake.set()
+
+    def _control_command(self, cmd: Command) -> bool:
+        """A fleet-control command (``agent/fleet_control.py``), checked like every command (run,
+        replay), done, and answered on the reply topic with the command's stamp (QoS 1)."""
+        with self._lock:
+            if not self.core.gate.command_ok(cmd):
+                return False
+        reply, changed = self.control.handle(cmd, self.device_id,
+                                             encoded_size=lambda r: len(encode(r)))
+        self._counts["control_commands"] += 1
+        if not reply.ok:
+            self._counts["control_refused"] += 1
+        if changed:
+            config = self.control.config
+            with self._lock:
+                self.config = self.core.config = config
+                self.core.orders.round_interval_s = config.round_interval_s
+        if cmd.kind in ("pause", "resume") and reply.ok:
+            self.notifier.status("paused by the operator ('streamfl operator resume' resumes it)"
+                                 if self.control.paused else "resumed by the operator")
+        if not self.transport.publish(self.reply_topic, encode(reply), qos=1):
+            self._counts["control_reply_failures"] += 1
+            log.warning("could not answer the %s command (broker unreachable)", cmd.kind)
+        return True
 
     def _on_coordinator_status(self, payload: bytes) -> None:
         """The coordinator's retained status: online or offline, for ``CoordinatorWatch`` only

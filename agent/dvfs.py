@@ -188,6 +188,21 @@ class AgentDvfs:
             self.record()
         return levels
 
+    @property
+    def changed(self) -> bool:
+        """True while a clock is set away from its original (between a round's plan and a restore)."""
+        return self.guard.changed
+
+    def relax(self) -> bool:
+        """Put the original clocks back while no round trains (a paused board, fleet control):
+        the next round's plan sets them again. True if they are back."""
+        with self._lock:
+            ok = self.guard.restore()
+        if not ok:
+            self.errors += 1
+        self.record()
+        return ok
+
     def levels(self) -> Dict[str, int]:
         """Each domain's level now (unreadable domains left out)."""
         out = {}

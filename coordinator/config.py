@@ -28,6 +28,7 @@ from streamfl.coordinator.intake import IntakeConfig
 from streamfl.coordinator.monitor.config import MonitorConfig
 from streamfl.coordinator.liveness import ExclusiveConfig
 from streamfl.coordinator.operator_gate import OperatorConfig
+from streamfl.coordinator.fleet_control import FleetControlConfig
 from streamfl.coordinator.strategies import STALENESS_NAMES, STRATEGY_NAMES
 from streamfl.coordinator.strategies.fedavg import COMBINE_NAMES
 from streamfl.errors import ConfigError
@@ -174,6 +175,9 @@ class CoordinatorConfig:
     #: Who may command the coordinator (``streamfl operator``): pinned operator keys, how fresh a
     #: command must be, how many a minute (``coordinator/operator_gate.py``).
     operator: OperatorConfig = field(default_factory=OperatorConfig)
+    #: Fleet control (``streamfl operator pause|resume|logs|set``): how long boards have to answer
+    #: (``coordinator/fleet_control.py``).
+    fleet_control: FleetControlConfig = field(default_factory=FleetControlConfig)
     #: One coordinator per fleet: refuse to start beside a live one, or take over from it
     #: (``coordinator/liveness.py``; ``--take-over``).
     exclusive: ExclusiveConfig = field(default_factory=ExclusiveConfig)

@@ -133,6 +133,8 @@ class DeviceRow:
     disk_size_bytes: Optional[int] = None
     buffer_fill: Optional[int] = None
     buffer_capacity: Optional[int] = None
+    #: Its telemetry says an operator paused it (fleet control): it starts no round.
+    paused: bool = False
     #: Predictions on live windows (the agent's ``predict:``): per second, the latest
     #: confidence, and how many the device dropped; None while it does not predict.
     predictions_per_s: Optional[float] = None
@@ -319,6 +321,7 @@ class FleetTable:
         c = self.config
         row.rounds = msg.rounds
         row.buffer_fill, row.buffer_capacity = msg.buffer_fill, msg.buffer_capacity
+        row.paused = msg.paused is True
         row.power_w = self._plausible("power_w", msg.power_w, 0.0, c.max_power_w)
         row.power_meter = str(msg.power_meter)[:MAX_METER_CHARS]
         row.power_source = power_source(row.power_meter, msg.power_measured)
@@ -558,6 +561,7 @@ class FleetTable:
             "energy_j": round(row.energy_j, 3),
             "energy_j_by_source": {k: round(v, 3) for k, v in sorted(row.energy_by_source.items())},
             "buffer_fill": row.buffer_fill, "buffer_capacity": row.buffer_capacity,
+            "paused": row.paused and live,
             "predictions_per_s": row.predictions_per_s,
             "prediction_confidence": row.prediction_confidence,
             "predictions_dropped": row.predictions_dropped,
@@ -632,7 +636,7 @@ def method_name(config: Any) -> str:
 #: Fields of a device row that ``streamfl operator status`` answers with (the dashboard has all).
 STATUS_ROW_FIELDS = ("device", "online", "state", "last_seen_s", "board", "version", "staleness",
                      "rounds", "updates", "power_w", "power_source", "energy_j", "temperature_c",
-                     "buffer_fill",
+                     "buffer_fill", "paused",
                      "predictions_per_s", "prediction_confidence", "methods")
 
 

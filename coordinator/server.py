@@ -48,15 +48,18 @@ from streamfl.coordinator.admission import admission_counters
 from streamfl.coordinator.liveness import (ConnectGate, GatedTransport, beats, describe, new_instance,
                                            yields_on_connect)
 from streamfl.coordinator.operator_gate import STAMP_FILE, OperatorGate
+from streamfl.coordinator.fleet_control import FleetRelay
 from streamfl.coordinator.intake import IntakeJournal
 from streamfl.coordinator.persistence import INTAKE_SEQ, Persister, StateStore
 from streamfl.coordinator.publisher import DurablePublisher
 from streamfl.coordinator.run_record import open_run, run_counters
 from streamfl.coordinator.run_summary import run_summary, summary_lines, write_summary
 from streamfl.models import tensor_spec
+from streamfl.errors import ProtocolError
 from streamfl.protocol.codec import REASONS, Decoder, encode
-from streamfl.protocol.messages import (Command, CommandReply, CoordinatorStatus, Hello, Offline, Telemetry,
-                                       Update)
+from streamfl.protocol.control import MAX_REPLY_BYTES
+from streamfl.protocol.messages import (FLEET_CONTROL_KINDS, Command, CommandReply, CoordinatorStatus,
+                                       DeviceReply, Hello, Offline, Telemetry, Update)
 from streamfl.protocol.signing import make_signer
 from streamfl.protocol.topics import Topics
 from streamfl.protocol.transport.base import Transport
@@ -108,6 +111,10 @@ class CoordinatorServer:
         self.persister = Persister(self.store)
         self.signer = make_signer(config.signing_key_file)
         self.operator_gate = OperatorGate(config.operator, Path(state_dir) / STAMP_FILE)
+        #: Fleet control (``fleet_control.py``): operator commands relayed to boards, their answers.
+        self.fleet_control = FleetRelay(config.fleet_control, clock)
+        #: Boards' answers are decoded apart, against their own bound (``MAX_REPLY_BYTES``).
+        self._reply_decoder = Decoder({}, max_frame_bytes=MAX_REPLY_BYTES)
         #: This process among the fleet's coordinators (its status names it).
         self.instance = new_instance()
         self.started_s = time.time()
@@ -213,7 +220,7 @@ class CoordinatorServer:
         self.transport.on_disconnect = self._on_disconnect
         self.transport.set_will(self.topics.coordinator_status, self._status(online=False),
                                 qos=1, retain=True)
-        for kind in ("status", "update", "telemetry"):
+        for kind in ("status", "update", "telemetry", "reply"):
             self.transport.subscribe(self.topics.all_devices(kind), qos=1)
         self.transport.subscribe(self.topics.coordinator_command, qos=1)
         self.transport.subscribe(self.topics.coordinator_status, qos=1)
@@ -388,6 +395,7 @@ class CoordinatorServer:
         out["queue_depth"] = self._queue.qsize()
         out.update(self.intake.counters())
         out.update(self.operator_gate.counters())
+        out.update(self.fleet_control.counters())
         return out
 
     # ---- network thread -----------------------------------------------------------------------
@@ -409,6 +417,10 @@ class CoordinatorServer:
         if topic == self._gate.echo_topic:
             if self._gate.echo(payload):
                 self._go_online("read the retained coordinator status")
+            return
+        parsed = self.topics.parse_device_topic(topic)
+        if parsed is not None and parsed[1] == "reply":
+            self._on_device_reply(parsed[0], payload)
             return
         msg = self._device_message(topic, payload)
         if msg is None:
@@ -441,6 +453,28 @@ class CoordinatorServer:
             log.warning("message from %r on the topic of device %r dropped", msg.device_id, device_id)
             return None
         return msg
+
+    def _on_device_reply(self, device_id: str, payload: bytes) -> None:
+        """A board's answer to a fleet-control command: bounded, decoded and checked against its
+        topic here (network thread); matched to the command it answers by the worker."""
+        drop = self.fleet_control.drop
+        if len(payload) > MAX_REPLY_BYTES:
+            drop("oversized", "answer on the reply topic of %s dropped: %d bytes, at most %d"
+                 % (device_id, len(payload), MAX_REPLY_BYTES))
+            return
+        try:
+            msg = self._reply_decoder.decode(payload)
+        except ProtocolError as exc:
+            drop("malformed", "answer on the reply topic of %s dropped: %s" % (device_id, exc))
+            return
+        if not isinstance(msg, DeviceReply):
+            drop("wrong_kind", "%s on the reply topic of %s dropped" % (type(msg).__name__, device_id))
+            return
+        if msg.device_id != device_id:
+            drop("wrong_device", "answer from %r on the reply topic of %r dropped"
+                 % (msg.device_id, device_id))
+            return
+        self._queue.put(msg)
 
     def _on_operator_frame(self, topic: str, payload: bytes) -> None:
         """An operator's command to the coordinator: queued for ``CoordinatorCore.on_operator`` if
@@ -594,6 +628,10 @@ class CoordinatorServer:
         if isinstance(msg, Command):  # only the operator's topic queues one
             self._on_operator(msg, now)
             return
+        if isinstance(msg, DeviceReply):  # a board's answer to fleet control
+            self.fleet_control.on_reply(msg)
+            self._close_control(now)
+            return
         if isinstance(msg, (Hello, Offline)) or (isinstance(msg, Telemetry)
                                                  and self.core.registry.greeted(msg.device_id)):
             for event in self.fleet.on_message(msg, now - self._t0):
@@ -603,6 +641,9 @@ class CoordinatorServer:
     def _on_operator(self, command: Command, now: float) -> None:
         """An operator's command: the coordinator's own kinds (``status``) or the plug-ins'; the
         operator gets a ``CommandReply`` either way, an error for a kind nobody handles."""
+        if command.kind in FLEET_CONTROL_KINDS:
+            self._relay(command, now)
+            return
         if command.kind in OWN_COMMANDS:
             self._refresh_fleet(now)
             rows = command.params.get("rows", 50)
@@ -617,6 +658,25 @@ class CoordinatorServer:
             kind=command.kind, seq=command.seq, ok=bool(handled), handled_by=handled,
             error="" if handled else "no running plug-in handles %r (running: %s)" % (
                 command.kind, ", ".join(p.name for p in self.core.plugins) or "none")))
+
+    def _relay(self, command: Command, now: float) -> None:
+        """A fleet-control command: one command to each online target (``fleet_control.py``);
+        the operator's answer goes once every target answered or the wait is over."""
+        op, sends, error = self.fleet_control.begin(command, self.core.devices(), now)
+        if op is None:
+            self._reply(CommandReply(kind=command.kind, seq=command.seq, ok=False,
+                                     handled_by=["coordinator"], error=error))
+            return
+        for device_id, device_command in sends:
+            self.fleet_control.sent(op, device_id, self._send_command(device_id, device_command))
+        log.info("operator's %s command relayed to %d board(s) (%d not online)", command.kind,
+                 len(sends), len(op.targets) - len(sends))
+        self._close_control(now)
+
+    def _close_control(self, now: float) -> None:
+        """Answer the operator for each fleet-control command now complete or past its wait."""
+        for reply in self.fleet_control.finished(now):
+            self._reply(reply)
 
     def _reply(self, reply: CommandReply) -> None:
         """Answer an operator on the reply topic (QoS 1, not retained, signed like commands)."""
@@ -633,6 +693,7 @@ class CoordinatorServer:
                         self._gate.echo_topic, self.config.exclusive.probe_wait_s)
             self._go_online("echo overdue")
         self._apply(self.core.tick(now), now)
+        self._close_control(now)
         self._refresh_fleet(now)
         self._log_progress()
 
@@ -695,10 +756,10 @@ class CoordinatorServer:
         for addressed in step.commands:
             self._send_command(addressed.device_id, addressed.command)
 
-    def _send_command(self, device_id: str, command: Command) -> None:
-        """Publish a plug-in's command on the device's command topic: QoS 1 (the broker keeps it
-        for a device with a persistent session that is away), never retained (a command is for
-        now, not for whoever subscribes next)."""
+    def _send_command(self, device_id: str, command: Command) -> Optional[int]:
+        """Publish a plug-in's (or fleet control's) command on the device's command topic: QoS 1
+        (the broker keeps it for a device with a persistent session that is away), never retained
+        (a command is for now, not for whoever subscribes next). Its stamp, None if not sent."""
         topic = self.topics.device(device_id, "command")
         self._command_seq = max(self._command_seq + 1, int(time.time() * 1e6))
         command = replace(command, run_id=self.core.run_id, seq=self._command_seq)
@@ -706,9 +767,10 @@ class CoordinatorServer:
         if self._gated.connected and self.transport.publish(topic, frame, qos=1):
             self._count("commands_sent")
             log.debug("sent %s command to %s", command.kind, device_id)
-        else:
-            self._count("command_failures")
-            log.warning("could not send the %s command to %s (broker unreachable)", command.kind, device_id)
+            return command.seq
+        self._count("command_failures")
+        log.warning("could not send the %s command to %s (broker unreachable)", command.kind, device_id)
+        return None
 
     def _after_aggregation(self, now: float) -> None:
         self._dirty = True

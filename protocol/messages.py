@@ -134,6 +134,10 @@ class CommandReply:
 
 #: The kinds every agent core handles: train now, skip rounds, override hyper-parameters.
 COMMAND_KINDS = ("train", "skip", "override")
+#: Fleet control (docs/deployment.md, "Fleet control"): an operator's command the coordinator
+#: relays to boards, each of which answers with a ``DeviceReply`` on its ``reply`` topic. The
+#: agent's runtime handles them (``agent/fleet_control.py``), not its core.
+FLEET_CONTROL_KINDS = ("pause", "resume", "logs", "set")
 #: What any command kind must look like (plug-ins name their own).
 COMMAND_KIND_RE = r"^[a-z][a-z0-9_.-]{0,63}$"
 
@@ -176,6 +180,9 @@ class Telemetry:
     #: Broker take-overs of this device id the agent counted as another board's since it started
     #: (``agent/takeover.py``): 0 unless two boards share the id.
     duplicate_id_takeovers: int = 0
+    #: True while an operator's ``pause`` holds this board's rounds (``agent/fleet_control.py``):
+    #: it still ingests windows and serves predictions, and starts no round until ``resume``.
+    paused: bool = False
     #: The filesystem of the agent's state folder (checkpoint, outbox, clock originals): bytes
     #: free to the agent's user and its size (``shutil.disk_usage``); None = not read (older
     #: agents, or it could not be read).
@@ -183,7 +190,24 @@ class Telemetry:
     state_disk_size_bytes: Optional[int] = None
 
 
-Message = Union[Hello, Offline, CoordinatorStatus, GlobalModel, Update, Command, Telemetry, CommandReply]
+@dataclass
+class DeviceReply:
+    """Device to coordinator: what became of the fleet-control ``Command`` stamped ``(run_id,
+    seq)`` the coordinator sent this device. ``ok`` False with ``error`` (the reason) when the
+    board refused it; ``result`` is the answer (``logs``: its recent lines; ``set``: the old and new
+    value), JSON values the coordinator checks per kind (``protocol/control.py``)."""
+
+    device_id: str
+    kind: str
+    seq: int
+    ok: bool
+    error: str = ""
+    result: Dict[str, Any] = field(default_factory=dict)
+    run_id: str = ""
+
+
+Message = Union[Hello, Offline, CoordinatorStatus, GlobalModel, Update, Command, Telemetry, CommandReply,
+                DeviceReply]
 
 #: Wire names of the message types, used as the ``type`` field of a frame header.
 MESSAGE_TYPES = {
@@ -195,5 +219,6 @@ MESSAGE_TYPES = {
     "command": Command,
     "telemetry": Telemetry,
     "command_reply": CommandReply,
+    "device_reply": DeviceReply,
 }
 TYPE_NAMES = {cls: name for name, cls in MESSAGE_TYPES.items()}

@@ -10,8 +10,8 @@ from typing import Any, Callable, Dict, List, Tuple, Union, get_args, get_origin
 
 from streamfl.errors import ConfigError, ProtocolError
 from streamfl.protocol.messages import (
-    COMMAND_KIND_RE, MESSAGE_TYPES, Command, CommandReply, CoordinatorStatus, GlobalModel, Hello, Offline,
-    Telemetry, Update,
+    COMMAND_KIND_RE, MESSAGE_TYPES, Command, CommandReply, CoordinatorStatus, DeviceReply, GlobalModel,
+    Hello, Offline, Telemetry, Update,
 )
 from streamfl.protocol.topics import validate_name
 
@@ -21,12 +21,12 @@ _COMMAND_KIND = re.compile(COMMAND_KIND_RE)
 
 #: Fields holding device ids: they end up in topic names and registries, so they must be valid names.
 DEVICE_ID_FIELDS = {(Hello, "device_id"), (Offline, "device_id"), (Update, "device_id"),
-                    (Telemetry, "device_id")}
+                    (Telemetry, "device_id"), (DeviceReply, "device_id")}
 #: Fields that are counts, versions, rates or probabilities and so never negative.
 NON_NEGATIVE = {(GlobalModel, "version"), (CoordinatorStatus, "version"), (Update, "base_version"),
                 (Update, "num_samples"), (Hello, "buffer_capacity"), (Telemetry, "buffer_fill"),
                 (Telemetry, "buffer_capacity"), (Telemetry, "diverged_rounds"), (Command, "seq"),
-                (CommandReply, "seq"), (Telemetry, "predictions_per_s"),
+                (CommandReply, "seq"), (DeviceReply, "seq"), (Telemetry, "predictions_per_s"),
                 (Telemetry, "prediction_confidence"), (Telemetry, "predictions_dropped"),
                 (Telemetry, "duplicate_id_takeovers"), (Telemetry, "state_disk_free_bytes"),
                 (Telemetry, "state_disk_size_bytes")}
@@ -184,6 +184,6 @@ def check_body(cls: type, body: Any) -> Dict[str, Any]:
         out["extras"] = {}
     if not _RUN_ID.match(out.get("run_id", "")):
         raise ProtocolError("schema", "%s.run_id %r is not a run identity" % (cls.__name__, out["run_id"]))
-    if cls in (Command, CommandReply) and not _COMMAND_KIND.match(out["kind"]):
+    if cls in (Command, CommandReply, DeviceReply) and not _COMMAND_KIND.match(out["kind"]):
         raise ProtocolError("schema", "Command.kind %r is not a valid command name" % (out["kind"],))
     return out

@@ -13,8 +13,9 @@ ROOT = "streamfl/v1"
 
 #: The per-device topic kinds, last level of ``streamfl/v1/{fleet}/device/{device}/{kind}``.
 #: ``prediction`` carries JSON for apps and dashboards (docs/predictions.md), not frames: the
-#: coordinator never subscribes to it.
-DEVICE_KINDS = ("status", "update", "command", "telemetry", "sensor", "prediction")
+#: coordinator never subscribes to it. ``reply`` carries a board's answers to the fleet-control
+#: commands the coordinator sent it (``DeviceReply``, docs/deployment.md "Fleet control").
+DEVICE_KINDS = ("status", "update", "command", "telemetry", "sensor", "prediction", "reply")
 
 
 def validate_name(name: str, what: str = "name") -> str:

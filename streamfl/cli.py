@@ -169,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "coordinator names it")
     operator.add_argument("--param", action="append", default=[], dest="params", metavar="KEY=VALUE",
                           help="one parameter of the command (the value is YAML); repeat for more")
+    operator.add_argument("--devices", default=None, metavar="ID,ID",
+                          help="pause, resume, logs, set: only these boards (default: every board "
+                               "the coordinator knows); the same as --param devices=ID,ID")
     operator.add_argument("--broker", default="localhost", help="MQTT broker host (default localhost)")
     operator.add_argument("--port", type=int, default=1883, help="MQTT broker port (default 1883)")
     operator.add_argument("--fleet", default="default",
@@ -287,6 +290,14 @@ def _operator(args) -> int:
         params[key] = parse_value(text, "--param " + key)
     if not args.timeout > 0:
         raise ConfigError("--timeout must be > 0, got %r" % args.timeout)
+    from streamfl.protocol.messages import FLEET_CONTROL_KINDS
+    fleet_control = args.kind in FLEET_CONTROL_KINDS
+    if args.devices is not None:
+        if not fleet_control:
+            raise ConfigError("--devices is for %s, not %s" % (", ".join(FLEET_CONTROL_KINDS), args.kind))
+        params["devices"] = args.devices
+    if fleet_control:  # the boards' wait ends before ours, so the coordinator's answer can come
+        params.setdefault("wait_s", round(max(0.5, min(args.timeout * 0.8, args.timeout - 1.0)), 3))
     try:
         mqtt = MqttConfig(host=args.broker, port=args.port, username=args.username,
                           password_file=Path(args.password_file) if args.password_file else None,
@@ -302,6 +313,11 @@ def _operator(args) -> int:
         import json
         print(json.dumps({"kind": reply.kind, "ok": reply.ok, "handled_by": reply.handled_by,
                           "error": reply.error, "result": reply.result}, indent=1))
+    elif fleet_control and "devices" in reply.result:
+        from streamfl.fleet_control_view import render_boards
+        print(render_boards(reply.kind, reply.result))
+        if not reply.ok:
+            print("streamfl: %s: %s" % (args.kind, reply.error), file=sys.stderr)
     elif not reply.ok:
         print("streamfl: the coordinator of fleet %s did not act on %s: %s"
               % (args.fleet, args.kind, reply.error), file=sys.stderr)

@@ -341,6 +341,8 @@ def state(d: Dict[str, Any]) -> str:
     value = d.get("state")
     if value not in ("online", "offline", "unknown"):
         value = "online" if d.get("online") else "offline"
+    if value == "online" and d.get("paused") is True:  # an operator's pause (fleet control)
+        return "paused"
     return value
 
 

@@ -28,7 +28,7 @@ from factories import make_global_model, make_hello, make_update
 from fleet import FleetRun
 from polling import wait_until
 from streamfl.protocol.codec import encode
-from streamfl.protocol.messages import Command, CoordinatorStatus, Telemetry
+from streamfl.protocol.messages import Command, CoordinatorStatus, DeviceReply, Telemetry
 from streamfl.protocol.topics import Topics
 from streamfl.protocol.transport.base import MqttSettings
 from streamfl.protocol.transport.paho import PahoTransport
@@ -245,6 +245,8 @@ def test_a_device_cannot_write_another_devices_topics_the_model_or_the_coordinat
         topics.device(B, "status"): encode(make_hello(B)),
         topics.device(B, "update"): encode(make_update(device_id=B)),
         topics.device(B, "telemetry"): encode(Telemetry(B, 1.0, 1, 2)),
+        # Fleet control: a board answers for itself only (the coordinator also checks the id).
+        topics.device(B, "reply"): encode(DeviceReply(B, "pause", 7, True)),
         topics.device(B, "command"): encode(Command("skip", {"rounds": 3})),
         topics.device(A, "command"): encode(Command("skip", {"rounds": 3})),
         topics.model: encode(make_global_model(version=99)),
@@ -253,7 +255,8 @@ def test_a_device_cannot_write_another_devices_topics_the_model_or_the_coordinat
     for topic, frame in forged.items():
         a.publish(topic, frame, retain=topic in (topics.model, topics.coordinator_status))
     own = {"status": encode(make_hello(A)), "update": encode(make_update(device_id=A)),
-           "telemetry": encode(Telemetry(A, 1.0, 1, 2))}
+           "telemetry": encode(Telemetry(A, 1.0, 1, 2)),
+           "reply": encode(DeviceReply(A, "pause", 7, True))}
     for kind, frame in own.items():                     # the positive controls, sent last
         a.publish(topics.device(A, kind), frame)
     for kind, frame in own.items():

@@ -14,8 +14,8 @@ from streamfl.protocol.codec import FORMAT_VERSION, MAGIC, Decoder, encode
 from streamfl.methods.clp.payloads import ClpState, FisherTrace
 from streamfl.methods.fedcurv.payloads import CurvatureDiagonal, CurvatureTerms
 from streamfl.protocol.messages import (
-    MESSAGE_TYPES, PROTOCOL_VERSION, Command, CommandReply, CoordinatorStatus, GlobalModel, Hello, Offline, Telemetry,
-    Update,
+    MESSAGE_TYPES, PROTOCOL_VERSION, Command, CommandReply, CoordinatorStatus, DeviceReply, GlobalModel, Hello,
+    Offline, Telemetry, Update,
 )
 
 SPEC = ModelSpec()
@@ -53,6 +53,8 @@ def samples():
         Command(kind="override", params={"lr": 0.001, "dvfs": {"cpu": 1}}),
         CommandReply(kind="status", seq=17, ok=True, handled_by=["coordinator"],
                      result={"version": 3, "devices": [{"device": "pi-7", "online": True}]}, run_id="r1"),
+        DeviceReply(device_id="pi-7", kind="logs", seq=18, ok=True, result={"lines": ["a", "b"]},
+                    run_id="r1"),
         Telemetry(device_id="pi-7", time_s=12.5, buffer_fill=100, buffer_capacity=512, rounds=4,
                   power_w=5.5, clocks_khz={"cpu": 1500000}, temperatures_c={"soc": 51.0},
                   predictions_per_s=4.75, prediction_confidence=0.875, predictions_dropped=3),

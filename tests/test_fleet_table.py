@@ -153,8 +153,8 @@ def test_method_name_and_status_result():
     assert result["devices_shown"] == 2 and result["devices_total"] == 3
     assert set(result["devices"][0]) == {"device", "online", "state", "last_seen_s", "board", "version",
                                          "staleness", "rounds", "updates", "power_w", "power_source",
-                                         "energy_j", "temperature_c", "buffer_fill", "predictions_per_s",
-                                         "prediction_confidence", "methods"}
+                                         "energy_j", "temperature_c", "buffer_fill", "paused",
+                                         "predictions_per_s", "prediction_confidence", "methods"}
 
 
 # ---- what is known now: the broker link, offline devices, modelled watts ----------------------

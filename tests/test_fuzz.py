@@ -31,7 +31,8 @@ from streamfl.models import tensor_spec
 from streamfl.protocol import codec
 from streamfl.protocol.codec import REASONS, Decoder, encode
 from streamfl.protocol.messages import (
-    MESSAGE_TYPES, Command, CommandReply, CoordinatorStatus, GlobalModel, Offline, Telemetry, Update,
+    MESSAGE_TYPES, Command, CommandReply, CoordinatorStatus, DeviceReply, GlobalModel, Offline, Telemetry,
+    Update,
 )
 from streamfl.methods.clp.payloads import ClpState, FisherTrace
 from streamfl.methods.fedcurv.payloads import CurvatureDiagonal, CurvatureTerms
@@ -74,6 +75,7 @@ def _messages():
                   power_w=5.5, clocks_khz={"cpu": 1500000}, temperatures_c={"soc": 51.0},
                   predictions_per_s=4.75, prediction_confidence=0.875, predictions_dropped=3),
         CommandReply(kind="status", seq=3, ok=False, handled_by=[], error="nobody", result={"a": [1]}),
+        DeviceReply(device_id="d1", kind="set", seq=4, ok=False, error="unknown setting", run_id="r1"),
     ]
 
 

@@ -69,6 +69,7 @@
     return isNum(wallS) ? new Date(wallS * 1000).toLocaleTimeString() : "-";
   }
   function state(d) {
+    if (d.state === "online" && d.paused === true) { return "paused"; }  // fleet control's pause
     if (d.state === "online" || d.state === "offline" || d.state === "unknown") { return d.state; }
     return d.online ? "online" : "offline";
   }
