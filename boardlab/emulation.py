@@ -70,6 +70,7 @@ class Emulation:
         """The host argv that runs ``argv`` inside ``root`` (as ``user`` (uid, gid) if given).
 
         ``mounts`` False: no /proc, /dev, /sys (debootstrap's second stage mounts its own)."""
+        root = Path(root).resolve()
         inner = ["env", "-i"] + ["%s=%s" % kv for kv in sorted(dict(BASE_ENV, **(env or {})).items())]
         if user is not None:
             inner = ["setpriv", "--reuid=%d" % user[0], "--regid=%d" % user[1], "--init-groups"] + inner

@@ -113,9 +113,11 @@ class AgentRun:
     """Broker, coordinator and the installed agent for one target, in ``out``."""
 
     def __init__(self, target: Target, root: Path, emulation: Emulation, unit: Unit, out: Path,
-                 coordinator_python: Path, rounds: int, timeout_s: float):
+                 coordinator_python: Path, rounds: int, timeout_s: float, port: int):
         self.target, self.root, self.emulation, self.unit = target, Path(root), emulation, unit
         self.out = Path(out)
+        #: The broker's port, chosen before the install: the kit's agent.yaml names it.
+        self.port = port
         self.coordinator_python = coordinator_python
         self.rounds, self.timeout_s = rounds, timeout_s
 
@@ -154,7 +156,7 @@ class AgentRun:
                     os.chown(name, uid, gid)  # on a board the udev rule or tmpfiles grants these
         before = tree_files(tree)
         state = self._prepare_unit_dirs(uid, gid)
-        broker = BrokerProcess(self.out / "broker", host="127.0.0.1", kind="mosquitto")
+        broker = BrokerProcess(self.out / "broker", port=self.port, host="127.0.0.1", kind="mosquitto")
         coordinator = agent = None
         changed_while_running = False
         peak = None
@@ -173,10 +175,14 @@ class AgentRun:
                 "--log-level", "INFO"], self.out / "coordinator.log", self.out)
             config_in_root = self.unit.option("--config") or "/etc/streamfl/agent.yaml"
             config = self._host(config_in_root)
-            config.parent.mkdir(parents=True, exist_ok=True)
-            config.write_text(yaml.safe_dump(agent_settings(self.target, broker.port, state)))
-            os.chown(str(config), 0, gid)
-            os.chmod(str(config), 0o640)
+            if config.is_file():  # the kit's, as the install script put it
+                rec["config_from"] = "the kit, installed by the install script"
+            else:
+                config.parent.mkdir(parents=True, exist_ok=True)
+                config.write_text(yaml.safe_dump(agent_settings(self.target, broker.port, state)))
+                os.chown(str(config), 0, gid)
+                os.chmod(str(config), 0o640)
+                rec["config_from"] = "written by the lab"
             device = "boardlab-%s" % self.target.suite
             argv = self.emulation.command(self.root, self.unit.exec_start, user=(uid, gid),
                                           env=self.unit.environment)
@@ -193,7 +199,7 @@ class AgentRun:
                 seen = rounds_of(read_metrics(run_dir), device)
                 if not changed_while_running and tree_files(tree) != before:
                     changed_while_running = True
-                if seen["aggregated"] >= self.rounds and changed_while_running:
+                if seen["aggregated"] >= self.rounds:
                     break
                 peak = peak_rss_mib(agent.popen.pid) or peak
                 time.sleep(2.0)
