@@ -8,6 +8,8 @@
 #
 # Rerunning it upgrades the agent in place and keeps /etc/streamfl and the state folder.
 set -eu
+# The venv and the unit files must be readable by the service user whatever root's umask is.
+umask 022
 
 PROG=install_board.sh
 WHEELHOUSE=
