@@ -21,8 +21,8 @@ DEMO_HELP = "run a broker, a coordinator and N agents on this machine"
 SIM_HELP = "run a scenario's methods on a simulated fleet in virtual time"
 REPORT_HELP = "PNG plots and an HTML page from a sim run folder or a real fleet's run folder"
 TUNE_HELP = "find each method's best learning rate on a scenario with a small sweep"
-OPERATOR_HELP = ("send the running coordinator an operator's command (status, or a kind one of its "
-                 "plug-ins knows) and print its answer")
+OPERATOR_HELP = ("send the running coordinator an operator's command (status; pause, resume, logs or "
+                 "set for the boards; or a kind one of its plug-ins knows) and print its answer")
 
 
 #: Sub-commands that live in a module of their own: ``{name: module}``. Each module has ``HELP``
@@ -159,7 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "Publishes the command on the fleet's coordinator command topic (QoS 1) and "
                     "waits for the coordinator's answer on its reply topic: 'status' answers with the "
                     "live fleet table; another kind is handled by the plug-ins that know it, and a "
-                    "kind nobody handles is an error (exit 1), as is no answer within --timeout. The "
+                    "kind nobody handles is an error (exit 1), as is no answer within --timeout. "
+                    "pause, resume, logs (--param lines=N) and set (--param name=round_interval_s "
+                    "--param value=30) go on to the boards (--devices, default every board the "
+                    "coordinator knows), and each board is listed as answered, refused, timed out "
+                    "or offline: exit 1 unless every board answered. The "
                     "command is stamped with this machine's clock (the coordinator obeys each stamp "
                     "once, and only a fresh one) and, with --signing-key-file, signed: a "
                     "coordinator that pins operator keys (operator.public_keys) obeys nothing else. "
