@@ -16,7 +16,9 @@ A board's answer is hostile until bounded: one that is larger than
 ``protocol.control.MAX_REPLY_BYTES``, not a ``DeviceReply``, from another device than its topic
 names, for a command this coordinator did not send that board (``unsolicited``), for one whose
 wait is over (``late``), or whose answer does not have its kind's shape (``protocol.control``) is
-dropped and counted (``control_reply_<reason>`` in the server's counters).
+dropped and counted (``control_reply_<reason>`` in the server's counters). All but the last check
+run on the network thread (``expects``), so a board flooding answers nobody asked for never
+fills the worker's queue.
 """
 import logging
 import threading
@@ -114,6 +116,8 @@ class FleetRelay:
         self.dropped: Counter = Counter()
         self.accepted = 0
         self._lock = threading.Lock()
+        #: (device, seq) of every command waiting for its answer, for ``expects`` (any thread).
+        self._expected: set = set()
         self._warnings = RateLimitedLog(log, WARN_INTERVAL_S, clock,
                                         "(%d more board answers dropped as %s since the last warning)")
 
@@ -164,12 +168,34 @@ class FleetRelay:
             raise ValueError("set needs value (a number, or null for the board's configured value)")
         return out
 
-    def sent(self, op: Operation, device_id: str, seq: Optional[int]) -> None:
-        """The command to ``device_id`` went out stamped ``seq`` (None: it could not be sent)."""
-        if seq is None:
-            op.targets[device_id] = {"state": TIMED_OUT, "reason": "not sent: the broker is unreachable"}
-        else:
-            op.waiting[(device_id, seq)] = device_id
+    def expect(self, op: Operation, device_id: str, seq: int) -> None:
+        """The command to ``device_id`` is stamped ``seq`` and about to go out (its answer may
+        come before the publish returns)."""
+        op.waiting[(device_id, seq)] = device_id
+        with self._lock:
+            self._expected.add((device_id, seq))
+
+    def not_sent(self, op: Operation, device_id: str, seq: Optional[int]) -> None:
+        """The command to ``device_id`` could not be sent (the broker is unreachable)."""
+        if seq is not None:
+            op.waiting.pop((device_id, seq), None)
+            with self._lock:
+                self._expected.discard((device_id, seq))
+        op.targets[device_id] = {"state": TIMED_OUT, "reason": "not sent: the broker is unreachable"}
+
+    def expects(self, reply: DeviceReply) -> bool:
+        """True if ``reply`` answers a command still waiting (network thread: what is not
+        expected is dropped there and counted, and never queued for the worker)."""
+        key = (reply.device_id, reply.seq)
+        with self._lock:
+            if key in self._expected:
+                return True
+            closed = self._closed.get(key)
+        self.drop(closed or "unsolicited", "answer of %s to %s command %d dropped: %s" % (
+            reply.device_id, reply.kind, reply.seq,
+            {"late": "it came after the wait was over", "duplicate": "it was answered already"}
+            .get(closed or "", "this coordinator sent it no such command")))
+        return False
 
     # ---- the boards' side ---------------------------------------------------------------------
     def drop(self, reason: str, message: str) -> None:
@@ -182,12 +208,8 @@ class FleetRelay:
         """A board's answer, already checked against its topic (worker thread)."""
         key = (reply.device_id, reply.seq)
         op = next((o for o in self.operations if key in o.waiting), None)
-        if op is None:
-            closed = self._closed.get(key)
-            self.drop(closed or "unsolicited", "answer of %s to %s command %d dropped: %s" % (
-                reply.device_id, reply.kind, reply.seq,
-                {"late": "it came after the wait was over", "duplicate": "it was answered already"}
-                .get(closed or "", "this coordinator sent it no such command")))
+        if op is None:  # its wait ended, or it was answered, since ``expects`` said yes
+            self.expects(reply)
             return
         if reply.kind != op.command.kind:
             self.drop("unsolicited", "answer of %s to command %d dropped: it names %s, the command "
@@ -227,9 +249,11 @@ class FleetRelay:
         return out
 
     def _close(self, key: Tuple[str, int], why: str) -> None:
-        self._closed[key] = why
-        while len(self._closed) > CLOSED_MEMORY:
-            self._closed.popitem(last=False)
+        with self._lock:
+            self._expected.discard(key)
+            self._closed[key] = why
+            while len(self._closed) > CLOSED_MEMORY:
+                self._closed.popitem(last=False)
 
     @staticmethod
     def _answer(op: Operation) -> CommandReply:

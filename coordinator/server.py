@@ -474,7 +474,8 @@ class CoordinatorServer:
             drop("wrong_device", "answer from %r on the reply topic of %r dropped"
                  % (msg.device_id, device_id))
             return
-        self._queue.put(msg)
+        if self.fleet_control.expects(msg):  # else dropped and counted: a flood never queues
+            self._queue.put(msg)
 
     def _on_operator_frame(self, topic: str, payload: bytes) -> None:
         """An operator's command to the coordinator: queued for ``CoordinatorCore.on_operator`` if
@@ -668,7 +669,13 @@ class CoordinatorServer:
                                      handled_by=["coordinator"], error=error))
             return
         for device_id, device_command in sends:
-            self.fleet_control.sent(op, device_id, self._send_command(device_id, device_command))
+            stamped = []
+
+            def expect(seq: int, device_id: str = device_id) -> None:
+                stamped.append(seq)
+                self.fleet_control.expect(op, device_id, seq)
+            if self._send_command(device_id, device_command, on_stamp=expect) is None:
+                self.fleet_control.not_sent(op, device_id, stamped[0] if stamped else None)
         log.info("operator's %s command relayed to %d board(s) (%d not online)", command.kind,
                  len(sends), len(op.targets) - len(sends))
         self._close_control(now)
@@ -756,14 +763,18 @@ class CoordinatorServer:
         for addressed in step.commands:
             self._send_command(addressed.device_id, addressed.command)
 
-    def _send_command(self, device_id: str, command: Command) -> Optional[int]:
+    def _send_command(self, device_id: str, command: Command,
+                      on_stamp: Optional[Callable[[int], None]] = None) -> Optional[int]:
         """Publish a plug-in's (or fleet control's) command on the device's command topic: QoS 1
         (the broker keeps it for a device with a persistent session that is away), never retained
-        (a command is for now, not for whoever subscribes next). Its stamp, None if not sent."""
+        (a command is for now, not for whoever subscribes next). Its stamp, None if not sent;
+        ``on_stamp(seq)`` is called before it is published."""
         topic = self.topics.device(device_id, "command")
         self._command_seq = max(self._command_seq + 1, int(time.time() * 1e6))
         command = replace(command, run_id=self.core.run_id, seq=self._command_seq)
         frame = self.signer.sign(topic, encode(command))
+        if on_stamp is not None:
+            on_stamp(command.seq)
         if self._gated.connected and self.transport.publish(topic, frame, qos=1):
             self._count("commands_sent")
             log.debug("sent %s command to %s", command.kind, device_id)

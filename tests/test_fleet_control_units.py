@@ -98,7 +98,7 @@ def test_the_relay_targets_online_boards_and_reports_the_others():
     assert error == "" and [d for d, _ in sends] == ["a"]
     assert op.targets["b"] == {"state": "offline", "reason": "offline (lost): not sent"}
     assert op.targets["zz"]["state"] == "offline"
-    relay.sent(op, "a", 101)
+    relay.expect(op, "a", 101)
     assert relay.finished(1.0) == []  # still waiting for a
     relay.on_reply(DeviceReply("a", "pause", 101, True, result={"paused": True, "was_paused": False}))
     (answer,) = relay.finished(1.0)
@@ -107,13 +107,16 @@ def test_the_relay_targets_online_boards_and_reports_the_others():
     # Everyone, with the wait over: a board that did not answer timed out.
     op, sends, _ = relay.begin(Command("resume", {}, seq=10), devices, 5.0)
     assert [d for d, _ in sends] == ["a", "c"]
-    relay.sent(op, "a", 102)
-    relay.sent(op, "c", None)
+    relay.expect(op, "a", 102)
+    relay.expect(op, "c", 103)
+    relay.not_sent(op, "c", 103)
     (answer,) = relay.finished(5.0 + 2.0)
     assert answer.result["devices"]["a"]["state"] == "timed_out"
     assert "broker is unreachable" in answer.result["devices"]["c"]["reason"]
-    relay.on_reply(DeviceReply("a", "resume", 102, True, result={}))
-    assert relay.counters()["control_reply_late"] == 1
+    late = DeviceReply("a", "resume", 102, True, result={})
+    assert not relay.expects(late) and relay.counters()["control_reply_late"] == 1
+    assert not relay.expects(DeviceReply("a", "resume", 103, True)) and relay.counters()[
+        "control_reply_unsolicited"] == 1
 
 
 @pytest.mark.parametrize("params, why", [
