@@ -178,6 +178,21 @@ def _tree_files(tree: Path) -> Optional[List[str]]:
     return names or None
 
 
+def can_build_here() -> bool:
+    """Whether this interpreter's setuptools can build the wheel itself (offline, no isolated build
+    env): pyproject.toml asks for setuptools >= 64, and a ``bdist_wheel`` comes with setuptools
+    70.1 and later, before that with the ``wheel`` package. Otherwise pip fetches both."""
+    from importlib import metadata
+    try:
+        found = metadata.version("setuptools")
+    except metadata.PackageNotFoundError:
+        return False
+    version = tuple(int(x) for x in re.findall(r"\d+", found)[:2])
+    if version < (64, 0):
+        return False
+    return version >= (70, 1) or importlib.util.find_spec("wheel") is not None
+
+
 def build_wheel(tree: Path, out: Path) -> Path:
     """``pip wheel --no-deps`` of a copy of ``tree`` (its build/ and egg-info leftovers can hide a
     packaging mistake and must not land in the tree) into ``out``; the wheel's path."""
@@ -195,8 +210,7 @@ def build_wheel(tree: Path, out: Path) -> Path:
                 (staging / "src" / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(str(src), str(staging / "src" / name))
     argv = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(staging / "out")]
-    # setuptools here: build with it, offline; absent: pip fetches it into an isolated build.
-    if importlib.util.find_spec("setuptools") is not None:
+    if can_build_here():
         argv.append("--no-build-isolation")
     _run(argv + [str(staging / "src")], cwd=staging)
     built = sorted((staging / "out").glob("streamfl-*.whl"))
