@@ -23,8 +23,11 @@ def install_script_text() -> str:
 
 
 def install_script(dest_dir: Path) -> Path:
-    """Write the board install script into ``dest_dir`` (mode 0755); its path."""
+    """Write the board install script into ``dest_dir`` (mode 0755); its path. A new file renamed
+    over the old one: a shell running the old script keeps reading the file it opened."""
     dest = Path(dest_dir) / INSTALL_SCRIPT
-    dest.write_text(install_script_text(), encoding="utf-8")
-    os.chmod(str(dest), 0o755)
+    tmp = dest.with_name("." + INSTALL_SCRIPT + ".new")
+    tmp.write_text(install_script_text(), encoding="utf-8")
+    os.chmod(str(tmp), 0o755)
+    os.replace(str(tmp), str(dest))
     return dest
