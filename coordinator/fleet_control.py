@@ -74,6 +74,8 @@ class Operation:
     command: Command
     deadline: float
     wait_s: float
+    #: What each board is sent (``BOARD_PARAMS`` of the kind).
+    params: Dict[str, Any] = field(default_factory=dict)
     #: Target -> {"state": ..., "answer"/"reason": ...}; a target without a state is waiting.
     targets: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     #: (device, device command seq) -> device, for the commands sent and not answered yet.
@@ -141,7 +143,7 @@ class FleetRelay:
             return None, [], ("logs asks at most %d boards at a time (fleet_control.max_log_boards), "
                               "not %d: name them with --devices" % (self.config.max_log_boards,
                                                                     len(targets)))
-        op = Operation(command=command, deadline=now + wait_s, wait_s=wait_s)
+        op = Operation(command=command, deadline=now + wait_s, wait_s=wait_s, params=board_params)
         sends = []
         for device_id in targets:
             info = devices.get(device_id)
@@ -270,7 +272,7 @@ class FleetRelay:
         return CommandReply(kind=op.command.kind, seq=op.command.seq, ok=not error,
                             handled_by=["coordinator"], error=error,
                             result={"devices": dict(sorted(op.targets.items())), "wait_s": op.wait_s,
-                                    "states": dict(sorted(states.items()))})
+                                    "states": dict(sorted(states.items())), "params": dict(op.params)})
 
     def counters(self) -> Dict[str, int]:
         with self._lock:

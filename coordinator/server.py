@@ -681,9 +681,14 @@ class CoordinatorServer:
         self._close_control(now)
 
     def _close_control(self, now: float) -> None:
-        """Answer the operator for each fleet-control command now complete or past its wait."""
+        """Answer the operator for each fleet-control command now complete or past its wait; the
+        run's record keeps what became of each (a ``fleet_control`` line: who was paused when)."""
         for reply in self.fleet_control.finished(now):
             self._reply(reply)
+            devices = reply.result.get("devices", {})
+            self._write_event({"event": "fleet_control", "kind": reply.kind, "seq": reply.seq,
+                               "ok": reply.ok, "params": reply.result.get("params", {}),
+                               "devices": {d: t.get("state") for d, t in devices.items()}}, now)
 
     def _reply(self, reply: CommandReply) -> None:
         """Answer an operator on the reply topic (QoS 1, not retained, signed like commands)."""

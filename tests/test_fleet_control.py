@@ -159,3 +159,8 @@ def test_pause_logs_set_resume_offline_and_what_is_refused(lab, capsys):
     stop = [m for m in run.metrics() if m.get("event") == "process_stop"][-1]
     assert stop["counters"]["control_reply_late"] >= 1, stop["counters"]
     assert stop["counters"]["control_replies_accepted"] >= 8, stop["counters"]
+    # The run's record says what became of each command, board by board.
+    done = [m for m in run.metrics() if m.get("event") == "fleet_control"]
+    assert [(m["kind"], m["ok"]) for m in done][:2] == [("pause", True), ("set", True)], done
+    assert done[1]["params"] == {"name": "round_interval_s", "value": 0.8} and done[1]["devices"] == {B: "answered"}
+    assert done[-1]["devices"] == {A: "answered"} and done[-2]["devices"] == {A: "timed_out", B: "offline"}
