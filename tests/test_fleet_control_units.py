@@ -157,3 +157,11 @@ def test_what_the_operator_sees_escapes_what_boards_wrote():
     assert "TIMED OUT" in text and "REFUSED" in text
     assert state({"state": "online", "paused": True}) == "paused"
     assert state({"state": "offline", "paused": True}) == "offline"
+
+
+def test_devices_is_refused_for_a_kind_that_does_not_go_to_boards(capsys):
+    from streamfl.cli import main
+    from streamfl.sim.brokers import free_port
+    code = main(["operator", "new-session", "--devices", "pi-01", "--port", str(free_port()),
+                 "--timeout", "1"])
+    assert code == 2 and "--devices is for pause, resume, logs, set" in capsys.readouterr().err
