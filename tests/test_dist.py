@@ -92,8 +92,9 @@ def test_the_board_targets():
         args = target.pip_args()
         assert args[args.index("--python-version") + 1] == target.python
         assert target.marker_environment()["platform_machine"] == "aarch64"
-    # The PyPI aarch64 torch is a CUDA build from 2.11 on; NVIDIA's JetPack 6 torch wants NumPy 1.
-    assert "<2.11" in dist.TARGETS["rpios-bookworm-aarch64"].torch
+    # PyPI's aarch64 torch is a CUDA build from 2.11 on and 2.10 needs ARMv8.1 (no Pi 4);
+    # NVIDIA's JetPack 6 torch wants NumPy 1.
+    assert "<2.10" in dist.TARGETS["rpios-bookworm-aarch64"].torch
     assert "numpy<2" in dist.TARGETS["jetpack6"].pins
 
 

@@ -122,19 +122,23 @@ class Target:
 
 #: The board OSes the docs name (docs/deployment.md, section 3), the one table of them.
 #:
-#: - torch ``<2.11`` on Raspberry Pi OS and Debian: from 2.11 on, PyPI's Linux aarch64 torch wheel is
-#:   a CUDA 13 build that requires the ``cuda-toolkit`` and ``nvidia-*`` wheels (gigabytes, useless
-#:   on a Pi); 2.10 is the newest CPU-only one (checked on every build: ``check_torch_requires``).
-#:   Bullseye's Python 3.9 gets torch 2.8, the newest with cp39 aarch64 wheels, by resolution alone.
+#: - torch ``<2.10`` on Raspberry Pi OS and Debian. From 2.11 on, PyPI's Linux aarch64 torch wheel
+#:   is a CUDA 13 build that requires the ``cuda-toolkit`` and ``nvidia-*`` wheels (gigabytes,
+#:   useless on a Pi; ``check_torch_requires`` refuses one on every build). 2.10, the last CPU-only
+#:   one, dies with SIGILL at ``import torch`` on ARMv8.0 cores without the LSE atomics (Raspberry
+#:   Pi 4's Cortex-A72, Pi 3's and Zero 2's A53): its bundled mimalloc was built with them
+#:   (pytorch/pytorch issue 174344, "ARMv8.1 LSE regression for ARMv8.0 devices"; seen here under
+#:   ``qemu-aarch64-static -cpu cortex-a72``, where 2.9.1 and 2.8.0 import and multiply). So 2.9.
+#:   Bullseye's Python 3.9 gets 2.8, the newest with cp39 aarch64 wheels, by resolution alone.
 #: - ``numpy<2`` on JetPack 6: NVIDIA's JetPack 6 torch wheels (2.3 to 2.5) are built against NumPy
 #:   1.x, which a NumPy 2 cannot load modules for; JetPack 5's Python 3.8 has no NumPy 2 at all.
 #: - glibc: bookworm 2.36, bullseye 2.31, JetPack 6 (Ubuntu 22.04) 2.35, JetPack 5 (Ubuntu 20.04)
 #:   2.31.
 TARGETS = {t.name: t for t in (
     Target("rpios-bookworm-aarch64", "Raspberry Pi OS bookworm / Debian 12 (64-bit)", "3.11",
-           (2, 36), torch="torch>=1.10,<2.11"),
+           (2, 36), torch="torch>=1.10,<2.10"),
     Target("debian-bullseye-aarch64", "Raspberry Pi OS bullseye / Debian 11 (64-bit)", "3.9",
-           (2, 31), torch="torch>=1.10,<2.11"),
+           (2, 31), torch="torch>=1.10,<2.10"),
     Target("jetpack6", "NVIDIA JetPack 6 (L4T R36, Ubuntu 22.04)", "3.10", (2, 35),
            extras=("jetson",), pins=("numpy<2",), torch_support=NVIDIA_TORCH_REQUIRES),
     Target("jetpack5", "NVIDIA JetPack 5 (L4T R35, Ubuntu 20.04)", "3.8", (2, 31),
