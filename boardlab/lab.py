@@ -131,7 +131,9 @@ def one_target(target: Target, args, emu, cache: rootfs.RootCache, root_info: Di
     if unit is None:
         rec["failures"] = ["the install left no %s in the root" % unit_mod.UNIT_NAME]
         return rec
-    rec["unit_enabled"] = (root / "etc/systemd/system/multi-user.target.wants" / unit_mod.UNIT_NAME).exists()
+    # lexists: the link names its target inside the root (/etc/...), which the host lacks
+    rec["unit_enabled"] = os.path.lexists(str(root / "etc/systemd/system/multi-user.target.wants"
+                                              / unit_mod.UNIT_NAME))
     t0 = time.monotonic()
     rec.update(unit_mod.verify(emu, root, unit, logf))
     phases["unit_verify"] = round(time.monotonic() - t0, 1)
@@ -169,6 +171,7 @@ def parse(argv: List[str]):
     p.add_argument("--emulation", choices=("auto", "binfmt", "proot"), default="auto")
     p.add_argument("--mirror", help="Debian archive for debootstrap (default: the one apt uses here)")
     p.add_argument("--roots-only", action="store_true", help="build (or check) the cached roots, then stop")
+    p.add_argument("--cache", default=str(CACHE), help="where the roots are kept (default .board-cache/)")
     p.add_argument("--out", default=None, help="results folder (default runs/boardlab/<time>)")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
@@ -201,7 +204,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_PREREQUISITE
     started = time.monotonic()
     targets = [BY_NAME[n] for n in args.names]
-    cache = rootfs.RootCache(CACHE, emu, args.mirror)
+    cache = rootfs.RootCache(Path(args.cache).resolve(), emu, args.mirror)
 
     def root_of(target: Target) -> Dict[str, Any]:
         try:
