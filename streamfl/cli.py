@@ -184,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     operator.add_argument("--password-file", help="file whose first line is the MQTT password "
                                                   "(else $STREAMFL_MQTT_PASSWORD)")
     operator.add_argument("--tls-ca", help="CA certificate file (enables TLS)")
+    operator.add_argument("--tls-cert", help="client certificate file, for a broker that wants one "
+                          "(the operator's from 'streamfl provision' with auth: certificate); with --tls-key")
+    operator.add_argument("--tls-key", help="private key file of --tls-cert")
     operator.add_argument("--signing-key-file",
                           help="the operator's Ed25519 private key (PEM, from 'streamfl-coordinator "
                                "keygen --name operator'; its .pub line goes into the coordinator's "
@@ -305,7 +308,9 @@ def _operator(args) -> int:
     try:
         mqtt = MqttConfig(host=args.broker, port=args.port, username=args.username,
                           password_file=Path(args.password_file) if args.password_file else None,
-                          tls_ca=Path(args.tls_ca) if args.tls_ca else None)
+                          tls_ca=Path(args.tls_ca) if args.tls_ca else None,
+                          tls_cert=Path(args.tls_cert) if args.tls_cert else None,
+                          tls_key=Path(args.tls_key) if args.tls_key else None)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     settings = replace(mqtt.settings("streamfl-operator-%d" % os.getpid(), os.environ),

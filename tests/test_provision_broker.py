@@ -10,9 +10,11 @@ user provisioning as root must do (the run says so when it is not).
 """
 import os
 import shutil
+import shlex
 import signal
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -158,6 +160,16 @@ def test_the_provisioned_broker_starts_and_keeps_boards_apart(folder, auth):
         if auth == "certificate":
             assert "certificate verify failed" in log_text()
         assert connect("pi-02").rc == 0  # the others are untouched
+        # the operator's command line that the output's README gives logs in (no coordinator
+        # runs here, so nobody answers: it times out, after the broker took its login)
+        line = next(x for x in (out / "README.md").read_text().splitlines()
+                    if x.startswith("streamfl operator status "))
+        done = subprocess.run(["streamfl"] + shlex.split(line)[1:] + ["--timeout", "2"],
+                              capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, PATH=os.pathsep.join(
+                                  [str(Path(sys.executable).parent), os.environ.get("PATH", "")])))
+        assert done.returncode != 0
+        wait_until(lambda: "u'operator'" in log_text(), 10, "the operator's login:\n" + done.stderr)
         warnings = [line for line in log_text().splitlines() if "warning" in line.lower()]
         assert not warnings, warnings
     finally:

@@ -50,14 +50,12 @@ def run(args) -> int:
     broker = reg.get("broker") or {}
     if reg.get("auth") == "certificate":
         crt, key = L.role_cert("operator")
-        status = ("# streamfl operator has no client certificate options yet: a client of your own "
-                  "logs in as operator with\n# %s and %s, and signs with %s" % (
-                      crt, key, L.operator / (OPERATOR_KEY + ".key")))
+        creds = ["--tls-cert", str(crt), "--tls-key", str(key)]
     else:
         creds = ["--username", "operator", "--password-file", str(L.role_password("operator"))]
-        status = operator_command("status", broker["hosts"][0], broker["port"], reg.get("fleet"),
-                                  L.operator / "ca.crt", creds, L.operator / (OPERATOR_KEY + ".key"),
-                                  reg.get("coordinator_public_key"))
+    status = operator_command("status", broker["hosts"][0], broker["port"], reg.get("fleet"),
+                              L.operator / "ca.crt", creds, L.operator / (OPERATOR_KEY + ".key"),
+                              reg.get("coordinator_public_key"))
     provisioner.files.always(L.out / "README.md",
                              report.readme(outcome, reg, status).encode("utf-8"), 0o644)
     for line in report.summary(outcome, reg):
