@@ -371,7 +371,8 @@ def test_metrics_of_a_real_fleet_table_drop_an_offline_board_and_label_modelled_
         table.on_message(make_hello(d), 0.0)
         table.on_message(Telemetry(device_id=d, time_s=0.0, buffer_fill=1, buffer_capacity=2, power_w=watts,
                                    power_meter=meter, power_measured=measured,
-                                   clocks_khz={"cpu": 1_000_000}, temperatures_c={"soc": 50.0}), 1.0)
+                                   clocks_khz={"cpu": 1_000_000}, temperatures_c={"soc": 50.0},
+                                   paused=d != "orin"), 1.0)
     registry.on_offline(Offline("dead"), 2.0)
     table.on_message(Offline("dead"), 2.0)
     fam = _render(table.refresh(3.0, 3.0, 1, registry.devices(), {}))
@@ -384,6 +385,8 @@ def test_metrics_of_a_real_fleet_table_drop_an_offline_board_and_label_modelled_
                  "streamfl_device_buffer_fill_windows"):
         assert "dead" not in {dict(labels)["device"] for labels in _samples(fam[name])}, name
     assert _samples(fam["streamfl_device_online"])[(("device", "dead"),)] == 0
+    # paused: said for the online boards only (the dead board's last "paused" is not its state now)
+    assert _samples(fam["streamfl_device_paused"]) == {(("device", "orin"),): 0.0, (("device", "nano"),): 1.0}
     assert _samples(fam["streamfl_broker_connected"])[()] == 1
     assert _samples(fam["streamfl_broker_disconnects"])[()] == 0
     assert "streamfl_broker_lost_since_timestamp_seconds" not in fam

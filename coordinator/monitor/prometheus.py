@@ -42,7 +42,7 @@ NOT_OUTCOMES = {"received": "streamfl_updates_received", "clipped": "streamfl_up
 SOURCES = ("measured", "modelled", "unknown")
 #: A row's keys that say how the device is now, exported only while it is online.
 LIVE_ONLY = ("power_w", "temperature_c", "buffer_fill", "predictions_per_s", "prediction_confidence",
-             "clocks_mhz", "disk_free_bytes", "disk_size_bytes")
+             "clocks_mhz", "disk_free_bytes", "disk_size_bytes", "paused")
 
 
 def row_state(row: Dict[str, Any]) -> str:
@@ -233,6 +233,8 @@ DEVICE_GAUGES = (
      "disk_free_bytes"),
     ("streamfl_device_disk_size_bytes", "Size of the filesystem of the agent's state folder, in bytes",
      "disk_size_bytes"),
+    ("streamfl_device_paused", "1 while the device is online and paused by an operator "
+     "('streamfl operator pause'): it starts no round until 'resume'", "paused"),
     ("streamfl_device_buffer_fill_windows", "Windows in the device's training buffer", "buffer_fill"),
     ("streamfl_device_buffer_capacity_windows", "Capacity of the device's training buffer, in windows",
      "buffer_capacity"),
