@@ -127,7 +127,7 @@ class Target:
 #:   useless on a Pi; ``check_torch_requires`` refuses one on every build). 2.10, the last CPU-only
 #:   one, dies with SIGILL at ``import torch`` on ARMv8.0 cores without the LSE atomics (Raspberry
 #:   Pi 4's Cortex-A72, Pi 3's and Zero 2's A53): its bundled mimalloc was built with them
-#:   (pytorch/pytorch issue 174344, "ARMv8.1 LSE regression for ARMv8.0 devices"; seen here under
+#:   (PyTorch's bug "ARMv8.1 LSE regression for ARMv8.0 devices"; seen here under
 #:   ``qemu-aarch64-static -cpu cortex-a72``, where 2.9.1 and 2.8.0 import and multiply). So 2.9.
 #:   Bullseye's Python 3.9 gets 2.8, the newest with cp39 aarch64 wheels, by resolution alone.
 #: - ``numpy<2`` on JetPack 6: NVIDIA's JetPack 6 torch wheels (2.3 to 2.5) are built against NumPy
