@@ -38,6 +38,8 @@ ROOTS = {
     "streamfl.sim": "sim",
     "streamfl.methods": "methods",
     "streamfl.boards": "configs/boards",
+    # The shipped mosquitto config and ACL, as data: streamfl provision rewrites them.
+    "streamfl.mosquitto": "configs/mosquitto",
     # The systemd units and rules, as data: the board install script installs them from the package.
     "streamfl.systemd": "systemd",
 }
@@ -85,6 +87,7 @@ if __name__ == "__main__":
         package_dir=PACKAGES,
         # The fleet view's page ships in the package: the coordinator fetches nothing from a CDN.
         package_data={"streamfl": ["py.typed"], "streamfl.boards": ["*.yaml"],
+                      "streamfl.mosquitto": ["streamfl.conf", "acl", "*.conf", "*.acl"],
                       "streamfl.deploy": ["install_board.sh"],
                       "streamfl.systemd": ["*.service", "*.conf", "*.rules"],
                       "streamfl.coordinator.monitor": ["static/*.html", "static/*.js", "static/*.css"]},

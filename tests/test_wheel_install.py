@@ -155,6 +155,9 @@ def test_the_wheel_holds_every_package_and_module_of_the_tree(built_wheel):
     assert {where for name, where in shipped.items() if name.endswith(".yaml")} <= names
     assert any(n.startswith("streamfl/boards/") and n.endswith(".yaml") for n in names)
     assert "streamfl/py.typed" in names
+    # The shipped broker files come as data: streamfl provision rewrites them from the wheel alone.
+    for name in ("streamfl.conf", "acl"):
+        assert "streamfl/mosquitto/" + name in names
     # The fleet view's page comes as data too (the coordinator serves it; nothing from a CDN).
     for name in ("index.html", "dashboard.js", "dashboard.css"):
         assert "streamfl/coordinator/monitor/static/" + name in names
@@ -192,6 +195,23 @@ def test_every_module_imports_from_the_fresh_venv(fresh_venv, tmp_path):
     # The console scripts start the fresh interpreter.
     for script in ("streamfl-coordinator", "streamfl-agent", "streamfl"):
         assert fresh_venv.bin(script).read_text().splitlines()[0] == "#!" + str(fresh_venv.python)
+
+
+def test_provision_runs_from_the_installed_wheel_alone(fresh_venv, tmp_path):
+    """``streamfl provision`` finds the shipped broker config and ACL in the installed package
+    (no checkout) and writes a fleet's broker files and kits from them."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("fleet: farm\nbroker: {hosts: [broker.local], port: 8883}\n"
+                     "boards: [{count: 2, prefix: pi-, kind: raspberry-pi-5}]\n")
+    out = tmp_path / "out"
+    proc = subprocess.run([str(fresh_venv.bin("streamfl")), "provision", str(fleet), "--out", str(out)],
+                          cwd=str(tmp_path), capture_output=True, text=True, env=fresh_venv.env(),
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    acl = (out / "broker" / "acl").read_text()
+    assert "user pi-01" in acl and "user pi-02" in acl and "pattern write streamfl/v1/+/device/%u/update" in acl
+    assert "use_username_as_clientid true" in (out / "broker" / "mosquitto.conf").read_text()
+    assert (out / "kits" / "pi-02" / "install_board.sh").is_file()
 
 
 def _plugins_for(strategy: str) -> List[str]:
