@@ -19,84 +19,31 @@ from pathlib import Path
 
 import pytest
 
+import host_wheelhouse
+from host_wheelhouse import NO_INDEX
 from source_tree import ROOT
 from streamfl.deploy import INSTALL_SCRIPT
-from streamfl.deploy import dist
-
-sys.path.append(str(ROOT))  # the repository root, for field/
-from field import install as field_install  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0, reason="the install script runs as root")]
 
-#: A closed loopback port: any index request pip made would fail at once.
-NO_INDEX = "http://127.0.0.1:9/simple/"
 UNIT_FILES = {"etc/systemd/system/streamfl-agent.service": "streamfl-agent.service",
               "etc/tmpfiles.d/streamfl-sysfs.conf": "streamfl-sysfs.conf",
               "etc/udev/rules.d/70-streamfl-dvfs.rules": "70-streamfl-dvfs.rules",
               "etc/sysusers.d/streamfl.conf": "streamfl.sysusers.conf"}
 
 
-def _clean_env(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PIP_") and k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONNOUSERSITE")}
-    env.update(PIP_CONFIG_FILE="/dev/null", PYTHONUNBUFFERED="1")
-    env.update(extra)
-    return env
-
-
-def _local_wheels(tmp: Path) -> Path:
-    """A folder holding a wheel of each agent dependency at its installed version, and pip's."""
-    import pip
-    pins = field_install.pinned_dependencies() + ["pip==%s" % pip.__version__]
-    out = tmp / "links"
-    out.mkdir()
-    caches = sorted(field_install.CACHE.glob("wheelhouse-*"))
-    missing = []
-    for pin in pins:
-        name, version = pin.split("==")
-        key = name.lower().replace("-", "_").replace(".", "_")
-        found = [w for c in caches for w in c.glob("*.whl")
-                 if w.name.split("-")[0].lower().replace(".", "_") == key and w.name.split("-")[1] == version]
-        if found:
-            os.symlink(str(found[0]), str(out / found[0].name))
-        else:
-            missing.append(pin)
-    if missing:  # building the wheelhouse may use the network; installing from it may not
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--only-binary", ":all:", "--no-deps",
-                        "-d", str(out)] + missing, check=True, env=_clean_env())
-    return out
+_clean_env = host_wheelhouse.clean_env
 
 
 @pytest.fixture(scope="module")
 def house(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("dist")
-    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("PIP_")}
-    os.environ["PIP_CONFIG_FILE"] = "/dev/null"
-    try:
-        wheel = dist.build_wheel(ROOT, tmp / "out")
-        links = _local_wheels(tmp)
-        built = dist.build_wheelhouse(dist.host_target(), wheel, tmp / "out" / "wheelhouse",
-                                      ["--no-index", "--find-links", str(links)])
-    finally:
-        os.environ.pop("PIP_CONFIG_FILE", None)
-        os.environ.update(saved)
-    return built
+    return host_wheelhouse.build(tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="module")
 def user_base(tmp_path_factory):
     """A user site whose .pth puts a torch layer (links to this interpreter's torch) on the path."""
-    tmp = tmp_path_factory.mktemp("torch")
-    saved = field_install.CACHE
-    field_install.CACHE = tmp  # the layer of links goes here, not into the field lab's cache
-    try:
-        layer = field_install.torch_layer()
-    finally:
-        field_install.CACHE = saved
-    site = tmp / "userbase" / "lib" / ("python%d.%d" % sys.version_info[:2]) / "site-packages"
-    site.mkdir(parents=True)
-    (site / "streamfl-test-torch.pth").write_text(str(layer) + "\n")
-    return tmp / "userbase"
+    return host_wheelhouse.torch_user_base(tmp_path_factory.mktemp("torch"))
 
 
 def _kit(folder: Path, root: Path) -> Path:

@@ -2,11 +2,11 @@
 parsed out of README.md itself (so the test fails when the README drifts), then, in a ``git
 clone`` of this repository: ``streamfl provision`` on a fleet file of one board (a tiny model, a
 free loopback port), the broker on the generated config, the coordinator on the generated YAML,
-and the board: with a wheelhouse for this machine (``make dist``; ``$STREAMFL_TEST_WHEELHOUSE``
-names one) the kit is installed by its install script into a root folder (``--root``,
-``--no-enable``) and that agent runs; without one, the agent runs from the kit's own files (the
-paths its agent.yaml names under /etc/streamfl/ given by flags). It passes when the coordinator
-aggregates an update of the board.
+and the board: the kit is installed by its own install script into a root folder (``--root``,
+``--no-enable``; no systemd runs here) from a wheelhouse ``make dist``'s code builds for this
+machine (tests/host_wheelhouse.py; torch reached as a system-wide one, as on a Jetson), with pip
+cut off from any index, and the installed agent runs. It passes when the coordinator aggregates an
+update of the board.
 
 The repository's .venv runs the server side, as the README's ``.venv/bin/`` says. As root,
 mosquitto drops to the ``mosquitto`` user, so the clone goes into a folder others may enter.
@@ -27,6 +27,8 @@ from typing import Dict, List, Optional
 import pytest
 import yaml
 
+import host_wheelhouse
+
 from streamfl.coordinator.metrics import read_metrics
 from streamfl.sim.brokers import free_port, wait_port
 
@@ -35,9 +37,10 @@ VENV_BIN = Path(sys.executable).parent
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 SECTION = "## A real fleet in four commands"
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(120),
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300),
               pytest.mark.skipif(not Path(MOSQUITTO).exists() or not shutil.which("git"),
-                                 reason="needs mosquitto and git")]
+                                 reason="needs mosquitto and git"),
+              pytest.mark.skipif(os.geteuid() != 0, reason="the kit's install script runs as root")]
 
 
 def readme_commands(text: str) -> Dict[str, List[str]]:
@@ -75,22 +78,6 @@ def _option(argv: List[str], name: str) -> str:
     return argv[argv.index(name) + 1]
 
 
-def _host_wheelhouse() -> Optional[Path]:
-    """A wheelhouse (``make dist``) for this machine's Python, or None."""
-    import platform
-    named = os.environ.get("STREAMFL_TEST_WHEELHOUSE")
-    candidates = [Path(named)] if named else sorted((ROOT / "dist" / "wheelhouse").glob("*"))
-    for house in candidates:
-        try:
-            target = json.loads((house / "target.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if (target.get("python") == "%d.%d" % sys.version_info[:2]
-                and target.get("machine") in (None, platform.machine())):
-            return house
-    return None
-
-
 @pytest.fixture
 def folder():
     path = Path(tempfile.mkdtemp(prefix="sfl-readme-", dir="/tmp"))
@@ -99,13 +86,24 @@ def folder():
     shutil.rmtree(str(path), ignore_errors=True)
 
 
-def _spawn(argv: List[str], cwd: Path, log: Path) -> subprocess.Popen:
+def _spawn(argv: List[str], cwd: Path, log: Path, env=None) -> subprocess.Popen:
     with open(log, "wb") as out:
         return subprocess.Popen(argv, cwd=str(cwd), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
 
 
-def test_the_readme_real_fleet_commands_run_from_a_clean_clone(folder):
+@pytest.fixture(scope="module")
+def house(tmp_path_factory):
+    """A wheelhouse of this machine (``make dist``'s code, for x86-64 and this Python)."""
+    return host_wheelhouse.build(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def torch_base(tmp_path_factory):
+    return host_wheelhouse.torch_user_base(tmp_path_factory.mktemp("torch"))
+
+
+def test_the_readme_real_fleet_commands_run_from_a_clean_clone(folder, house, torch_base):
     clone = folder / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=60)
     commands = readme_commands((clone / "README.md").read_text())
@@ -144,30 +142,30 @@ def test_the_readme_real_fleet_commands_run_from_a_clean_clone(folder):
         procs["broker"] = _spawn(_local(broker), clone, logs["broker"])
         assert wait_port("127.0.0.1", port, 10), tails()
         procs["coordinator"] = _spawn(_local(coordinator), clone, logs["coordinator"])
-        house = _host_wheelhouse()
-        script = Path(install[install.index("sh") + 1]) if "sh" in install else None
-        if house is not None and script is not None and (clone / script).exists() and os.geteuid() == 0:
-            root = folder / "board"
-            root.mkdir()
-            argv = [a for a in install if a != "sudo"]
-            argv[argv.index("--wheelhouse") + 1] = str(house)
-            argv += ["--root", str(root), "--no-enable"]
-            done = subprocess.run(argv, cwd=str(clone), capture_output=True, text=True, timeout=60)
-            logs["install"].write_text(done.stdout + done.stderr)
-            assert done.returncode == 0, tails()
-            etc = root / "etc" / "streamfl"
-            agent = [str(root / "opt" / "streamfl" / "venv" / "bin" / "streamfl-agent"),
-                     "--config", str(etc / "agent.yaml"), "--tls-ca", str(etc / "ca.crt"),
-                     "--password-file", str(etc / "mqtt-password")]
-            print("the kit was installed by %s from %s" % (script, house))
-        else:
-            # No wheelhouse for this machine (make dist) or no install script: the agent runs from
-            # the kit's own files, which install_board.sh would put in /etc/streamfl.
-            agent = [str(VENV_BIN / "streamfl-agent"), "--config", str(kit / "agent.yaml"),
-                     "--tls-ca", str(kit / "ca.crt"), "--password-file", str(kit / "mqtt-password")]
-            print("install step not run (wheelhouse %s, script %s): agent from the kit" % (house, script))
+        # The board: the kit installed by its own install script, as the README says, into a
+        # root folder (no systemd to start it here), from a wheelhouse of this machine
+        # (torch reached as a system-wide one, as on a Jetson), pip cut off from any index.
+        script = install[install.index("sh") + 1]
+        root = folder / "board"
+        root.mkdir()
+        argv = [a for a in install if a != "sudo"]
+        argv[argv.index("--wheelhouse") + 1] = str(house)
+        argv += ["--root", str(root), "--no-enable", "--system-site-packages", "--python", sys.executable]
+        board_env = host_wheelhouse.clean_env(PIP_INDEX_URL=host_wheelhouse.NO_INDEX,
+                                              PYTHONUSERBASE=str(torch_base))
+        done = subprocess.run(argv, cwd=str(clone), capture_output=True, text=True, timeout=180,
+                              env=board_env)
+        logs["install"].write_text(done.stdout + done.stderr)
+        assert done.returncode == 0, tails()
+        etc = root / "etc" / "streamfl"
+        assert (etc / "agent.yaml").read_bytes() == (kit / "agent.yaml").read_bytes(), script
+        # agent.yaml names its files by their /etc/streamfl/ paths; inside the root folder they
+        # lie under it, so the flags say where
+        agent = [str(root / "opt" / "streamfl" / "venv" / "bin" / "streamfl-agent"),
+                 "--config", str(etc / "agent.yaml"), "--tls-ca", str(etc / "ca.crt"),
+                 "--password-file", str(etc / "mqtt-password")]
         procs["agent"] = _spawn(agent + ["--state-dir", str(folder / "agent-state")], clone,
-                                logs["agent"])
+                                logs["agent"], env=board_env)
         run_dir = clone / _option(coordinator, "--run-dir")
         deadline = time.monotonic() + 45.0
         aggregated: List[dict] = []

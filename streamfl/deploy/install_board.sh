@@ -147,6 +147,11 @@ main() {
         KIT=$(cd "$KIT" && pwd)
     fi
     command -v "$PYTHON" >/dev/null 2>&1 || die "no Python '$PYTHON' on this board (Debian: apt install python3), or name one with --python"
+    case $PYTHON in /*) ;; */*) PYTHON=$(pwd)/$PYTHON ;; esac
+    # Every path is absolute now. Python runs from / from here on: started in a folder that holds a
+    # streamfl/ (a clone of the repository, where a kit is often made), "python -c" would import
+    # that folder instead of the package just installed.
+    cd / || die "cannot change to /"
 
     INFO=$("$PYTHON" -I -c "$TARGET_CHECK" "$WHEELHOUSE") || exit 2
     field() { printf '%s\n' "$INFO" | sed -n "s/^$1 //p"; }
