@@ -10,7 +10,6 @@ it started) are the field lab's. The agent runs in the host's network namespace 
 them back on SIGTERM; the lab also checks the tree did change while it ran.
 """
 import importlib.util
-import json
 import logging
 import os
 import signal
