@@ -77,8 +77,8 @@ field: $(STAMP)
 
 # The board lab (docs/deployment.md, "Proven on the boards' own userland"): Debian bookworm and
 # bullseye arm64 root folders (debootstrap, cached in .board-cache/), the agent installed in each
-# from `make dist`'s wheelhouse with the network cut and run under qemu-user for 3 rounds against a
-# coordinator on loopback; one JSON record per target. Needs root and
+# from `make dist`'s wheelhouse with the network cut and run under qemu-user for 5 rounds (3 at least)
+# against a coordinator on loopback; one JSON record per target. Needs root and
 # `apt-get install debootstrap qemu-user-static binfmt-support` (proot where binfmt_misc cannot be
 # registered); about 15 minutes on 2 cores the first time (the roots), 7 with them cached. Not in CI.
 .PHONY: board-lab

@@ -11,10 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "boardlab"
 MODULES = ("targets", "emulation", "rootfs", "installer", "unit", "record", "run", "wheelhouse")
-for _name in MODULES:  # a module of the same bare name from another folder (field/) would shadow
-    _old = sys.modules.get(_name)
-    if _old is not None and Path(getattr(_old, "__file__", "") or "").parent != LAB:
-        del sys.modules[_name]
+# The lab's modules have bare names (it is a folder of scripts, like field/), and so do other
+# test helpers (tests/golden/record.py): imported here with the lab's folder first, then taken out
+# of sys.modules again, so a test file collected after this one in the same process gets its own.
+_SAVED = {n: sys.modules.pop(n) for n in MODULES if n in sys.modules}
 sys.path.insert(0, str(LAB))
 
 import emulation  # noqa: E402
@@ -25,6 +25,11 @@ import run  # noqa: E402
 import unit  # noqa: E402
 import wheelhouse  # noqa: E402
 from targets import BY_NAME, TARGETS  # noqa: E402
+
+sys.path.remove(str(LAB))
+for _name in MODULES:
+    sys.modules.pop(_name, None)
+sys.modules.update(_SAVED)
 
 BOOKWORM = BY_NAME["rpios-bookworm-aarch64"]
 
