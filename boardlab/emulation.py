@@ -56,6 +56,15 @@ class Emulation:
     def describe(self) -> str:
         return "%s (%s)" % (self.kind, self.detail) if self.detail else self.kind
 
+    def program_pid(self, pid: int) -> int:
+        """The process that runs the program of ``command`` started as ``pid``: the same one
+        under binfmt (every step execs the next); under PRoot its tracee, a child of proot, which
+        proot does not pass signals on to (a killed proot leaves it running untraced)."""
+        if self.kind != "proot":
+            return pid
+        kids = children(pid)
+        return kids[0] if kids else pid
+
     def prepare_root(self, root: Path) -> None:
         """What a root needs before anything runs in it: the interpreter where binfmt lacks F."""
         if self.kind == "binfmt" and self.interpreter:
@@ -72,14 +81,30 @@ class Emulation:
         ``mounts`` False: no /proc, /dev, /sys (debootstrap's second stage mounts its own)."""
         root = Path(root).resolve()
         inner = ["env", "-i"] + ["%s=%s" % kv for kv in sorted(dict(BASE_ENV, **(env or {})).items())]
-        if user is not None:
-            inner = ["setpriv", "--reuid=%d" % user[0], "--regid=%d" % user[1], "--init-groups"] + inner
         inner += list(argv)
         if self.kind == "binfmt":
+            if user is not None:  # the root's own setpriv, so the root's groups apply
+                inner = ["setpriv", "--reuid=%d" % user[0], "--regid=%d" % user[1], "--init-groups"] + inner
             return binfmt_command(root, inner, binds, net_cut, mounts)
         if self.kind == "proot":
-            return proot_command(root, inner, binds, net_cut, mounts)
+            return proot_command(root, inner, binds, net_cut, mounts, user)
         raise ValueError("unknown emulation %r" % self.kind)
+
+
+def children(pid: int) -> List[int]:
+    """The child processes of ``pid``, oldest first (from /proc/*/stat)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 19 and int(fields[1]) == pid:
+            out.append((int(fields[19]), int(entry.name)))  # start time, pid
+    return [p for _, p in sorted(out)]
 
 
 def _q(words: Sequence[str]) -> str:
@@ -116,15 +141,19 @@ def binfmt_command(root: Path, inner: Sequence[str], binds: Sequence[Bind] = (),
 
 
 def proot_command(root: Path, inner: Sequence[str], binds: Sequence[Bind] = (),
-                  net_cut: bool = False, mounts: bool = True) -> List[str]:
+                  net_cut: bool = False, mounts: bool = True,
+                  user: Optional[Tuple[int, int]] = None) -> List[str]:
     """``proot -q qemu-aarch64-static -r ROOT`` with the same binds (PRoot cannot make a bind
-    read-only), in a fresh network namespace when ``net_cut``."""
-    argv = ["proot", "-0", "-q", QEMU_STATIC, "-r", str(root), "-w", "/"]
+    read-only), in a fresh network namespace when ``net_cut``. As ``user``, PRoot itself runs
+    with those ids (the host's setpriv): a setpriv inside PRoot cannot change ids."""
+    argv = ["proot"] + ([] if user is not None else ["-0"]) + ["-q", QEMU_STATIC, "-r", str(root), "-w", "/"]
     if mounts:
         argv += ["-b", "/proc", "-b", "/dev", "-b", "/sys"]
     for b in binds:
         argv += ["-b", "%s:%s" % (b.host, b.guest)]
     argv += list(inner)
+    if user is not None:
+        argv = ["setpriv", "--reuid=%d" % user[0], "--regid=%d" % user[1], "--clear-groups"] + argv
     if net_cut:
         return ["unshare", "--net", "--", "sh", "-c", "ip link set lo up && exec %s" % _q(argv)]
     return argv

@@ -135,6 +135,27 @@ class AgentRun:
             state = state or made
         return state or "/var/lib/streamfl-agent"
 
+    def _stop(self, agent, timeout_s: float = 60.0) -> Optional[int]:
+        """SIGTERM to the agent's own process, as systemd sends it, and its exit code; SIGKILL
+        after ``timeout_s`` (the unit's TimeoutStopSec), then None."""
+        if agent.alive:
+            try:
+                os.kill(self.emulation.program_pid(agent.popen.pid), signal.SIGTERM)
+            except OSError:
+                pass
+            try:
+                agent.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                for pid in [self.emulation.program_pid(agent.popen.pid), agent.popen.pid]:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                agent.stop(signal.SIGKILL, timeout_s=10)
+                return None
+        agent.stop(signal.SIGTERM, timeout_s=1)  # closes its log
+        return agent.popen.returncode
+
     def run(self) -> Dict[str, Any]:
         from streamfl.dvfs.fake.tree import build_tree
         from streamfl.sim.brokers import BrokerProcess
@@ -200,12 +221,11 @@ class AgentRun:
                     changed_while_running = True
                 if seen["aggregated"] >= self.rounds:
                     break
-                peak = peak_rss_mib(agent.popen.pid) or peak
+                peak = peak_rss_mib(self.emulation.program_pid(agent.popen.pid)) or peak
                 time.sleep(2.0)
             rec["agent_wall_s"] = round(time.monotonic() - started, 1)
-            peak = peak_rss_mib(agent.popen.pid) or peak
-            code = agent.stop(signal.SIGTERM, timeout_s=60.0)  # the unit's TimeoutStopSec
-            rec["agent_exit"] = code
+            peak = peak_rss_mib(self.emulation.program_pid(agent.popen.pid)) or peak
+            rec["agent_exit"] = self._stop(agent)
             rec.update(clocks_restored(before, tree_files(tree)))
             rec["clocks_changed_while_running"] = changed_while_running
             if self.unit.exec_stop_post:
@@ -219,7 +239,7 @@ class AgentRun:
             rec.update(rounds_of(read_metrics(run_dir), device))
         finally:
             if agent is not None and agent.alive:
-                agent.stop(signal.SIGKILL, timeout_s=10)
+                self._stop(agent, timeout_s=10)
             if coordinator is not None:
                 rec["coordinator_exit"] = coordinator.stop(signal.SIGTERM, timeout_s=40)
             broker.stop()

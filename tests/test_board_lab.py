@@ -3,6 +3,8 @@
 ``make board-lab`` itself builds arm64 roots and runs them under qemu for most of an hour, so it
 is not in the suite; this keeps its code from rotting: no emulation, no downloads, a few seconds.
 """
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -89,6 +91,19 @@ def test_proot_command_when_binfmt_is_refused():
     argv = emulation.Emulation("proot").command(Path("/r"), ["python3", "-V"], net_cut=True)
     assert argv[:3] == ["unshare", "--net", "--"]
     assert "proot -0 -q qemu-aarch64-static -r /r" in argv[-1] and argv[-1].endswith("python3 -V")
+
+
+def test_proot_drops_to_the_user_outside_and_signals_go_to_its_tracee():
+    argv = emulation.Emulation("proot").command(Path("/r"), ["agent"], user=(998, 997))
+    assert argv[:4] == ["setpriv", "--reuid=998", "--regid=997", "--clear-groups"]
+    assert argv[4] == "proot" and "-0" not in argv  # -0 would fake root, not drop it
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert child.pid in emulation.children(os.getpid())
+        assert emulation.Emulation("binfmt").program_pid(1234) == 1234
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_binfmt_entry_is_read(tmp_path):
