@@ -144,6 +144,9 @@ def test_int8_delta_updates_and_int8_models_over_mqtt(mqtt_broker, tmp_path):
     try:
         wait_until(lambda: server.core.counters["aggregated"] >= 3, 60, "three aggregated updates")
         wait_until(lambda: len(frames) >= 3, 10, "the watcher's copies of the updates")
+        # the board trains from an int8 model it decoded (three quick rounds can all start from
+        # v0 before v1 comes: a CI run saw that)
+        wait_until(lambda: daemon.core.base_version >= 1, 30, "a round from a decoded int8 model")
     finally:
         daemon.stop()
         agent.join(30)
