@@ -80,7 +80,7 @@ field: $(STAMP)
 # from `make dist`'s wheelhouse with the network cut and run under qemu-user for 5 rounds (3 at least)
 # against a coordinator on loopback; one JSON record per target. Needs root and
 # `apt-get install debootstrap qemu-user-static binfmt-support` (proot where binfmt_misc cannot be
-# registered); about 15 minutes on 2 cores the first time (the roots), 7 with them cached. Not in CI.
+# registered); about 15 minutes on 2 cores the first time (the roots), 6 with them cached. Not in CI.
 .PHONY: board-lab
 board-lab: $(STAMP)
 	@for t in debootstrap qemu-aarch64-static unshare mosquitto; do command -v $$t >/dev/null || { \

@@ -123,6 +123,9 @@ def one_target(target: Target, args, emu, cache: rootfs.RootCache, root_info: Di
     phases["install"] = rec["install_s"]
     if rec["install_exit"] != 0:
         return rec
+    kit_config = root / "etc/streamfl/agent.yaml"
+    if args.kit and kit_config.is_file():  # its broker is not the lab's: kept aside for the run
+        kit_config.rename(kit_config.with_name("agent.yaml.from-kit"))
     t0 = time.monotonic()
     rec.update(installer.import_probe(emu, root, VENV_PYTHON, logf))
     phases["import_probe"] = round(time.monotonic() - t0, 1)
@@ -159,14 +162,15 @@ def parse(argv: List[str]):
     p.add_argument("--targets", default=",".join(t.name for t in TARGETS),
                    help="comma-separated targets (default: all): %s" % ", ".join(BY_NAME))
     p.add_argument("--rounds", type=int, default=5,
-                   help="rounds the agent must have aggregated (at least 3 for a pass; 5 give the "
-                        "per-round medians something to take the middle of)")
+                   help="rounds the agent must have aggregated (at least 3; 5 give the per-round "
+                        "medians something to take the middle of)")
     p.add_argument("--run-timeout-s", type=float, default=1800.0,
                    help="longest the agent may take for its rounds under emulation")
     p.add_argument("--wheelhouse", action="append", default=[], metavar="TARGET=DIR",
                    help="a wheelhouse built elsewhere for TARGET, instead of make dist")
-    p.add_argument("--kit", help="a board kit folder to hand to the install script instead of the "
-                   "lab's own (whose agent.yaml points at the lab's broker)")
+    p.add_argument("--kit", help="a board kit folder (streamfl provision) to hand to the install "
+                   "script instead of the lab's own; its agent.yaml is set aside for the run, which "
+                   "needs the lab's broker")
     p.add_argument("--emulation", choices=("auto", "binfmt", "proot"), default="auto")
     p.add_argument("--mirror", help="Debian archive for debootstrap (default: the one apt uses here)")
     p.add_argument("--roots-only", action="store_true", help="build (or check) the cached roots, then stop")
@@ -181,8 +185,8 @@ def parse(argv: List[str]):
     for w in args.wheelhouse:
         if "=" not in w or w.split("=", 1)[0] not in BY_NAME:
             p.error("--wheelhouse takes TARGET=DIR with TARGET one of %s" % ", ".join(BY_NAME))
-    if args.rounds < 1:
-        p.error("--rounds must be at least 1")
+    if args.rounds < 3:
+        p.error("--rounds must be at least 3 (what the lab is there to show)")
     args.out = Path(args.out or REPO / "runs" / "boardlab" / time.strftime("%Y%m%d-%H%M%S")).resolve()
     return args
 
@@ -220,7 +224,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     records = []
     for target in targets:  # one at a time: two emulated agents on 2 cores would time each other
-        rec = one_target(target, args, emu, cache, roots[target.name], args.out)
+        try:
+            rec = one_target(target, args, emu, cache, roots[target.name], args.out)
+        except Exception as exc:  # noqa: BLE001 - that target fails, the others go on
+            log.exception("%s broke", target.name)
+            rec = {"target": target.name, "emulation": emu.describe(), "failures": ["the lab broke: %s" % exc]}
         rec = record.finish(rec, args.rounds, target.python)
         records.append(rec)
         print(json.dumps(rec, default=str), flush=True)

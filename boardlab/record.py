@@ -30,6 +30,8 @@ def failures(rec: Dict[str, Any], rounds_wanted: int, python_wanted: Optional[st
         out.append("the agent never changed a clock (the restore proves nothing)")
     if rec.get("agent_exit") not in (0, None) and "agent_exit" in rec:
         out.append("the agent exited %s on SIGTERM" % rec.get("agent_exit"))
+    if rec.get("unit_enabled") is False:
+        out.append("the install did not enable the unit")
     if rec.get("unit_verified") is not True:
         out.append("the unit did not pass systemd-analyze verify: %s" % (rec.get("unit_verify_said") or rec.get("unit_verify_exit")))
     return out

@@ -182,6 +182,7 @@ def test_record_passes_and_fails_for_the_right_reasons():
                           (dict(clocks_changed_while_running=False), "never changed a clock"),
                           (dict(network={"interfaces": ["lo", "eth0"], "cut": False}), "not cut off"),
                           (dict(unit_verified=False), "systemd-analyze"),
+                          (dict(unit_enabled=False), "did not enable"),
                           (dict(python="3.9.2"), "not 3.11"),
                           (dict(install_exit=1), "exited 1")):
         rec = record.finish(dict(_passing(), **change), 3, "3.11")
