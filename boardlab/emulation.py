@@ -13,7 +13,7 @@ import os
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -52,9 +52,16 @@ class Emulation:
     #: binfmt without the F flag: the interpreter's host path, copied into each root.
     interpreter: Optional[str] = None
     notes: List[str] = field(default_factory=list)
+    #: The core qemu emulates (``QEMU_CPU``, e.g. cortex-a72); None: qemu's default, "max".
+    cpu: Optional[str] = None
+
+    def for_cpu(self, cpu: Optional[str]) -> "Emulation":
+        """The same emulation with qemu emulating ``cpu``."""
+        return replace(self, cpu=cpu, notes=list(self.notes))
 
     def describe(self) -> str:
-        return "%s (%s)" % (self.kind, self.detail) if self.detail else self.kind
+        words = ", ".join(w for w in (self.detail, "cpu %s" % self.cpu if self.cpu else "") if w)
+        return "%s (%s)" % (self.kind, words) if words else self.kind
 
     def program_pid(self, pid: int) -> int:
         """The process that runs the program of ``command`` started as ``pid``: the same one
@@ -80,7 +87,10 @@ class Emulation:
 
         ``mounts`` False: no /proc, /dev, /sys (debootstrap's second stage mounts its own)."""
         root = Path(root).resolve()
-        inner = ["env", "-i"] + ["%s=%s" % kv for kv in sorted(dict(BASE_ENV, **(env or {})).items())]
+        env = dict(BASE_ENV, **(env or {}))
+        if self.cpu:  # qemu-user reads it at each exec of an arm64 program
+            env["QEMU_CPU"] = self.cpu
+        inner = ["env", "-i"] + ["%s=%s" % kv for kv in sorted(env.items())]
         inner += list(argv)
         if self.kind == "binfmt":
             if user is not None:  # the root's own setpriv, so the root's groups apply

@@ -46,7 +46,8 @@ print(json.dumps(out))
 #: Run by the installed venv's python: import time of the agent, then the versions it runs.
 #: ``streamfl.agent`` loads its modules lazily, so ``import_s`` is ``import streamfl.agent`` and
 #: its ``AgentDaemon`` (what ``streamfl-agent`` loads before its first round: torch, numpy, paho);
-#: ``package_only_import_s`` is the bare package.
+#: ``package_only_import_s`` is the bare package. ``cpu_atomics``: whether the core has the ARMv8.1
+#: atomics (HWCAP_ATOMICS), which a Pi 4's Cortex-A72 lacks; a matrix product runs on torch too.
 IMPORT_PROBE = r"""
 import json, sys, time
 t0 = time.perf_counter()
@@ -55,7 +56,12 @@ lazy_s = time.perf_counter() - t0
 from streamfl.agent import AgentDaemon
 import_s = time.perf_counter() - t0
 import torch, numpy, streamfl
+import ctypes
+hwcap = ctypes.CDLL(None).getauxval(16)  # AT_HWCAP, as the (emulated) core reports it
+x = torch.randn(64, 64)
+assert torch.isfinite(x @ x).all()
 print(json.dumps({"import_s": round(import_s, 2), "package_only_import_s": round(lazy_s, 2),
+                  "cpu_atomics": bool(hwcap & (1 << 8)),
                   "python": "%d.%d.%d" % sys.version_info[:3], "torch": torch.__version__,
                   "numpy": numpy.__version__, "streamfl": streamfl.__version__,
                   "machine": __import__("platform").machine()}))

@@ -92,7 +92,9 @@ def one_target(target: Target, args, emu, cache: rootfs.RootCache, root_info: Di
     folder = out / target.name
     folder.mkdir(parents=True, exist_ok=True)
     logf = folder / "lab.log"
+    emu = emu.for_cpu(target.qemu_cpu)
     rec: Dict[str, Any] = {"target": target.name, "what": target.what, "emulation": emu.describe(),
+                           "qemu_cpu": target.qemu_cpu,
                            "root": {k: root_info.get(k) for k in ("suite", "build_s", "first_stage_s",
                                                                   "cached", "built_at")}}
     phases: Dict[str, float] = {}

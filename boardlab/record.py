@@ -2,9 +2,14 @@
 from typing import Any, Dict, List, Optional, Sequence
 
 #: The record's keys in the order they print, then the rest.
-ORDER = ("target", "ok", "failures", "emulation", "python", "torch", "numpy", "streamfl",
+ORDER = ("target", "ok", "failures", "emulation", "qemu_cpu", "python", "torch", "numpy", "streamfl",
          "install_s", "import_s", "agent_rss_mib", "train_s_per_round", "s_between_rounds",
          "rounds", "aggregated", "clocks_restored", "unit_verified")
+
+
+#: qemu cores without the ARMv8.1 atomics (HWCAP_ATOMICS): a probe that finds them there ran on
+#: another core than the target names.
+CORES_WITHOUT_ATOMICS = ("cortex-a35", "cortex-a53", "cortex-a57", "cortex-a72")
 
 
 def failures(rec: Dict[str, Any], rounds_wanted: int, python_wanted: Optional[str] = None) -> List[str]:
@@ -20,6 +25,8 @@ def failures(rec: Dict[str, Any], rounds_wanted: int, python_wanted: Optional[st
         out.append("the install script exited %s" % rec.get("install_exit"))
     if rec.get("import_error"):
         out.append("import streamfl.agent failed in the root")
+    if rec.get("qemu_cpu") in CORES_WITHOUT_ATOMICS and rec.get("cpu_atomics") is True:
+        out.append("the probe's core has the ARMv8.1 atomics: qemu did not emulate %s" % rec["qemu_cpu"])
     if python_wanted and rec.get("python") and not str(rec["python"]).startswith(python_wanted + "."):
         out.append("the root's Python is %s, not %s" % (rec["python"], python_wanted))
     if (rec.get("aggregated") or 0) < rounds_wanted:
@@ -56,7 +63,8 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-COLUMNS = (("target", "target"), ("emulation", "emulation"), ("python", "Python"), ("torch", "torch"),
+COLUMNS = (("target", "target"), ("emulation", "emulation"), ("qemu_cpu", "core"),
+           ("python", "Python"), ("torch", "torch"),
            ("numpy", "numpy"), ("install_s", "install s"), ("import_s", "import s"),
            ("agent_rss_mib", "RSS MiB"), ("train_s_per_round", "train s/round"),
            ("s_between_rounds", "s between rounds"), ("aggregated", "rounds"),

@@ -38,6 +38,8 @@ BOOKWORM = BY_NAME["rpios-bookworm-aarch64"]
 
 def test_targets_are_the_issues_two_suites():
     assert [(t.suite, t.python) for t in TARGETS] == [("bookworm", "3.11"), ("bullseye", "3.9")]
+    # a core without the ARMv8.1 atomics, as on a Pi 4: qemu's default has them
+    assert all(t.qemu_cpu == "cortex-a72" for t in TARGETS)
 
 
 def test_debootstrap_is_foreign_arm64_with_the_packages():
@@ -81,10 +83,14 @@ def test_binfmt_command_cuts_the_network_and_keeps_one_process():
     assert "ip link set lo up" in script
     assert "mount --bind /host/house /cache/bookworm-arm64/work/mnt/streamfl-wheelhouse" in script
     assert "mount -o remount,bind,ro /cache/bookworm-arm64/work/mnt/streamfl-wheelhouse" in script
-    # the agent's run: the host's network (its broker is on 127.0.0.1), as the unit's user
-    argv = emu.command(root, ["/opt/streamfl/venv/bin/streamfl-agent"], user=(998, 997))
+    assert "QEMU_CPU" not in script  # qemu's default core unless a target names one
+    # the agent's run: the host's network (its broker is on 127.0.0.1), as the unit's user, on
+    # the target's core
+    argv = emu.for_cpu("cortex-a72").command(root, ["/opt/streamfl/venv/bin/streamfl-agent"], user=(998, 997))
     assert "--net" not in argv[:5]
     assert "setpriv --reuid=998 --regid=997 --init-groups env -i" in argv[-1]
+    assert " QEMU_CPU=cortex-a72 " in argv[-1]
+    assert emu.for_cpu("cortex-a72").describe() == "binfmt (test, cpu cortex-a72)" and emu.cpu is None
 
 
 def test_proot_command_when_binfmt_is_refused():
@@ -183,6 +189,7 @@ def test_record_passes_and_fails_for_the_right_reasons():
                           (dict(network={"interfaces": ["lo", "eth0"], "cut": False}), "not cut off"),
                           (dict(unit_verified=False), "systemd-analyze"),
                           (dict(unit_enabled=False), "did not enable"),
+                          (dict(qemu_cpu="cortex-a72", cpu_atomics=True), "did not emulate"),
                           (dict(python="3.9.2"), "not 3.11"),
                           (dict(install_exit=1), "exited 1")):
         rec = record.finish(dict(_passing(), **change), 3, "3.11")
@@ -196,6 +203,7 @@ def test_table_has_a_row_per_target():
     rows = record.table([record.finish(dict(_passing(), emulation="binfmt (qemu)"), 3),
                          record.finish({"target": "u", "blocked": "x"}, 3)]).splitlines()
     assert len(rows) == 4 and rows[2].startswith("| t | binfmt |") and rows[3].endswith("| no |")
+    assert rows[0].count("|") == rows[2].count("|") == rows[3].count("|")
 
 
 def test_wheelhouse_is_found_under_dist(tmp_path):
