@@ -52,3 +52,17 @@ def fleet(tmp_path, mqtt_broker):
     finally:
         for run in runs:
             run.stop_all()
+
+
+@pytest.fixture
+def open_folder():
+    """A fresh folder under /tmp that other users may enter: mosquitto started as root drops to
+    the ``mosquitto`` user, which must reach its config there (pytest's own folders are 0700)."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+    path = Path(tempfile.mkdtemp(prefix="sfl-open-", dir="/tmp"))
+    os.chmod(str(path), 0o755)
+    yield path
+    shutil.rmtree(str(path), ignore_errors=True)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from source_tree import ROOT
 from streamfl.deploy import dist
 
@@ -78,3 +80,15 @@ def torch_user_base(tmp: Path) -> Path:
     site.mkdir(parents=True)
     (site / "streamfl-test-torch.pth").write_text(str(layer) + "\n")
     return tmp / "userbase"
+
+
+@pytest.fixture(scope="module")
+def house(tmp_path_factory):
+    """A wheelhouse of this machine (``make dist``'s code, for x86-64 and this Python)."""
+    return build(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def torch_base(tmp_path_factory):
+    """A user base whose .pth puts a torch layer (links to this interpreter's torch) on the path."""
+    return torch_user_base(tmp_path_factory.mktemp("torch"))

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import host_wheelhouse
-from host_wheelhouse import NO_INDEX
+from host_wheelhouse import NO_INDEX, house, torch_base  # noqa: F401 (fixtures)
 from source_tree import ROOT
 from streamfl.deploy import INSTALL_SCRIPT
 
@@ -33,17 +33,6 @@ UNIT_FILES = {"etc/systemd/system/streamfl-agent.service": "streamfl-agent.servi
 
 
 _clean_env = host_wheelhouse.clean_env
-
-
-@pytest.fixture(scope="module")
-def house(tmp_path_factory):
-    return host_wheelhouse.build(tmp_path_factory.mktemp("dist"))
-
-
-@pytest.fixture(scope="module")
-def user_base(tmp_path_factory):
-    """A user site whose .pth puts a torch layer (links to this interpreter's torch) on the path."""
-    return host_wheelhouse.torch_user_base(tmp_path_factory.mktemp("torch"))
 
 
 def _kit(folder: Path, root: Path) -> Path:
@@ -84,11 +73,11 @@ def _owner_mode(path: Path):
     return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
 
 
-def test_install_into_a_root_then_again(tmp_path, house, user_base):
+def test_install_into_a_root_then_again(tmp_path, house, torch_base):
     root = tmp_path / "root"
     root.mkdir()
     kit = _kit(tmp_path / "kit", root)
-    env = _clean_env(PIP_INDEX_URL=NO_INDEX, PYTHONUSERBASE=str(user_base))
+    env = _clean_env(PIP_INDEX_URL=NO_INDEX, PYTHONUSERBASE=str(torch_base))
     done = _install(house, "--root", str(root), "--kit", str(kit), "--system-site-packages", "--no-enable", env=env)
     assert done.returncode == 0, done.stdout
     assert "created system user and group streamfl" in done.stdout

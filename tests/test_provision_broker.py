@@ -15,7 +15,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -40,11 +39,8 @@ QUIET_S = 0.5
 
 
 @pytest.fixture
-def folder():
-    path = Path(tempfile.mkdtemp(prefix="sfl-prov-", dir="/tmp"))
-    os.chmod(str(path), 0o755)
-    yield path
-    shutil.rmtree(str(path), ignore_errors=True)
+def folder(open_folder):
+    return open_folder
 
 
 class Client:

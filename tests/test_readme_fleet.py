@@ -11,7 +11,6 @@ update of the board.
 The repository's .venv runs the server side, as the README's ``.venv/bin/`` says. As root,
 mosquitto drops to the ``mosquitto`` user, so the clone goes into a folder others may enter.
 """
-import json
 import os
 import re
 import shlex
@@ -19,15 +18,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import pytest
 import yaml
 
 import host_wheelhouse
+from host_wheelhouse import house, torch_base  # noqa: F401 (fixtures)
 
 from streamfl.coordinator.metrics import read_metrics
 from streamfl.sim.brokers import free_port, wait_port
@@ -79,28 +78,14 @@ def _option(argv: List[str], name: str) -> str:
 
 
 @pytest.fixture
-def folder():
-    path = Path(tempfile.mkdtemp(prefix="sfl-readme-", dir="/tmp"))
-    os.chmod(str(path), 0o755)
-    yield path
-    shutil.rmtree(str(path), ignore_errors=True)
+def folder(open_folder):
+    return open_folder
 
 
 def _spawn(argv: List[str], cwd: Path, log: Path, env=None) -> subprocess.Popen:
     with open(log, "wb") as out:
         return subprocess.Popen(argv, cwd=str(cwd), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, env=env)
-
-
-@pytest.fixture(scope="module")
-def house(tmp_path_factory):
-    """A wheelhouse of this machine (``make dist``'s code, for x86-64 and this Python)."""
-    return host_wheelhouse.build(tmp_path_factory.mktemp("dist"))
-
-
-@pytest.fixture(scope="module")
-def torch_base(tmp_path_factory):
-    return host_wheelhouse.torch_user_base(tmp_path_factory.mktemp("torch"))
 
 
 def test_the_readme_real_fleet_commands_run_from_a_clean_clone(folder, house, torch_base):
